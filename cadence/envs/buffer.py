@@ -1,0 +1,169 @@
+"""`TimeStepBuffer`: a batch of time steps pre-stacked in one contiguous block of memory.
+
+Batching back ends write each environment's numpy `TimeStep` into its row, then
+hand out a torch `TimeStep` made by copying the whole block once. The block can
+live in shared memory (`ParallelEnvironment` workers write their rows in place)
+because its layout is a pure function of the specs and the batch size.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from cadence.data.nest import Nest, flatten_with_paths, pack_sequence_as
+from cadence.data.specs import CompositeSpec, Spec
+from cadence.data.time_step import TimeStep
+
+_ALIGN = 64
+
+
+class ArrayLayout:
+    """Named arrays placed at aligned offsets of one byte block."""
+
+    def __init__(self, fields: list[tuple[str, tuple[int, ...], np.dtype]]):
+        self.fields = fields
+        self.offsets: list[int] = []
+        offset = 0
+        for _, shape, dtype in fields:
+            self.offsets.append(offset)
+            size = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+            offset += -(-size // _ALIGN) * _ALIGN
+        self.nbytes = max(offset, _ALIGN)
+
+    def views(self, memory: Any) -> dict[str, np.ndarray]:
+        """Arrays over ``memory`` (anything supporting the buffer protocol)."""
+        arrays = {}
+        for (name, shape, dtype), offset in zip(self.fields, self.offsets, strict=True):
+            count = int(np.prod(shape, dtype=np.int64))
+            arrays[name] = np.frombuffer(memory, dtype=dtype, count=count, offset=offset).reshape(shape)
+        return arrays
+
+
+def spec_fields(prefix: str, spec: Spec, batch_size: int) -> list[tuple[str, tuple[int, ...], np.dtype]]:
+    """Layout fields for every leaf of ``spec``, named ``prefix/<path>``."""
+    return [
+        (f"{prefix}/{path}" if path else prefix, (batch_size, *leaf.shape), leaf.numpy_dtype)
+        for path, leaf in flatten_with_paths(_as_nest(spec))
+    ]
+
+
+def _as_nest(spec: Spec) -> Nest:
+    if isinstance(spec, CompositeSpec):
+        return {k: _as_nest(v) for k, v in spec.items()}
+    return spec
+
+
+class TimeStepBuffer:
+    """Rows of a batch of time steps, each written by one environment.
+
+    Args:
+        observation_spec, action_spec, env_info_spec: the specs of one environment.
+        batch_size: the number of rows.
+        memory: a writable buffer of at least `nbytes` bytes to place the block
+            in (e.g. ``SharedMemory.buf``); ``None`` allocates a private one.
+    """
+
+    def __init__(
+        self,
+        observation_spec: Spec,
+        action_spec: Spec,
+        env_info_spec: CompositeSpec,
+        batch_size: int,
+        memory: Any = None,
+    ):
+        self.batch_size = batch_size
+        self._obs_structure = _as_nest(observation_spec)
+        self._action_structure = _as_nest(action_spec)
+        self._info_keys = list(env_info_spec)
+        self.layout = self.make_layout(observation_spec, action_spec, env_info_spec, batch_size)
+        self.memory = bytearray(self.layout.nbytes) if memory is None else memory
+        self.arrays = self.layout.views(self.memory)
+        self.arrays["env_id"][:] = np.arange(batch_size)
+        self._obs_leaves = [a for n, a in self.arrays.items() if n.startswith("observation")]
+        self._action_leaves = [a for n, a in self.arrays.items() if n.startswith("prev_action")]
+        self._flat_obs = not isinstance(observation_spec, CompositeSpec)
+        self._flat_action = not isinstance(action_spec, CompositeSpec)
+        self._step_type = self.arrays["step_type"]
+        self._reward = self.arrays["reward"]
+        self._discount = self.arrays["discount"]
+        self._info = [(k, self.arrays[f"env_info/{k}"]) for k in self._info_keys]
+
+    @staticmethod
+    def make_layout(
+        observation_spec: Spec, action_spec: Spec, env_info_spec: CompositeSpec, batch_size: int
+    ) -> ArrayLayout:
+        fields = [
+            ("step_type", (batch_size,), np.dtype(np.int64)),
+            ("reward", (batch_size,), np.dtype(np.float32)),
+            ("discount", (batch_size,), np.dtype(np.float32)),
+            ("env_id", (batch_size,), np.dtype(np.int64)),
+        ]
+        fields += spec_fields("observation", observation_spec, batch_size)
+        fields += spec_fields("prev_action", action_spec, batch_size)
+        for key in env_info_spec:
+            fields.append((f"env_info/{key}", (batch_size,), np.dtype(np.float32)))
+        return ArrayLayout(fields)
+
+    def write(self, row: int, time_step: TimeStep) -> None:
+        """Writes one environment's unbatched numpy time step into ``row``."""
+        self._step_type[row] = time_step.step_type
+        self._reward[row] = time_step.reward
+        self._discount[row] = time_step.discount
+        if self._flat_obs:
+            self._obs_leaves[0][row] = time_step.observation
+        else:
+            for array, value in zip(self._obs_leaves, _leaves(time_step.observation), strict=True):
+                array[row] = value
+        if self._flat_action:
+            self._action_leaves[0][row] = time_step.prev_action
+        else:
+            for array, value in zip(self._action_leaves, _leaves(time_step.prev_action), strict=True):
+                array[row] = value
+        info = time_step.env_info
+        for key, array in self._info:
+            array[row] = info[key]
+
+    def read(self, device: torch.device | str = "cpu") -> TimeStep:
+        """A torch `TimeStep` of all rows, copied out of the block (one memcpy)."""
+        copy = bytearray(self.memory[: self.layout.nbytes])
+        arrays = {n: torch.from_numpy(a) for n, a in self.layout.views(copy).items()}
+        time_step = self._assemble(arrays)
+        if torch.device(device).type != "cpu":
+            time_step = time_step.to(device)
+        return time_step
+
+    def _assemble(self, arrays: dict[str, torch.Tensor]) -> TimeStep:
+        obs = [a for n, a in arrays.items() if n.startswith("observation")]
+        actions = [a for n, a in arrays.items() if n.startswith("prev_action")]
+        return TimeStep(
+            step_type=arrays["step_type"],
+            reward=arrays["reward"],
+            discount=arrays["discount"],
+            observation=obs[0] if self._flat_obs else pack_sequence_as(self._obs_structure, obs),
+            prev_action=actions[0] if self._flat_action else pack_sequence_as(self._action_structure, actions),
+            env_id=arrays["env_id"],
+            env_info={k: arrays[f"env_info/{k}"] for k in self._info_keys},
+        )
+
+
+def _leaves(nest: Nest) -> list[Any]:
+    return [leaf for _, leaf in flatten_with_paths(nest)]
+
+
+def action_to_numpy(action: Nest) -> Nest:
+    """A batched torch action nest as numpy arrays on the CPU (no copy when possible)."""
+    if isinstance(action, torch.Tensor):
+        return action.detach().cpu().numpy()
+    if isinstance(action, dict):
+        return {k: action_to_numpy(v) for k, v in action.items()}
+    return np.asarray(action)
+
+
+def action_row(action: Nest, row: int) -> Nest:
+    """Row ``row`` of a batched numpy action nest."""
+    if isinstance(action, dict):
+        return {k: action_row(v, row) for k, v in action.items()}
+    return action[row]

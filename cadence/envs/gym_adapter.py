@@ -1,0 +1,168 @@
+"""`GymAdapter`: a ``gymnasium.Env`` as a `PyEnvironment`.
+
+Gymnasium's ``(obs, reward, terminated, truncated, info)`` becomes a `TimeStep`
+by the discount table of DESIGN §2: ``terminated`` gives LAST with discount 0,
+``truncated`` alone gives LAST with discount 1 (terminated wins when both are
+true). The numeric scalar keys of ``info`` become ``env_info`` with a fixed spec,
+found by probing the env once at construction; a key missing from a later
+``info`` reads 0.
+"""
+
+from __future__ import annotations
+
+import numbers
+import pickle
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from cadence.data.nest import Nest, map_structure
+from cadence.data.specs import CompositeSpec, Spec, TensorSpec, spec_from_space
+from cadence.data.time_step import StepType, TimeStep
+from cadence.envs.environment import PyEnvironment
+
+_FIRST, _MID, _LAST = int(StepType.FIRST), int(StepType.MID), int(StepType.LAST)
+
+
+class GymAdapter(PyEnvironment):
+    """Adapts one ``gymnasium.Env``; seeds it with ``seed`` on its first reset.
+
+    Args:
+        env: the Gymnasium environment (any registered id or the user's own class).
+        env_id: this environment's index in its batch.
+        seed: the seed of the first ``reset``; later resets continue its RNG.
+        env_info_keys: the ``info`` keys to report; ``None`` probes the env for
+            its numeric scalar keys (one reset and one random step).
+    """
+
+    def __init__(
+        self,
+        env: gym.Env,
+        env_id: int = 0,
+        seed: int | None = None,
+        env_info_keys: list[str] | None = None,
+    ):
+        self._env = env
+        self._env_id = env_id
+        self._seed = seed
+        self._observation_spec = spec_from_space(env.observation_space)
+        self._action_spec = spec_from_space(env.action_space)
+        self._tuple_obs = isinstance(env.observation_space, gym.spaces.Tuple)
+        self._tuple_action = isinstance(env.action_space, gym.spaces.Tuple)
+        self._scalar_discrete_action = isinstance(env.action_space, gym.spaces.Discrete)
+        if env_info_keys is None:
+            env_info_keys = self._probe_info_keys()
+        self._info_keys = tuple(env_info_keys)
+        self._env_info_spec = CompositeSpec({k: TensorSpec((), torch.float32) for k in self._info_keys})
+        self._zero_action = self._action_spec.numpy_zeros()
+        self._obs_dtypes = map_structure(lambda s: s.numpy_dtype, self._observation_spec)
+        self._needs_reset = True
+        if seed is not None:
+            env.action_space.seed(seed)
+
+    @property
+    def gym_env(self) -> gym.Env:
+        return self._env
+
+    @property
+    def observation_spec(self) -> Spec:
+        return self._observation_spec
+
+    @property
+    def action_spec(self) -> Spec:
+        return self._action_spec
+
+    @property
+    def env_info_spec(self) -> CompositeSpec:
+        return self._env_info_spec
+
+    def reset(self) -> TimeStep:
+        observation, info = self._env.reset(seed=self._seed)
+        self._seed = None
+        self._needs_reset = False
+        return TimeStep(
+            step_type=_FIRST,
+            reward=0.0,
+            discount=1.0,
+            observation=self._convert_observation(observation),
+            prev_action=self._zero_action,
+            env_id=self._env_id,
+            env_info=self._info_values(info),
+        )
+
+    def step(self, action: Nest) -> TimeStep:
+        if self._needs_reset:
+            return self.reset()
+        observation, reward, terminated, truncated, info = self._env.step(self._to_gym(action))
+        if terminated or truncated:
+            step_type = _LAST
+            self._needs_reset = True
+        else:
+            step_type = _MID
+        return TimeStep(
+            step_type=step_type,
+            reward=float(reward),
+            discount=0.0 if terminated else 1.0,
+            observation=self._convert_observation(observation),
+            prev_action=action,
+            env_id=self._env_id,
+            env_info=self._info_values(info),
+        )
+
+    def render(self) -> np.ndarray | None:
+        return self._env.render()
+
+    def close(self) -> None:
+        self._env.close()
+
+    def get_state(self) -> Any:
+        """The pickled env and RNGs; raises if the env cannot be pickled."""
+        return pickle.dumps(
+            {
+                "env": self._env,
+                "seed": self._seed,
+                "needs_reset": self._needs_reset,
+                "action_space_rng": self._env.action_space.np_random.bit_generator.state,
+            }
+        )
+
+    def set_state(self, state: Any) -> None:
+        state = pickle.loads(state)
+        self._env.close()
+        self._env = state["env"]
+        self._seed = state["seed"]
+        self._needs_reset = state["needs_reset"]
+        self._env.action_space.np_random.bit_generator.state = state["action_space_rng"]
+
+    def _convert_observation(self, observation: Any) -> Nest:
+        if self._tuple_obs:
+            observation = {str(i): o for i, o in enumerate(observation)}
+        return map_structure(np.asarray, observation, self._obs_dtypes)
+
+    def _to_gym(self, action: Nest) -> Any:
+        if self._scalar_discrete_action:
+            return int(action)
+        if self._tuple_action:
+            return tuple(action[str(i)] for i in range(len(action)))
+        return action
+
+    def _info_values(self, info: dict[str, Any]) -> dict[str, float]:
+        return {k: float(info.get(k, 0.0)) for k in self._info_keys}
+
+    def _probe_info_keys(self) -> list[str]:
+        _, reset_info = self._env.reset(seed=self._seed)
+        _, _, _, _, step_info = self._env.step(self._env.action_space.sample())
+        keys: dict[str, None] = {}
+        for info in (reset_info, step_info):
+            for key, value in info.items():
+                if _is_numeric_scalar(value):
+                    keys[key] = None
+        return list(keys)
+
+
+def _is_numeric_scalar(value: Any) -> bool:
+    if isinstance(value, (bool, numbers.Number, np.bool_)):
+        return True
+    return isinstance(value, np.ndarray) and value.shape == () and value.dtype.kind in "biuf"

@@ -1,0 +1,185 @@
+"""`make_env`: the whole environment stack from a name, a batch size and a seed."""
+
+from __future__ import annotations
+
+import difflib
+import os
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
+
+import gymnasium as gym
+
+from cadence.envs.environment import Environment, PyEnvironment
+from cadence.envs.gym_adapter import GymAdapter
+from cadence.envs.time_limit import TimeLimit
+
+Backend = Literal["serial", "thread", "parallel", "tensor", "auto"]
+BACKENDS = ("serial", "thread", "parallel", "tensor", "auto")
+
+# A step slower than this (seconds) is worth a worker process when there are cores to spare.
+_PARALLEL_STEP_COST = 40e-6
+
+
+class UnknownEnvironmentError(ValueError):
+    """An environment id that neither Gymnasium nor cadence knows."""
+
+
+class GymEnvFactory:
+    """Builds environment ``env_id`` of a batch: a picklable recipe for worker processes.
+
+    Args:
+        name: a Gymnasium id, or a callable returning a ``gymnasium.Env``.
+        env_id: the environment's index in its batch.
+        seed: the batch's seed; this environment is seeded ``seed + env_id``.
+        max_episode_steps: wraps the env in cadence's `TimeLimit` when set.
+        gym_wrappers: callables applied in order to the ``gymnasium.Env``.
+        env_kwargs: keyword arguments for ``gymnasium.make``.
+        env_info_keys: the ``info`` keys to report (``None`` probes the env).
+    """
+
+    def __init__(
+        self,
+        name: str | Callable[..., gym.Env],
+        env_id: int,
+        seed: int,
+        max_episode_steps: int | None = None,
+        gym_wrappers: Sequence[Callable[[gym.Env], gym.Env]] = (),
+        env_kwargs: dict[str, Any] | None = None,
+        env_info_keys: list[str] | None = None,
+    ):
+        self.name = name
+        self.env_id = env_id
+        self.seed = seed
+        self.max_episode_steps = max_episode_steps
+        self.gym_wrappers = tuple(gym_wrappers)
+        self.env_kwargs = dict(env_kwargs or {})
+        self.env_info_keys = env_info_keys
+
+    def make_gym(self) -> gym.Env:
+        if callable(self.name):
+            env = self.name(**self.env_kwargs)
+        else:
+            env = gym.make(self.name, **self.env_kwargs)
+        for wrapper in self.gym_wrappers:
+            env = wrapper(env)
+        return env
+
+    def __call__(self) -> PyEnvironment:
+        env: PyEnvironment = GymAdapter(
+            self.make_gym(), self.env_id, self.seed + self.env_id, self.env_info_keys
+        )
+        if self.max_episode_steps is not None:
+            env = TimeLimit(env, self.max_episode_steps)
+        return env
+
+
+def make_env(
+    name: str | Callable[..., gym.Env],
+    num_envs: int = 1,
+    backend: Backend = "auto",
+    seed: int = 0,
+    *,
+    device: Any = "cpu",
+    max_episode_steps: int | None = None,
+    gym_wrappers: Sequence[Callable[[gym.Env], gym.Env]] = (),
+    env_kwargs: dict[str, Any] | None = None,
+    env_info_keys: list[str] | None = None,
+    num_workers: int | None = None,
+) -> Environment:
+    """Builds a batch of ``num_envs`` environments; environment ``i`` is seeded ``seed + i``.
+
+    Args:
+        name: a Gymnasium id (``"CartPole-v1"``, ``"Hopper-v5"``, ``"module:Id"``) or a
+            callable returning a ``gymnasium.Env`` (the user's own class).
+        num_envs: the batch size.
+        backend: ``"serial"`` (in-process), ``"thread"`` (one env thread),
+            ``"parallel"`` (worker processes on shared memory), ``"tensor"``
+            (cadence's tensor-native implementation of ``name``), or ``"auto"``
+            (the fastest for this env and machine).
+        seed: the batch's seed.
+        device: where time steps are delivered (and tensor-native envs run).
+        max_episode_steps: an episode limit applied with cadence's `TimeLimit`.
+        gym_wrappers: Gymnasium wrappers applied in order to each env.
+        env_kwargs: keyword arguments for ``gymnasium.make``.
+        env_info_keys: the numeric ``info`` keys to report (default: probed).
+        num_workers: worker processes for ``"parallel"`` (default: one per core).
+
+    Raises:
+        UnknownEnvironmentError: ``name`` is not a registered id (close ids are suggested).
+        ValueError: an unknown ``backend``, or ``"tensor"`` for an env without a
+            tensor-native implementation.
+    """
+    if num_envs < 1:
+        raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    if isinstance(name, str):
+        check_env_id(name)
+    from cadence.envs import tensor
+
+    tensor_ok = isinstance(name, str) and tensor.has_tensor_env(name) and not gym_wrappers
+    if backend == "tensor" or (backend == "auto" and tensor_ok):
+        if not tensor_ok:
+            raise ValueError(tensor.no_tensor_env_message(name, bool(gym_wrappers)))
+        return tensor.make_tensor_env(
+            name, num_envs, seed=seed, device=device, max_episode_steps=max_episode_steps,
+            **(env_kwargs or {}),
+        )
+    factories = [
+        GymEnvFactory(name, i, seed, max_episode_steps, gym_wrappers, env_kwargs, env_info_keys)
+        for i in range(num_envs)
+    ]
+    if backend == "auto":
+        backend = _pick_cpu_backend(factories[0], num_envs)
+    if backend == "serial":
+        from cadence.envs.serial import SerialEnvironment
+
+        return SerialEnvironment(factories, device=device)
+    if backend == "thread":
+        from cadence.envs.thread import ThreadEnvironment
+
+        return ThreadEnvironment(factories, device=device)
+    from cadence.envs.parallel import ParallelEnvironment
+
+    return ParallelEnvironment(factories, num_workers=num_workers, device=device)
+
+
+def check_env_id(name: str) -> None:
+    """Raises `UnknownEnvironmentError` naming ``name`` and the closest registered ids."""
+    if ":" in name or name in gym.registry:
+        return
+    from cadence.envs import suites  # noqa: F401 - registers cadence's own envs
+
+    if name in gym.registry:
+        return
+    close = difflib.get_close_matches(name, list(gym.registry), n=5, cutoff=0.5)
+    hint = f" Did you mean: {', '.join(close)}?" if close else ""
+    raise UnknownEnvironmentError(
+        f"Unknown environment id {name!r}.{hint} (Ids come from gymnasium.registry; "
+        "import the package that registers yours, or pass 'module:EnvId'.)"
+    )
+
+
+def _pick_cpu_backend(factory: GymEnvFactory, num_envs: int) -> Backend:
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    if num_envs == 1 or (cores or 1) < 2:
+        return "serial"
+    return "parallel" if _step_cost(factory) > _PARALLEL_STEP_COST else "serial"
+
+
+def _step_cost(factory: GymEnvFactory, num_steps: int = 50) -> float:
+    """Seconds per step of one env, measured on a throwaway instance."""
+    env = factory.make_gym()
+    try:
+        env.reset(seed=0)
+        env.action_space.seed(0)
+        actions = [env.action_space.sample() for _ in range(num_steps)]
+        start = time.perf_counter()
+        for action in actions:
+            _, _, terminated, truncated, _ = env.step(action)
+            if terminated or truncated:
+                env.reset()
+        return (time.perf_counter() - start) / num_steps
+    finally:
+        env.close()

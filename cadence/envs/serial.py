@@ -1,0 +1,93 @@
+"""`SerialEnvironment`: a batch of `PyEnvironment` s stepped in the calling process."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from cadence.data.nest import Nest
+from cadence.data.specs import CompositeSpec, Spec
+from cadence.data.time_step import TimeStep
+from cadence.envs.buffer import TimeStepBuffer, action_row, action_to_numpy
+from cadence.envs.environment import Environment, PyEnvironment
+
+
+class SerialEnvironment(Environment):
+    """Steps its environments one after another: for debugging and cheap envs.
+
+    Args:
+        env_fns: one constructor per environment; ``env_fns[i]`` builds env ``i``.
+        device: where the time steps are delivered.
+    """
+
+    def __init__(self, env_fns: Sequence[Callable[[], PyEnvironment]], device: Any = "cpu"):
+        if not env_fns:
+            raise ValueError("SerialEnvironment needs at least one environment")
+        self._envs = [fn() for fn in env_fns]
+        self._device = torch.device(device)
+        first = self._envs[0]
+        self._buffer = TimeStepBuffer(
+            first.observation_spec, first.action_spec, first.env_info_spec, len(self._envs)
+        )
+        self._closed = False
+
+    @property
+    def batch_size(self) -> int:
+        return len(self._envs)
+
+    @property
+    def observation_spec(self) -> Spec:
+        return self._envs[0].observation_spec
+
+    @property
+    def action_spec(self) -> Spec:
+        return self._envs[0].action_spec
+
+    @property
+    def env_info_spec(self) -> CompositeSpec:
+        return self._envs[0].env_info_spec
+
+    @property
+    def device(self) -> torch.device:
+        return self._device
+
+    @property
+    def envs(self) -> list[PyEnvironment]:
+        return self._envs
+
+    def reset(self) -> TimeStep:
+        write = self._buffer.write
+        for row, env in enumerate(self._envs):
+            write(row, env.reset())
+        return self._buffer.read(self._device)
+
+    def step(self, action: Nest) -> TimeStep:
+        action = action_to_numpy(action)
+        write = self._buffer.write
+        if isinstance(action, np.ndarray):
+            for row, env in enumerate(self._envs):
+                write(row, env.step(action[row]))
+        else:
+            for row, env in enumerate(self._envs):
+                write(row, env.step(action_row(action, row)))
+        return self._buffer.read(self._device)
+
+    def render(self, env_index: int = 0) -> np.ndarray | None:
+        return self._envs[env_index].render()
+
+    def get_state(self) -> Any:
+        return [env.get_state() for env in self._envs]
+
+    def set_state(self, state: Any) -> None:
+        for env, env_state in zip(self._envs, state, strict=True):
+            env.set_state(env_state)
+
+    def close(self) -> None:
+        if getattr(self, "_closed", True):
+            return
+        self._closed = True
+        for env in self._envs:
+            env.close()

@@ -1,0 +1,1 @@
+"""cadence's own Gymnasium environments, registered under the ``cadence/`` namespace."""
