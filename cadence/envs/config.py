@@ -1,0 +1,54 @@
+"""Configuration of the training environments: which env, how many, which back end."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import attrs
+from attrs import field
+from attrs.validators import deep_mapping, ge, in_, instance_of, min_len, optional
+
+
+@attrs.define(kw_only=True)
+class EnvConfig:
+    """The arguments of `make_env` for an experiment's training environments.
+
+    Example:
+        >>> EnvConfig(name="Pendulum-v1", num_envs=4).backend
+        'auto'
+    """
+
+    name: str = field(
+        default="CartPole-v1",
+        validator=min_len(1),
+        metadata={
+            "doc": "Gymnasium id of the environment (e.g. 'CartPole-v1', 'cadence/PixelCartPole-v1')."
+        },
+    )
+    num_envs: int = field(
+        default=8, validator=ge(1), metadata={"doc": "Environments stepped together as one batch."}
+    )
+    backend: Literal["serial", "thread", "parallel", "tensor", "auto"] = field(
+        default="auto",
+        validator=in_(["serial", "thread", "parallel", "tensor", "auto"]),
+        metadata={
+            "doc": "Batching back end ('auto': tensor-native if available, else by step cost)."
+        },
+    )
+    max_episode_steps: int | None = field(
+        default=None,
+        validator=optional(ge(1)),
+        metadata={
+            "doc": "Cut episodes (LAST, discount 1) after this many steps (None: the env's own limit)."
+        },
+    )
+    num_workers: int | None = field(
+        default=None,
+        validator=optional(ge(1)),
+        metadata={"doc": "Worker processes of the 'parallel' back end (None: one per spare core)."},
+    )
+    env_kwargs: dict[str, Any] = field(
+        factory=dict,
+        validator=deep_mapping(key_validator=instance_of(str), mapping_validator=instance_of(dict)),
+        metadata={"doc": "Keyword arguments passed to gymnasium.make."},
+    )
