@@ -1,0 +1,147 @@
+"""`ActorCriticAlgorithm`: the on-policy actor-critic shared by PPO and A2C.
+
+PPO and A2C differ only in their loss and their update schedule, so both are
+this one algorithm composed with a different loss (`PPOLoss`, `A2CLoss`) and
+different ``num_epochs``/``mini_batch_size``: no subclass switches anything off.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Literal
+
+import torch
+from torch import nn
+
+from cadence.algorithms.algorithm import AlgStep, Algorithm, LossInfo
+from cadence.algorithms.returns import generalized_advantage_estimation
+from cadence.data.experience import Experience
+from cadence.data.nest import Nest, map_structure
+from cadence.data.specs import Spec
+from cadence.data.time_step import StepType, TimeStep
+from cadence.algorithms.actor_critic_network import ActorCriticNetwork
+
+
+class ActorCriticAlgorithm(Algorithm):
+    """A policy and a value function trained on-policy from GAE advantages.
+
+    Args:
+        network: the policy and value networks.
+        loss: maps the `train_step` info of a minibatch to a `LossInfo`.
+        optimizer: builds the optimizer from the parameters.
+        action_spec: the env's action spec (continuous actions are clipped to it).
+        gamma: discount factor.
+        gae_lambda: GAE lambda (Schulman et al. 2016, https://arxiv.org/abs/1506.02438).
+        learning_rate: the initial learning rate.
+        lr_schedule: ``"linear"`` anneals it to 0 as training progresses.
+        max_grad_norm: global gradient-norm clipping threshold.
+        num_epochs: passes over each unroll.
+        mini_batch_size: samples per minibatch (``None``: the whole unroll).
+        target_kl: stop the epochs early when the approximate KL exceeds it.
+    """
+
+    def __init__(
+        self,
+        network: ActorCriticNetwork,
+        loss: Callable[[dict[str, torch.Tensor]], LossInfo],
+        optimizer: Callable[[Any], torch.optim.Optimizer],
+        action_spec: Spec,
+        *,
+        gamma: float,
+        gae_lambda: float,
+        learning_rate: float,
+        lr_schedule: Literal["constant", "linear"] = "constant",
+        max_grad_norm: float = 0.5,
+        num_epochs: int = 1,
+        mini_batch_size: int | None = None,
+        target_kl: float | None = None,
+    ):
+        super().__init__()
+        self.network = network
+        self.loss = loss
+        self.gamma = gamma
+        self.gae_lambda = gae_lambda
+        self.learning_rate = learning_rate
+        self.lr_schedule = lr_schedule
+        self.max_grad_norm = max_grad_norm
+        self.num_epochs = num_epochs
+        self.mini_batch_size = mini_batch_size
+        self.target_kl = target_kl
+        self._optimizer = optimizer(self.network.parameters())
+        self._clip_actions = not action_spec.is_discrete and hasattr(action_spec, "minimum")
+        if self._clip_actions:
+            self.register_buffer("_action_low", torch.as_tensor(action_spec.minimum), persistent=False)
+            self.register_buffer("_action_high", torch.as_tensor(action_spec.maximum), persistent=False)
+
+    def optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        return {"actor_critic": self._optimizer}
+
+    def set_progress(self, fraction: float) -> None:
+        """Sets the learning rate for ``fraction`` of the training budget spent."""
+        scale = max(1.0 - fraction, 0.0) if self.lr_schedule == "linear" else 1.0
+        for group in self._optimizer.param_groups:
+            group["lr"] = self.learning_rate * scale
+
+    def predict_step(self, time_step: TimeStep, state: Nest) -> AlgStep:
+        distribution = self.network.distribution(time_step.observation)
+        return AlgStep(output=self._to_env(distribution.mode), state=state)
+
+    def rollout_step(self, time_step: TimeStep, state: Nest) -> AlgStep:
+        distribution = self.network.distribution(time_step.observation)
+        action = distribution.sample()
+        info = {"action": action, "log_prob": distribution.log_prob(action)}
+        return AlgStep(output=self._to_env(action), state=state, info=info)
+
+    @torch.no_grad()
+    def preprocess_experience(self, experience: Experience) -> dict[str, Nest]:
+        """GAE advantages and returns, flattened to ``[N]`` samples.
+
+        Steps whose time step is LAST are dropped: their action was ignored by
+        the auto-reset (DESIGN §2).
+        """
+        time_step = experience.time_step
+        num_steps, batch_size = time_step.step_type.shape
+        observation = map_structure(lambda x: x.flatten(0, 1), time_step.observation)
+        value = self.network.value(observation).reshape(num_steps, batch_size)
+        advantage = generalized_advantage_estimation(
+            time_step.reward, time_step.discount, time_step.step_type, value, self.gamma, self.gae_lambda
+        )
+        valid = (time_step.step_type[:-1] != StepType.LAST).flatten()
+        samples = {
+            "observation": map_structure(lambda x: x[:-1], time_step.observation),
+            "action": experience.info["action"],
+            "old_log_prob": experience.info["log_prob"],
+            "advantage": advantage,
+            "return": advantage + value[:-1],
+            "old_value": value[:-1],
+        }
+        return map_structure(lambda x: x.flatten(0, 1)[valid], samples)
+
+    def train_step(self, inputs: dict[str, Nest], state: Nest) -> AlgStep:
+        distribution = self.network.distribution(inputs["observation"])
+        info = {
+            "log_prob": distribution.log_prob(inputs["action"]),
+            "entropy": distribution.entropy(),
+            "value": self.network.value(inputs["observation"]),
+            "old_log_prob": inputs["old_log_prob"],
+            "advantage": inputs["advantage"],
+            "return": inputs["return"],
+            "old_value": inputs["old_value"],
+        }
+        return AlgStep(output=(), state=state, info=info)
+
+    def calc_loss(self, info: dict[str, torch.Tensor]) -> LossInfo:
+        return self.loss(info)
+
+    def apply_gradients(self, loss: torch.Tensor) -> torch.Tensor:
+        """One optimizer step on ``loss``; returns the gradient norm before clipping."""
+        self._optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = nn.utils.clip_grad_norm_(self.network.parameters(), self.max_grad_norm)
+        self._optimizer.step()
+        return grad_norm
+
+    def _to_env(self, action: torch.Tensor) -> torch.Tensor:
+        if self._clip_actions:
+            return torch.maximum(torch.minimum(action, self._action_high), self._action_low)
+        return action

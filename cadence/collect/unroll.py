@@ -1,0 +1,92 @@
+"""`Collector`: runs an algorithm's `rollout_step` in a batched environment."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from cadence.algorithms.algorithm import Algorithm
+from cadence.collect.episode_stats import EpisodeStats
+from cadence.data.experience import Experience
+from cadence.data.nest import Nest, map_structure
+from cadence.data.time_step import TimeStep
+from cadence.envs.environment import Environment
+
+
+class Collector:
+    """Unrolls ``algorithm`` in ``env``, carrying the current time step between unrolls.
+
+    Args:
+        env: the training environments.
+        algorithm: provides `rollout_step` and `initial_state`.
+        unroll_length: steps per environment per `unroll`.
+        device: where the algorithm runs; time steps are moved there.
+    """
+
+    def __init__(self, env: Environment, algorithm: Algorithm, unroll_length: int, device: Any = "cpu"):
+        self.env = env
+        self.algorithm = algorithm
+        self.unroll_length = unroll_length
+        self.device = torch.device(device)
+        self.episode_stats = EpisodeStats(env.batch_size)
+        self._time_step: TimeStep | None = None
+        self._state: Nest = ()
+
+    @torch.no_grad()
+    def unroll(self) -> tuple[Experience, dict[str, torch.Tensor]]:
+        """Runs ``unroll_length`` steps; returns the experience and completed-episode stats."""
+        if self._time_step is None:
+            self._time_step = self.env.reset().to(self.device)
+            self._state = self.algorithm.initial_state(self.env.batch_size)
+        initial_state = self._state
+        time_steps, actions, infos = [self._time_step], [], []
+        for _ in range(self.unroll_length):
+            step = self.algorithm.rollout_step(self._time_step, self._state)
+            self._state = step.state
+            self._time_step = self.env.step(step.output).to(self.device)
+            time_steps.append(self._time_step)
+            actions.append(step.output)
+            infos.append(step.info)
+        experience = Experience(
+            time_step=TimeStep.stack(time_steps),
+            action=_stack(actions),
+            info=_stack(infos),
+            initial_state=initial_state,
+        )
+        stats = self.episode_stats.update(experience.time_step[1:])
+        return experience, stats
+
+    @property
+    def num_env_steps_per_unroll(self) -> int:
+        return self.unroll_length * self.env.batch_size
+
+    def state_dict(self) -> dict[str, Any]:
+        """The in-progress episode: current time step, recurrent state, episode sums."""
+        return {
+            "time_step": None if self._time_step is None else _time_step_to_dict(self._time_step),
+            "state": self._state,
+            "episode_stats": self.episode_stats.state_dict(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        time_step = state["time_step"]
+        self._time_step = None if time_step is None else TimeStep(**time_step).to(self.device)
+        self._state = state["state"]
+        self.episode_stats.load_state_dict(state["episode_stats"])
+
+
+def _stack(items: list[Nest]) -> Nest:
+    return map_structure(lambda *xs: torch.stack(xs), *items)
+
+
+def _time_step_to_dict(time_step: TimeStep) -> dict[str, Any]:
+    return {
+        "step_type": time_step.step_type,
+        "reward": time_step.reward,
+        "discount": time_step.discount,
+        "observation": time_step.observation,
+        "prev_action": time_step.prev_action,
+        "env_id": time_step.env_id,
+        "env_info": time_step.env_info,
+    }

@@ -1,0 +1,59 @@
+"""Configuration of the training loop: budget, unroll, intervals, checkpoints."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import attrs
+from attrs import field
+from attrs.validators import ge, in_
+
+
+@attrs.define(kw_only=True)
+class TrainerConfig:
+    """When to stop, how much to unroll, and how often to log, evaluate and checkpoint.
+
+    Intervals count training iterations (one unroll plus one update each).
+    """
+
+    num_env_steps: int = field(
+        default=100_000, validator=ge(1), metadata={"doc": "Env-step budget of the run."}
+    )
+    unroll_length: int = field(
+        default=128, validator=ge(1), metadata={"doc": "Steps per env per training iteration."}
+    )
+    summary_interval: int = field(
+        default=1, validator=ge(1), metadata={"doc": "Iterations between metric log points."}
+    )
+    eval_interval: int = field(
+        default=10, validator=ge(0), metadata={"doc": "Iterations between evaluations (0: never)."}
+    )
+    num_eval_episodes: int = field(
+        default=10, validator=ge(1), metadata={"doc": "Episodes per evaluation."}
+    )
+    eval_seed_offset: int = field(
+        default=1_000_000, validator=ge(1),
+        metadata={"doc": "Evaluation envs are seeded seed + offset so they never repeat training episodes."},
+    )
+    checkpoint_interval: int = field(
+        default=50, validator=ge(0), metadata={"doc": "Iterations between checkpoints (0: only at the end)."}
+    )
+    keep_checkpoints: int = field(
+        default=3, validator=ge(1), metadata={"doc": "How many recent checkpoints to keep."}
+    )
+    stop_at_eval_return: float | None = field(
+        default=None, metadata={"doc": "Stop early once the mean eval return reaches this."}
+    )
+    device: str = field(default="cpu", metadata={"doc": "Torch device of the learner ('cpu', 'cuda')."})
+    num_threads: int = field(
+        default=0, validator=ge(0), metadata={"doc": "torch.set_num_threads (0: leave torch's default)."}
+    )
+    progress_bar: Literal["auto", "on", "off"] = field(
+        default="auto", validator=in_(["auto", "on", "off"]),
+        metadata={"doc": "Show a progress bar ('auto': only when stdout is a terminal)."},
+    )
+    deterministic: bool = field(
+        default=True, metadata={"doc": "Use deterministic torch algorithms (exact resume on CPU)."}
+    )
+
+

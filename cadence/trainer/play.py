@@ -1,0 +1,133 @@
+"""`play` and `evaluate`: run a trained policy from a run directory's checkpoint."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from cadence.algorithms.algorithm import Algorithm
+from cadence.algorithms.build import build_algorithm
+from cadence.envs.environment import Environment
+from cadence.envs.make import make_env
+from cadence.trainer.checkpoint import CheckpointManager
+from cadence.trainer.evaluation import evaluate_episodes
+
+logger = logging.getLogger(__name__)
+
+# Play and eval episodes are seeded apart from training (seed + i) and from
+# the trainer's periodic evaluation (seed + eval_seed_offset + iteration).
+PLAY_SEED_OFFSET = 2_000_000_000
+
+
+@dataclasses.dataclass
+class PlayResult:
+    returns: list[float]
+    lengths: list[int]
+    num_frames: int
+
+
+def load_policy(config: Any, run_dir: Path, env: Environment) -> Algorithm:
+    """The run's algorithm with the weights of its latest checkpoint."""
+    checkpoints = CheckpointManager(Path(run_dir) / "checkpoints")
+    path = checkpoints.latest()
+    if path is None:
+        raise FileNotFoundError(f"{run_dir} has no checkpoint yet (checkpoints/LATEST is missing)")
+    algorithm = build_algorithm(config.algorithm, env.observation_spec, env.action_spec, config.network)
+    algorithm.load_state_dict(checkpoints.load(path)["algorithm"])
+    algorithm.eval()
+    logger.info("loaded %s", path)
+    return algorithm
+
+
+def play(config: Any, run_dir: Path, episodes: int = 1, video_path: Path | None = None) -> PlayResult:
+    """Runs ``episodes`` episodes one after another in a `ThreadEnvironment`.
+
+    With ``video_path`` every time step's frame (the first of each episode
+    included) goes into an mp4 at 30 frames per second.
+    """
+    env = _make_play_env(config, render=video_path is not None)
+    try:
+        algorithm = load_policy(config, run_dir, env)
+        frames: list[np.ndarray] = []
+        returns, lengths = _run_episodes(algorithm, env, episodes, frames if video_path else None)
+    finally:
+        env.close()
+    if video_path is not None:
+        write_video(Path(video_path), frames)
+    return PlayResult(returns, lengths, len(frames))
+
+
+def evaluate(config: Any, run_dir: Path, episodes: int = 10) -> dict[str, float]:
+    """Mean and standard deviation of the return over ``episodes`` episodes."""
+    env = make_env(config.env.name, episodes, "serial" if config.env.backend == "parallel" else config.env.backend,
+                   config.seed + PLAY_SEED_OFFSET, max_episode_steps=config.env.max_episode_steps,
+                   env_kwargs=dict(config.env.env_kwargs or {}))
+    try:
+        results = evaluate_episodes(load_policy(config, run_dir, env), env)
+    finally:
+        env.close()
+    returns = results["return"]
+    return {"mean_return": float(returns.mean()), "std_return": float(returns.std(unbiased=False)),
+            "mean_length": float(results["length"].double().mean()), "episodes": float(returns.numel())}
+
+
+@torch.no_grad()
+def _run_episodes(
+    algorithm: Algorithm, env: Environment, episodes: int, frames: list[np.ndarray] | None
+) -> tuple[list[float], list[int]]:
+    returns: list[float] = []
+    lengths: list[int] = []
+    time_step = env.reset()
+    state = algorithm.initial_state(1)
+    episode_return, episode_length = 0.0, 0
+    while len(returns) < episodes:
+        if frames is not None:
+            frames.append(env.render(0))
+        if time_step.is_last()[0]:
+            returns.append(episode_return)
+            lengths.append(episode_length)
+            episode_return, episode_length = 0.0, 0
+            if len(returns) == episodes:
+                break
+        step = algorithm.predict_step(time_step, state)
+        state = step.state
+        time_step = env.step(step.output)
+        if not time_step.is_first()[0]:
+            episode_return += float(time_step.reward[0])
+            episode_length += 1
+    return returns, lengths
+
+
+def _make_play_env(config: Any, render: bool) -> Environment:
+    env_kwargs = dict(config.env.env_kwargs or {})
+    backend = "thread"
+    from cadence.envs import tensor
+
+    if tensor.has_tensor_env(config.env.name) and config.env.backend in ("tensor", "auto"):
+        backend = "tensor"  # renders itself; its dynamics match the Gymnasium env's
+    elif render:
+        env_kwargs.setdefault("render_mode", "rgb_array")
+    return make_env(config.env.name, 1, backend, config.seed + PLAY_SEED_OFFSET,
+                    max_episode_steps=config.env.max_episode_steps, env_kwargs=env_kwargs)
+
+
+def write_video(path: Path, frames: list[np.ndarray], fps: int = 30) -> None:
+    """Writes RGB ``[H, W, 3]`` uint8 frames to an H.264 mp4 (even sizes, as players require)."""
+    import imageio.v2 as imageio
+
+    if not frames or frames[0] is None:
+        raise ValueError("the environment rendered no frames; does it support render_mode='rgb_array'?")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with imageio.get_writer(path, fps=fps, codec="libx264", macro_block_size=1, pixelformat="yuv420p") as writer:
+        for frame in frames:
+            writer.append_data(_even_size(np.asarray(frame, dtype=np.uint8)))
+
+
+def _even_size(frame: np.ndarray) -> np.ndarray:
+    height, width = frame.shape[:2]
+    return frame[: height - height % 2, : width - width % 2]

@@ -1,0 +1,237 @@
+"""`Trainer`: the loop ``while not done: train_iter()`` with logging, evaluation,
+checkpoints, pre-emption and resume (DESIGN §8)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+
+from cadence.algorithms.algorithm import Algorithm
+from cadence.algorithms.on_policy import OnPolicyScheme
+from cadence.collect.unroll import Collector
+from cadence.envs.environment import Environment
+from cadence.trainer.checkpoint import CheckpointManager
+from cadence.trainer.config import TrainerConfig
+from cadence.trainer.evaluation import evaluate_episodes
+from cadence.trainer.metrics import MetricsWriter
+from cadence.trainer.preemption import PreemptionGuard
+from cadence.trainer.progress import ProgressBar
+from cadence.trainer.rng import rng_state, set_rng_state
+
+logger = logging.getLogger(__name__)
+
+Outcome = Literal["complete", "preempted", "stopped_at_eval_return"]
+
+
+class Trainer:
+    """Runs training iterations until the env-step budget is spent.
+
+    Args:
+        config: budget, intervals and checkpoint policy.
+        algorithm: the algorithm being trained.
+        collector: runs the algorithm in the training environments.
+        scheme: provides ``train_iter()``.
+        make_eval_env: builds the evaluation environments for a given seed.
+        run_dir: the run directory (DESIGN §8).
+        eval_seed: the seed of the first evaluation (each later one adds its iteration).
+    """
+
+    def __init__(
+        self,
+        config: TrainerConfig,
+        algorithm: Algorithm,
+        collector: Collector,
+        scheme: OnPolicyScheme,
+        make_eval_env: Callable[[int], Environment],
+        run_dir: Path,
+        eval_seed: int,
+    ):
+        self.config = config
+        self.algorithm = algorithm
+        self.collector = collector
+        self.scheme = scheme
+        self.make_eval_env = make_eval_env
+        self.run_dir = Path(run_dir)
+        self.eval_seed = eval_seed
+        self.checkpoints = CheckpointManager(self.run_dir / "checkpoints", config.keep_checkpoints)
+        self.counters = {"iteration": 0, "env_steps": 0, "num_episodes": 0, "wall_time": 0.0, "train_time": 0.0}
+        self._pending: dict[str, list[torch.Tensor]] = {}
+        self.last_eval: dict[str, float] = {}
+        self._eval_iteration = -1
+        self._latest_rollout_return: float | None = None
+        self._warned_env_state = False
+        self._wall_time_at_start = 0.0
+        self._session_start = time.perf_counter()
+
+    # ----------------------------------------------------------------- the loop
+    def run(self) -> Outcome:
+        """Trains (resuming from the latest checkpoint if any) and returns how it ended."""
+        resumed = self.restore()
+        self._wall_time_at_start = self.counters["wall_time"]
+        self._session_start = time.perf_counter()
+        writer = MetricsWriter(self.run_dir, self.counters["iteration"], self.counters["env_steps"])
+        outcome: Outcome = "complete"
+        try:
+            with PreemptionGuard() as preemption, ProgressBar(self.config.num_env_steps, self.config.progress_bar) as bar:
+                if resumed:
+                    bar.update(self.counters["env_steps"])
+                while self.counters["env_steps"] < self.config.num_env_steps:
+                    outcome = self._iteration(writer, bar)
+                    if outcome == "complete" and preemption.requested:
+                        outcome = "preempted"
+                    if outcome != "complete":
+                        break
+            if outcome != "preempted" and not self.last_eval_is_current():
+                self._evaluate(writer)
+            self.save()
+        finally:
+            writer.close()
+        if outcome != "preempted":
+            (self.run_dir / "COMPLETE").write_text(f"{outcome}\n")
+        return outcome
+
+    def _iteration(self, writer: MetricsWriter, bar: ProgressBar) -> Outcome:
+        start = time.perf_counter()
+        self.algorithm.set_progress(self.counters["env_steps"] / self.config.num_env_steps)
+        losses, episodes = self.scheme.train_iter()
+        elapsed = time.perf_counter() - start
+        counters = self.counters
+        counters["iteration"] += 1
+        counters["env_steps"] += self.collector.num_env_steps_per_unroll
+        counters["num_episodes"] += int(episodes["return"].numel())
+        counters["train_time"] += elapsed
+        self._accumulate(losses, episodes, elapsed)
+        iteration = counters["iteration"]
+        evaluated = self._every(self.config.eval_interval) and self._evaluate(writer=None)
+        if self._every(self.config.summary_interval) or evaluated:
+            self._log(writer)
+        bar.update(counters["env_steps"], self._steps_per_s(elapsed), self._latest_return(), self.last_eval.get("eval/episode_return"))
+        if self._every(self.config.checkpoint_interval):
+            self.save()
+        target = self.config.stop_at_eval_return
+        if evaluated and target is not None and self.last_eval["eval/episode_return"] >= target:
+            logger.info("eval return %.1f reached %.1f at iteration %d", self.last_eval["eval/episode_return"], target, iteration)
+            return "stopped_at_eval_return"
+        return "complete"
+
+    # ------------------------------------------------------------ log points
+    def _accumulate(self, losses: dict[str, float], episodes: dict[str, torch.Tensor], elapsed: float) -> None:
+        pending = self._pending
+        for key, value in losses.items():
+            pending.setdefault(key, []).append(torch.tensor([value], dtype=torch.float64))
+        for key, values in episodes.items():
+            pending.setdefault(f"episodes/{key}", []).append(values.double().cpu())
+        pending.setdefault("perf/time", []).append(torch.tensor([elapsed], dtype=torch.float64))
+
+    def _log(self, writer: MetricsWriter) -> None:
+        metrics: dict[str, float] = {}
+        pending, self._pending = self._pending, {}
+        time_spent = float(torch.cat(pending.pop("perf/time", [torch.zeros(1)])).sum())
+        steps = len(pending.get("train/num_updates", [])) * self.collector.num_env_steps_per_unroll
+        if time_spent > 0:
+            metrics["perf/env_steps_per_s"] = steps / time_spent
+        for key, values in pending.items():
+            values = torch.cat(values)
+            if key.startswith("episodes/"):
+                metrics.update(_episode_metrics("rollout", key.removeprefix("episodes/"), values))
+            elif values.numel():
+                metrics[key] = float(values.mean())
+        metrics["rollout/num_episodes"] = float(self.counters["num_episodes"])
+        metrics.update(self.last_eval if self._eval_iteration == self.counters["iteration"] else {})
+        self._latest_rollout_return = metrics.get("rollout/episode_return", self._latest_rollout_return)
+        writer.write(self._counter_record(), metrics)
+
+    def _counter_record(self) -> dict[str, float]:
+        c = self.counters
+        c["wall_time"] = self._wall_time_at_start + time.perf_counter() - self._session_start
+        return {"iteration": c["iteration"], "env_steps": c["env_steps"], "wall_time": c["wall_time"], "train_time": c["train_time"]}
+
+    # ------------------------------------------------------------ evaluation
+    def _evaluate(self, writer: MetricsWriter | None) -> bool:
+        env = self.make_eval_env(self.eval_seed + self.counters["iteration"])
+        try:
+            with torch.random.fork_rng(devices=[]):
+                episodes = evaluate_episodes(self.algorithm, env, self.collector.device)
+        finally:
+            env.close()
+        self.last_eval = {}
+        for key, values in episodes.items():
+            self.last_eval.update(_episode_metrics("eval", key, values.double().cpu()))
+        self._eval_iteration = self.counters["iteration"]
+        logger.info("iteration %d: eval return %.2f", self.counters["iteration"], self.last_eval["eval/episode_return"])
+        if writer is not None:
+            self._log(writer)
+        return True
+
+    def last_eval_is_current(self) -> bool:
+        return self._eval_iteration == self.counters["iteration"]
+
+    # ----------------------------------------------------------- checkpoints
+    def save(self) -> Path:
+        """Checkpoints everything needed to continue exactly from here."""
+        self._counter_record()  # brings wall_time up to date
+        return self.checkpoints.save(self.counters["iteration"], self.state_dict())
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "algorithm": self.algorithm.state_dict(),
+            "collector": self.collector.state_dict(),
+            "env": self._env_state(),
+            "counters": dict(self.counters),
+            "pending_metrics": {k: torch.cat(v) for k, v in self._pending.items()},
+            "rng": rng_state(),
+        }
+
+    def restore(self) -> bool:
+        """Loads the latest checkpoint if there is one; returns whether it did."""
+        path = self.checkpoints.latest()
+        if path is None:
+            return False
+        state = self.checkpoints.load(path, map_location=self.collector.device)
+        self.algorithm.load_state_dict(state["algorithm"])
+        self.counters.update(state["counters"])
+        self._pending = {k: [v.cpu()] for k, v in state["pending_metrics"].items()}
+        if state["env"] is not None:
+            self.collector.env.set_state(state["env"])
+            self.collector.load_state_dict(state["collector"])
+        else:
+            logger.warning("the checkpoint holds no environment state: the environments start new episodes")
+            self.collector.episode_stats.load_state_dict(state["collector"]["episode_stats"])
+        set_rng_state(state["rng"])
+        logger.info("resumed from %s (iteration %d)", path, self.counters["iteration"])
+        return True
+
+    def _env_state(self) -> Any:
+        try:
+            return self.collector.env.get_state()
+        except Exception as error:  # noqa: BLE001 - any env may fail to pickle
+            if not self._warned_env_state:
+                logger.warning("environment state cannot be saved (%s); a resumed run resets the environments", error)
+                self._warned_env_state = True
+            return None
+
+    # --------------------------------------------------------------- helpers
+    def _every(self, interval: int) -> bool:
+        return interval > 0 and self.counters["iteration"] % interval == 0
+
+    def _steps_per_s(self, elapsed: float) -> float | None:
+        return self.collector.num_env_steps_per_unroll / elapsed if elapsed > 0 else None
+
+    def _latest_return(self) -> float | None:
+        return self._latest_rollout_return
+
+
+def _episode_metrics(prefix: str, key: str, values: torch.Tensor) -> dict[str, float]:
+    if values.numel() == 0:
+        return {}
+    name = {"return": "episode_return", "length": "episode_length"}.get(key)
+    if name is not None:
+        return {f"{prefix}/{name}": float(values.mean())}
+    if key == "info/is_success":
+        return {f"{prefix}/success_rate": float(values.mean())}
+    return {f"{prefix}/{key.replace('info/', 'env_info/')}": float(values.mean())}
