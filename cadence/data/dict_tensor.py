@@ -32,7 +32,8 @@ class DictTensor:
     """Tensors that share a first (batch) dimension ``[B, ...]`` and one device.
 
     Indexing by a str returns the tensor under that key (or, for a key that
-    groups others, the `DictTensor` under it); indexing by an int, slice, index
+    groups others, the `DictTensor` under it: a view, so a `set` on it shows in
+    ``self``); indexing by an int, slice, index
     tensor or ``[B]`` bool mask returns those rows. An int keeps its row as a
     batch of one, so every `DictTensor` has a batch dimension.
 
