@@ -1,0 +1,86 @@
+"""`ExperimentConfig`: the one config tree of an experiment (DESIGN §10)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+from attrs import field
+from attrs.validators import ge, instance_of, matches_re, optional
+
+from cadence.algorithms.a2c.config import A2CConfig
+from cadence.algorithms.ppo.config import PPOConfig
+from cadence.envs.config import EnvConfig
+from cadence.networks.config import NetworkConfig
+from cadence.trainer.config import TrainerConfig
+
+AlgorithmConfig = PPOConfig | A2CConfig
+
+# The config class of each algorithm, chosen by the ``algorithm.name`` key.
+# A new algorithm adds its class here and to the `AlgorithmConfig` union.
+ALGORITHM_CONFIGS: dict[str, type[Any]] = {"ppo": PPOConfig, "a2c": A2CConfig}
+
+
+def _registered_algorithm(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    """Refuses an algorithm config whose class is not the one registered for its name."""
+    expected = ALGORITHM_CONFIGS.get(getattr(value, "name", None))
+    if expected is None or type(value) is not expected:
+        names = ", ".join(ALGORITHM_CONFIGS)
+        raise TypeError(f"'{attribute.name}' must be the config of one of {names} (got {value!r})")
+
+
+@attrs.define(kw_only=True)
+class ExperimentConfig:
+    """Everything that defines a run: environment, algorithm, network, trainer, seed.
+
+    It holds only primitives; `to_yaml` writes it and `from_yaml` reads it back
+    equal, so a run's ``config.yaml`` alone reproduces the run.
+
+    Example:
+        >>> config = ExperimentConfig(name="demo", algorithm=A2CConfig())
+        >>> config.env.name, config.algorithm.name
+        ('CartPole-v1', 'a2c')
+    """
+
+    name: str = field(
+        validator=matches_re(r"[\w.-]+"),
+        metadata={
+            "doc": "Experiment name (letters, digits, '_', '-', '.'); names the default run dir."
+        },
+    )
+    description: str = field(
+        default="",
+        metadata={"doc": "One line saying what the experiment is (shown by `cadence list`)."},
+    )
+    seed: int = field(
+        default=0,
+        validator=ge(0),
+        metadata={"doc": "Seed of torch, numpy, python and env i (seed + i)."},
+    )
+    env: EnvConfig = field(
+        factory=EnvConfig,
+        validator=instance_of(EnvConfig),
+        metadata={"doc": "Training environments."},
+    )
+    algorithm: AlgorithmConfig = field(
+        factory=PPOConfig,
+        validator=_registered_algorithm,
+        metadata={"doc": "The algorithm, chosen by algorithm.name.", "registry": ALGORITHM_CONFIGS},
+    )
+    network: NetworkConfig = field(
+        factory=NetworkConfig, validator=instance_of(NetworkConfig), metadata={"doc": "Networks."}
+    )
+    trainer: TrainerConfig = field(
+        factory=TrainerConfig,
+        validator=instance_of(TrainerConfig),
+        metadata={"doc": "Training loop."},
+    )
+    root_dir: str | None = field(
+        default=None,
+        validator=optional(instance_of(str)),
+        metadata={
+            "doc": "Run directory. None: load_config sets runs/<name>/seed<seed>-<digest> under the "
+            "current directory, the digest hashing the rest of the config, so rerunning the same "
+            "command resumes the same run and a changed config starts a new one."
+        },
+    )

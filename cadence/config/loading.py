@@ -1,0 +1,212 @@
+"""Named configs: composing them with Hydra, applying overrides, checking the result.
+
+A named config is a YAML file in ``cadence/config/named/`` that starts with the
+defaults list::
+
+    defaults:
+      - cadence_defaults   # every key with its class default, built from the attrs classes
+      - algorithm: ppo     # the algorithm's keys with their defaults
+      - _self_             # then this file's values
+
+so the file holds only what differs from the defaults, every key can still be
+overridden on the command line with Hydra's grammar (``env.num_envs=16``,
+``algorithm=a2c``), and defaults are written once, in the attrs classes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import typing
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+import yaml
+from hydra import compose, initialize_config_dir
+from hydra.core.config_store import ConfigStore
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException, MissingConfigException
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from cadence.config.errors import ConfigError, Problem, close_matches, unknown_key_problem
+from cadence.config.experiment import ALGORITHM_CONFIGS, ExperimentConfig
+from cadence.config.serialize import to_dict, to_yaml
+from cadence.config.structure import structure
+
+NAMED_CONFIG_DIR = Path(__file__).parent / "named"
+DEFAULTS_NAME = "cadence_defaults"
+
+
+def list_configs() -> dict[str, str]:
+    """Every named config with its one-line description, sorted by name."""
+    return {path.stem: str(OmegaConf.load(path).get("description", "")) for path in _named_paths()}
+
+
+def load_config(
+    name: str, overrides: Sequence[str] = (), *, root_dir: str | os.PathLike[str] | None = None
+) -> ExperimentConfig:
+    """The named config ``name`` with ``overrides`` applied, checked and built.
+
+    Args:
+        name: a named config (see `list_configs`).
+        overrides: Hydra overrides such as ``"env.num_envs=16"`` or ``"algorithm=a2c"``.
+        root_dir: the run directory; it wins over a ``root_dir=`` override. Without
+            either, ``runs/<name>/seed<seed>-<digest>`` (see `default_root_dir`).
+            Relative paths are made absolute, so ``config.yaml`` means the same
+            from any working directory.
+
+    Returns:
+        The config, with ``root_dir`` set.
+
+    Raises:
+        ConfigError: an unknown name, an override Hydra refuses, an unknown key,
+            a value of the wrong type, or a value a validator refuses.
+
+    Example:
+        >>> load_config("ppo_cartpole", ["env.num_envs=16"]).env.num_envs
+        16
+    """
+    config = compose_config(name, overrides)
+    root_dir = root_dir if root_dir is not None else config.root_dir or default_root_dir(config)
+    return attrs.evolve(config, root_dir=os.path.abspath(os.path.expanduser(root_dir)))
+
+
+def compose_config(name: str, overrides: Sequence[str] = ()) -> ExperimentConfig:
+    """The named config with ``overrides``, as written: ``root_dir`` may still be None."""
+    return structure(ExperimentConfig, compose_tree(name, overrides), f"'{name}'")
+
+
+def default_root_dir(config: ExperimentConfig) -> str:
+    """``runs/<name>/seed<seed>-<digest>`` under the current directory.
+
+    The digest hashes the config without ``root_dir`` and ``description``: the
+    same command reaches the same directory (and resumes the run there), a
+    changed hyperparameter a new one.
+    """
+    content = to_yaml(attrs.evolve(config, root_dir=None, description=""))
+    digest = hashlib.sha256(content.encode()).hexdigest()[:8]
+    return os.path.join("runs", config.name, f"seed{config.seed}-{digest}")
+
+
+def compose_tree(name: str, overrides: Sequence[str] = ()) -> dict[str, Any]:
+    """The named config with ``overrides`` as a plain dict, composed by Hydra.
+
+    Hydra's compose API neither changes the working directory nor creates
+    output directories, unlike ``@hydra.main``.
+
+    Raises:
+        ConfigError: an unknown name, an unparsable override, or one Hydra refuses.
+    """
+    _check_name(name)
+    _check_override_syntax(name, overrides)
+    register_defaults()
+    try:
+        with initialize_config_dir(config_dir=str(NAMED_CONFIG_DIR), version_base="1.3"):
+            tree = compose(config_name=name, overrides=list(overrides))
+        return OmegaConf.to_container(tree, resolve=True)
+    except (HydraException, OmegaConfBaseException, yaml.YAMLError) as error:
+        raise _hydra_error(name, error) from None
+
+
+def register_defaults() -> None:
+    """Stores the class defaults in Hydra's ConfigStore (idempotent).
+
+    ``cadence_defaults`` holds every key but the algorithm's; the group
+    ``algorithm`` holds one entry per `ALGORITHM_CONFIGS` name.
+    """
+    store = ConfigStore.instance()
+    defaults = to_dict(ExperimentConfig(name="defaults"))
+    for key in ("name", "algorithm"):
+        del defaults[key]
+    store.store(name=DEFAULTS_NAME, node=defaults)
+    for algorithm, config_class in ALGORITHM_CONFIGS.items():
+        store.store(group="algorithm", name=algorithm, node=to_dict(config_class()))
+
+
+def _named_paths() -> list[Path]:
+    return sorted(NAMED_CONFIG_DIR.glob("*.yaml"))
+
+
+def _check_name(name: str) -> None:
+    names = [path.stem for path in _named_paths()]
+    if name not in names:
+        matches = close_matches(name, names)
+        hint = f"; did you mean {' or '.join(matches)}?" if matches else ""
+        raise ConfigError(f"Unknown config {name!r}{hint}\nKnown configs: {', '.join(names)}")
+
+
+def _check_override_syntax(name: str, overrides: Sequence[str]) -> None:
+    """Parses each override alone, so a grammar error names the override."""
+    parser = OverridesParser.create()
+    problems = []
+    for override in overrides:
+        try:
+            parser.parse_override(override)
+        except HydraException as error:
+            reason = str(error).splitlines()[0]
+            problems.append(Problem(override, f"not a KEY=VALUE override ({reason})"))
+    if problems:
+        raise ConfigError(f"Invalid overrides of config '{name}':", problems)
+
+
+def _hydra_error(name: str, error: Exception) -> ConfigError:
+    summary = f"Invalid config '{name}':"
+    if isinstance(error, MissingConfigException) and error.options:
+        group = (error.missing_cfg_file or "").split("/")[0]
+        choices = ", ".join(error.options)
+        return ConfigError(summary, [Problem(group, f"no such choice; expected one of {choices}")])
+    refused = re.match(r"Could not override '([^']+)'", str(error))
+    if refused:
+        return ConfigError(summary, [_refused_key_problem(name, refused.group(1))])
+    if isinstance(error, yaml.YAMLError):  # its later lines say which file and line
+        return ConfigError(summary, [Problem("(YAML)", " ".join(str(error).split()))])
+    return ConfigError(summary, [Problem("(Hydra)", str(error).splitlines()[0])])
+
+
+def _refused_key_problem(name: str, key: str) -> Problem:
+    """Hydra refuses to set a key its struct tree does not hold; say which keys it does."""
+    base = compose_tree(name)
+    parent = key.rpartition(".")[0]
+    if parent and isinstance(_lookup(base, parent), Mapping) and parent in _free_dicts():
+        return Problem(key, f"not in {parent}; add a new key with +{key}=VALUE")
+    return unknown_key_problem(key, _dotted_keys(base))
+
+
+def _free_dicts(cls: type = ExperimentConfig, prefix: str = "") -> set[str]:
+    """The dotted keys of fields that hold a free-form dict (like env.env_kwargs)."""
+    keys = set()
+    hints = typing.get_type_hints(cls)
+    for field in attrs.fields(cls):
+        sections = field.metadata.get("registry", {}).values() or [hints[field.name]]
+        for section in sections:
+            if attrs.has(section):
+                keys |= _free_dicts(section, f"{prefix}{field.name}.")
+        if typing.get_origin(hints[field.name]) is dict:
+            keys.add(f"{prefix}{field.name}")
+    return keys
+
+
+def _lookup(tree: Mapping[str, Any], dotted: str) -> Any:
+    node: Any = tree
+    for part in dotted.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def _dotted_keys(tree: Mapping[str, Any]) -> list[str]:
+    return [key for key, value in _walk(tree) if not isinstance(value, Mapping) or not value]
+
+
+def _walk(tree: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """Every (dotted key, value) of ``tree``: a nested dict's own key, then its keys."""
+    for key, value in tree.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            yield from _walk(value, f"{dotted}.")
+        yield dotted, value

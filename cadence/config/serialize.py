@@ -1,0 +1,54 @@
+"""`to_yaml` / `from_yaml`: the resolved config tree as text, and back, unchanged."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+import yaml
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from cadence.config.errors import ConfigError, Problem
+from cadence.config.experiment import ExperimentConfig
+from cadence.config.structure import structure
+
+
+def to_dict(config: Any) -> dict[str, Any]:
+    """The attrs config ``config`` as nested plain dicts (tuples become lists)."""
+    return attrs.asdict(config, value_serializer=_tuple_to_list)
+
+
+def _tuple_to_list(instance: Any, field: attrs.Attribute | None, value: Any) -> Any:
+    return list(value) if isinstance(value, tuple) else value
+
+
+def to_yaml(config: ExperimentConfig) -> str:
+    """The whole resolved ``config`` as YAML; `from_yaml` reads it back equal.
+
+    Example:
+        >>> config = ExperimentConfig(name="demo")
+        >>> from_yaml(to_yaml(config)) == config
+        True
+    """
+    # OmegaConf writes and reads YAML with the same scalar rules (1e-5 is a
+    # float to both), which plain PyYAML does not guarantee.
+    return OmegaConf.to_yaml(OmegaConf.create(to_dict(config)))
+
+
+def from_yaml(text: str, source: str = "from YAML") -> ExperimentConfig:
+    """The `ExperimentConfig` written as YAML in ``text``, checked like a named config.
+
+    Args:
+        text: YAML such as a run's ``config.yaml``; keys it leaves out take the
+            class defaults.
+        source: what the text came from, for the first line of an error.
+
+    Raises:
+        ConfigError: the text is not YAML, or the tree is not a valid config.
+    """
+    try:
+        data = OmegaConf.to_container(OmegaConf.create(text), resolve=True)
+    except (yaml.YAMLError, OmegaConfBaseException) as error:
+        raise ConfigError(f"Invalid config {source}:", [Problem("(YAML)", str(error))]) from None
+    return structure(ExperimentConfig, data, source)

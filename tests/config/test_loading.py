@@ -1,0 +1,171 @@
+"""Tests of named configs: composing with Hydra, overrides, and the errors they give."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from cadence.algorithms.a2c.config import A2CConfig
+from cadence.algorithms.ppo.config import PPOConfig
+from cadence.config import ConfigError, ExperimentConfig, list_configs, load_config
+from cadence.config.loading import NAMED_CONFIG_DIR
+
+NAMED = ["a2c_cartpole", "ppo_cartpole", "ppo_cartpole_pixels", "ppo_hopper", "ppo_pendulum"]
+
+
+def _error(name: str, overrides: list[str]) -> ConfigError:
+    with pytest.raises(ConfigError) as caught:
+        load_config(name, overrides)
+    return caught.value
+
+
+def test_list_configs_names_every_yaml_with_a_description():
+    configs = list_configs()
+    assert list(configs) == NAMED
+    assert all(description.strip() for description in configs.values())
+
+
+@pytest.mark.parametrize("name", NAMED)
+def test_every_named_config_loads_and_validates(name):
+    config = load_config(name)
+    assert isinstance(config, ExperimentConfig)
+    assert config.name == name
+    assert config.description == list_configs()[name]
+    assert os.path.isabs(config.root_dir)
+
+
+def test_named_configs_choose_env_and_algorithm():
+    cartpole = load_config("ppo_cartpole")
+    assert (cartpole.env.name, cartpole.env.backend, cartpole.env.num_envs) == (
+        "CartPole-v1",
+        "auto",
+        8,
+    )
+    assert cartpole.trainer.unroll_length == 32
+    assert isinstance(cartpole.algorithm, PPOConfig)
+    assert isinstance(load_config("a2c_cartpole").algorithm, A2CConfig)
+    assert load_config("ppo_pendulum").env.name == "Pendulum-v1"
+    assert load_config("ppo_hopper").env.name == "Hopper-v5"
+    assert load_config("ppo_cartpole_pixels").env.name == "cadence/PixelCartPole-v1"
+
+
+def test_named_yaml_files_are_package_data():
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    pyproject = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
+    assert "config/named/*.yaml" in pyproject["tool"]["setuptools"]["package-data"]["cadence"]
+    assert sorted(path.stem for path in NAMED_CONFIG_DIR.glob("*.yaml")) == NAMED
+
+
+def test_overrides_apply_with_hydra_grammar():
+    config = load_config(
+        "ppo_cartpole", ["env.num_envs=16", "algorithm.learning_rate=3e-4", "seed=3"]
+    )
+    assert config.env.num_envs == 16
+    assert config.algorithm.learning_rate == 3e-4
+    assert config.seed == 3
+
+
+def test_overrides_convert_to_the_annotated_types():
+    config = load_config("ppo_cartpole", ["trainer.num_env_steps=1e6", "algorithm.gamma=1"])
+    assert config.trainer.num_env_steps == 1_000_000 and isinstance(
+        config.trainer.num_env_steps, int
+    )
+    assert config.algorithm.gamma == 1.0 and isinstance(config.algorithm.gamma, float)
+
+
+def test_new_env_kwargs_are_added_with_plus():
+    config = load_config("ppo_cartpole", ["+env.env_kwargs.render_mode=rgb_array"])
+    assert config.env.env_kwargs == {"render_mode": "rgb_array"}
+    error = _error("ppo_cartpole", ["env.env_kwargs.render_mode=rgb_array"])
+    assert "+env.env_kwargs.render_mode=VALUE" in str(error)
+
+
+def test_algorithm_group_switches_the_algorithm():
+    config = load_config("a2c_cartpole", ["algorithm=ppo", "~algorithm.ent_coef"])
+    assert isinstance(config.algorithm, PPOConfig)
+    assert config.algorithm.learning_rate == 7e-4  # the named config's value still applies
+
+
+def test_unknown_key_is_named_with_close_matches():
+    error = _error("ppo_cartpole", ["algorithm.no_such_key=1"])
+    assert [problem.key for problem in error.problems] == ["algorithm.no_such_key"]
+    assert "unknown key" in str(error)
+    assert "did you mean algorithm.learning_rate" in str(
+        _error("ppo_cartpole", ["algorithm.learnin_rate=1"])
+    )
+    assert "did you mean env.num_envs" in str(_error("ppo_cartpole", ["algorithm.num_envs=1"]))
+
+
+def test_unknown_key_added_with_plus_is_refused_by_validation():
+    error = _error("ppo_cartpole", ["+algorithm.num_envs=1"])
+    assert "algorithm.num_envs: unknown key; did you mean env.num_envs" in str(error)
+
+
+def test_range_errors_name_key_value_and_constraint():
+    error = _error("ppo_cartpole", ["env.num_envs=-3", "algorithm.gamma=2"])
+    assert "  env.num_envs=-3: must be >= 1" in str(error).splitlines()
+    assert "  algorithm.gamma=2.0: must be <= 1" in str(error).splitlines()
+
+
+def test_type_errors_name_the_expected_type():
+    error = _error("ppo_cartpole", ["trainer.num_env_steps=abc"])
+    assert "trainer.num_env_steps='abc': expected int, got str" in str(error)
+
+
+def test_literal_choice_errors_list_the_choices():
+    error = _error("ppo_cartpole", ["env.backend=gpu"])
+    assert (
+        "env.backend='gpu': expected one of 'serial', 'thread', 'parallel', 'tensor', 'auto'"
+        in str(error)
+    )
+    assert "algorithm.name='dqn': expected one of 'ppo', 'a2c'" in str(
+        _error("ppo_cartpole", ["algorithm.name=dqn"])
+    )
+
+
+def test_unknown_algorithm_group_choice_lists_the_choices():
+    error = _error("ppo_cartpole", ["algorithm=dqn"])
+    assert "algorithm: no such choice; expected one of a2c, ppo" in str(error)
+
+
+def test_unparsable_override_is_named():
+    error = _error("ppo_cartpole", ["env.num_envs=[1"])
+    assert error.problems[0].key == "env.num_envs=[1"
+
+
+def test_unknown_config_name_suggests_close_names():
+    error = _error("ppo_cartpol", [])
+    assert "Unknown config 'ppo_cartpol'; did you mean ppo_cartpole" in str(error)
+
+
+def test_default_root_dir_depends_on_config_not_on_description(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    first = load_config("ppo_cartpole")
+    assert Path(first.root_dir).parent == tmp_path / "runs" / "ppo_cartpole"
+    assert Path(first.root_dir).name.startswith("seed0-")
+    assert load_config("ppo_cartpole", ["description=other"]).root_dir == first.root_dir
+    assert load_config("ppo_cartpole", ["env.num_envs=4"]).root_dir != first.root_dir
+    assert not (tmp_path / "runs").exists()  # loading creates nothing
+
+
+def test_root_dir_argument_wins_and_is_made_absolute(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    config = load_config("ppo_cartpole", ["root_dir=from_override"], root_dir="mine")
+    assert config.root_dir == str(tmp_path / "mine")
+    assert load_config("ppo_cartpole", ["root_dir=other"]).root_dir == str(tmp_path / "other")
+
+
+def test_loading_leaves_the_working_directory_alone(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    load_config("ppo_cartpole")
+    assert Path.cwd() == tmp_path
+    assert list(tmp_path.iterdir()) == []  # no Hydra outputs/ or .hydra/
+
+
+def test_broken_named_yaml_is_a_config_error(tmp_path, monkeypatch):
+    (tmp_path / "broken.yaml").write_text("defaults:\n  - cadence_defaults\nenv: [unclosed\n")
+    monkeypatch.setattr("cadence.config.loading.NAMED_CONFIG_DIR", tmp_path)
+    error = _error("broken", [])
+    assert error.problems[0].key == "(YAML)" and "broken.yaml" in error.problems[0].message
