@@ -1,0 +1,296 @@
+"""The ``cadence`` command: ``list``, ``train``, ``play`` and ``eval``.
+
+The only part of cadence that writes to the terminal. Training and play code is
+imported inside the commands, so ``list`` and ``--help`` stay quick and work
+even where the trainer cannot be imported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import importlib
+import logging
+import sys
+import tarfile
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import cadence
+from cadence.config import ConfigError, config_help, list_configs, load_config, to_yaml
+
+SNAPSHOT_FILE = "snapshot.tar.gz"
+CONFIG_FILE = "config.yaml"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Runs ``cadence`` with ``argv`` (default: ``sys.argv[1:]``) and returns the exit code.
+
+    Exit codes: 0 success (a pre-empted run included: starting it again resumes
+    it), 1 a missing file such as a run without checkpoints, 2 a usage or config
+    error; the message goes to stderr.
+    """
+    parser = build_parser()
+    try:
+        args, extra = parser.parse_known_args(argv)
+        _check_extra(parser, args, extra)
+    except SystemExit as stop:  # argparse exits on --help, --version and usage errors
+        return int(stop.code or 0)
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        return args.run(args)
+    except ConfigError as error:
+        print(f"cadence {args.command}: {error}", file=sys.stderr)
+        return 2
+    except FileNotFoundError as error:
+        print(f"cadence {args.command}: {error}", file=sys.stderr)
+        return 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``cadence`` and its sub-commands."""
+    parser = argparse.ArgumentParser(
+        prog="cadence",
+        description="Train, watch and evaluate reinforcement-learning agents.",
+        allow_abbrev=False,
+    )
+    parser.add_argument("--version", action="version", version=f"cadence {cadence.__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    _add_list(commands)
+    _add_train(commands)
+    _add_play(commands)
+    _add_eval(commands)
+    return parser
+
+
+def _add_list(commands: Any) -> None:
+    command = commands.add_parser("list", help="list the named configs", allow_abbrev=False)
+    command.set_defaults(run=run_list)
+
+
+def _add_train(commands: Any) -> None:
+    # --help is our own flag: with a NAME it also lists that config's keys.
+    command = commands.add_parser(
+        "train",
+        help="train a named config",
+        add_help=False,
+        allow_abbrev=False,
+        description="Train the named config NAME with Hydra overrides KEY=VALUE "
+        "(e.g. env.num_envs=16 algorithm.learning_rate=3e-4). "
+        "`cadence train NAME --help` lists every key of NAME.",
+    )
+    command.add_argument(
+        "name", nargs="?", metavar="NAME", help="a named config (see `cadence list`)"
+    )
+    command.add_argument(
+        "overrides", nargs="*", metavar="KEY=VALUE", help="overrides, Hydra syntax"
+    )
+    command.add_argument(
+        "--root-dir", metavar="DIR", help="run directory (default: runs/NAME/seedSEED-DIGEST)"
+    )
+    command.add_argument(
+        "-h", "--help", action="store_true", help="show this help (and NAME's keys)"
+    )
+    command.set_defaults(run=run_train, parser=command)
+
+
+def _add_play(commands: Any) -> None:
+    command = commands.add_parser("play", help="watch a trained policy", allow_abbrev=False)
+    command.add_argument("run_dir", metavar="DIR", type=Path, help="a run directory")
+    command.add_argument(
+        "--episodes",
+        type=_positive_int,
+        default=1,
+        metavar="N",
+        help="episodes to play (default 1)",
+    )
+    command.add_argument(
+        "--video", type=Path, metavar="FILE.mp4", help="also write the episodes to an mp4"
+    )
+    command.add_argument(
+        "--use-snapshot",
+        action="store_true",
+        help=f"run the cadence code saved in DIR/{SNAPSHOT_FILE}",
+    )
+    command.set_defaults(run=run_play)
+
+
+def _add_eval(commands: Any) -> None:
+    command = commands.add_parser("eval", help="evaluate a trained policy", allow_abbrev=False)
+    command.add_argument("run_dir", metavar="DIR", type=Path, help="a run directory")
+    command.add_argument(
+        "--episodes", type=_positive_int, default=10, metavar="N", help="episodes (default 10)"
+    )
+    command.set_defaults(run=run_eval)
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _check_extra(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, extra: list[str]
+) -> None:
+    """Takes overrides that came after an option (``--root-dir D a=1``); refuses the rest."""
+    if args.command == "train":
+        options = [item for item in extra if item.startswith("-")]
+        if options:
+            args.parser.error(f"unrecognized arguments: {' '.join(options)}")
+        args.overrides = [*args.overrides, *extra]
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+
+
+def run_list(args: argparse.Namespace) -> int:
+    """Prints each named config with its one-line description."""
+    configs = list_configs()
+    width = max(map(len, configs), default=0)
+    for name, description in configs.items():
+        print(f"{name:<{width}}  {description}")
+    return 0
+
+
+def run_train(args: argparse.Namespace) -> int:
+    """Loads and checks the config (no directory is created before that), then trains it."""
+    if args.help:
+        args.parser.print_help()
+        if args.name is not None:
+            print(f"\n{config_help(args.name)}")
+        return 0
+    if args.name is None:
+        args.parser.print_usage(sys.stderr)
+        print("cadence train: NAME is required (see `cadence list`)", file=sys.stderr)
+        return 2
+    config = load_config(args.name, args.overrides, root_dir=args.root_dir)
+    _log_to_terminal()
+    from cadence.trainer.run import train
+
+    outcome = train(config, config_yaml=to_yaml(config))
+    print(f"{config.root_dir}: {'already complete' if outcome is None else outcome}")
+    return 0
+
+
+def run_play(args: argparse.Namespace) -> int:
+    """Plays episodes with a run's latest checkpoint and prints their returns."""
+    if args.use_snapshot:
+        use_snapshot(args.run_dir)
+    config, play_module = _load_run(args.run_dir, "cadence.trainer.play")
+    _log_to_terminal()
+    result = play_module.play(config, args.run_dir, args.episodes, args.video)
+    for index, (episode_return, length) in enumerate(
+        zip(result.returns, result.lengths, strict=True)
+    ):
+        print(f"episode {index + 1}: return {episode_return:.2f}, length {length}")
+    if args.video is not None:
+        print(f"wrote {result.num_frames} frames to {args.video}")
+    return 0
+
+
+def run_eval(args: argparse.Namespace) -> int:
+    """Evaluates a run's latest checkpoint and prints the mean return."""
+    config, play_module = _load_run(args.run_dir, "cadence.trainer.play")
+    _log_to_terminal()
+    stats = play_module.evaluate(config, args.run_dir, args.episodes)
+    print(
+        f"return {stats['mean_return']:.2f} +- {stats['std_return']:.2f} "
+        f"(mean length {stats['mean_length']:.1f}) over {int(stats['episodes'])} episodes"
+    )
+    return 0
+
+
+def _load_run(run_dir: Path, module_name: str) -> tuple[Any, ModuleType]:
+    """The run's config (from its config.yaml) and the module ``module_name``.
+
+    Both are imported by name at call time, so after `use_snapshot` they come
+    from the snapshot, whose config classes match the code that wrote the run.
+    """
+    config_module = importlib.import_module("cadence.config")
+    path = Path(run_dir) / CONFIG_FILE
+    if not path.is_file():
+        raise ConfigError(f"{run_dir} is not a run directory: {CONFIG_FILE} is missing")
+    try:
+        config = config_module.from_yaml(path.read_text(), source=f"'{path}'")
+    except config_module.ConfigError as error:  # the snapshot's own class, not ours
+        raise ConfigError(str(error)) from None
+    return config, importlib.import_module(module_name)
+
+
+def use_snapshot(run_dir: Path) -> Path:
+    """Makes ``import cadence`` load the package saved in ``run_dir/snapshot.tar.gz``.
+
+    The archive is extracted once into ``run_dir/.snapshot-<digest>/`` (or a
+    temporary directory when the run directory is read-only), put first on
+    ``sys.path``, and every ``cadence`` module imported so far is dropped from
+    ``sys.modules`` so that the next import of one finds the snapshot's.
+
+    Returns:
+        The directory holding the snapshot's ``cadence`` package.
+
+    Raises:
+        ConfigError: the run has no snapshot, or the archive is not a cadence package.
+    """
+    archive = Path(run_dir) / SNAPSHOT_FILE
+    if not archive.is_file():
+        raise ConfigError(f"{run_dir} has no {SNAPSHOT_FILE} to run")
+    root = _extracted_snapshot(archive)
+    sys.path.insert(0, str(root))
+    for name in [name for name in sys.modules if name == "cadence" or name.startswith("cadence.")]:
+        del sys.modules[name]
+    importlib.invalidate_caches()
+    return root
+
+
+def _extracted_snapshot(archive: Path) -> Path:
+    digest = hashlib.sha256(archive.read_bytes()).hexdigest()[:12]
+    cached = archive.parent / f".snapshot-{digest}"
+    if (cached / "cadence").is_dir():
+        return cached
+    try:
+        staging = Path(tempfile.mkdtemp(prefix=".snapshot-tmp-", dir=archive.parent))
+    except OSError:  # a read-only run directory: a temporary copy, for this process only
+        staging = Path(tempfile.mkdtemp(prefix="cadence-snapshot-"))
+        _extract(archive, staging)
+        return staging
+    _extract(archive, staging)
+    try:
+        staging.rename(cached)  # atomic: a concurrent `play` sees all of it or none
+    except OSError:  # another process won the race; its copy is the same archive
+        return cached if (cached / "cadence").is_dir() else staging
+    return cached
+
+
+def _extract(archive: Path, target: Path) -> None:
+    """Extracts the ``cadence/`` tree of ``archive``, refusing links and paths outside it."""
+    with tarfile.open(archive, "r:gz") as tar:
+        members = tar.getmembers()
+        for member in members:
+            parts = Path(member.name).parts
+            if (
+                not (member.isfile() or member.isdir())
+                or ".." in parts
+                or parts[:1] != ("cadence",)
+            ):
+                raise ConfigError(
+                    f"{archive} is not a cadence snapshot: unexpected entry {member.name!r}"
+                )
+        tar.extractall(target, members=members, filter="data")
+    if not (target / "cadence" / "__init__.py").is_file():
+        raise ConfigError(f"{archive} is not a cadence snapshot: cadence/__init__.py is missing")
+
+
+def _log_to_terminal() -> None:
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S"
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

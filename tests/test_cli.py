@@ -1,0 +1,282 @@
+"""Tests of the ``cadence`` command line: list, train, play, eval and --use-snapshot.
+
+Commands run in-process through `main`; the trainer and play modules are
+replaced by fakes that record their arguments, so no test trains anything.
+"""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+import tarfile
+import types
+from pathlib import Path
+
+import pytest
+
+from cadence.cli import main
+from cadence.config import from_yaml, list_configs, load_config, to_yaml
+
+
+def _run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+@pytest.fixture
+def fake_train(monkeypatch):
+    """Replaces `cadence.trainer.run` with a module whose `train` records its call."""
+    calls = []
+    module = types.ModuleType("cadence.trainer.run")
+    module.train = lambda config, config_yaml=None: (
+        calls.append((config, config_yaml)) or "complete"
+    )
+    monkeypatch.setitem(sys.modules, "cadence.trainer.run", module)
+    return calls
+
+
+@pytest.fixture
+def fake_play(monkeypatch):
+    """Replaces `cadence.trainer.play` with a module whose functions record their calls."""
+    calls = []
+    module = types.ModuleType("cadence.trainer.play")
+
+    def play(config, run_dir, episodes, video_path):
+        calls.append(("play", config, run_dir, episodes, video_path))
+        return types.SimpleNamespace(returns=[10.0, 12.5], lengths=[10, 12], num_frames=24)
+
+    def evaluate(config, run_dir, episodes):
+        calls.append(("evaluate", config, run_dir, episodes))
+        return {
+            "mean_return": 11.0,
+            "std_return": 1.5,
+            "mean_length": 11.0,
+            "episodes": float(episodes),
+        }
+
+    module.play, module.evaluate = play, evaluate
+    monkeypatch.setitem(sys.modules, "cadence.trainer.play", module)
+    return calls
+
+
+@pytest.fixture
+def run_dir(tmp_path):
+    """A run directory holding the config.yaml of ppo_cartpole."""
+    directory = tmp_path / "run"
+    directory.mkdir()
+    (directory / "config.yaml").write_text(to_yaml(load_config("ppo_cartpole", root_dir=directory)))
+    return directory
+
+
+def test_version_and_help(capsys):
+    code, out, _ = _run(capsys, "--version")
+    assert code == 0 and out.startswith("cadence ")
+    code, out, _ = _run(capsys, "--help")
+    assert code == 0
+    assert all(command in out for command in ("list", "train", "play", "eval"))
+
+
+def test_no_command_prints_help_and_fails(capsys):
+    code, _, err = _run(capsys)
+    assert code == 2 and "usage: cadence" in err
+
+
+def test_list_shows_every_named_config_with_its_description(capsys):
+    code, out, _ = _run(capsys, "list")
+    assert code == 0
+    lines = out.splitlines()
+    assert len(lines) == len(list_configs()) == 5
+    for line, (name, description) in zip(lines, list_configs().items(), strict=True):
+        assert line.split()[0] == name and line.endswith(description)
+
+
+def test_train_help_lists_keys_with_docs_and_values(capsys, fake_train):
+    code, out, _ = _run(capsys, "train", "ppo_cartpole", "--help")
+    assert code == 0
+    assert "usage: cadence train" in out
+    assert "  env.num_envs=8  (int)\n      Environments stepped together as one batch." in out
+    assert "  algorithm.learning_rate=0.00025  (float)" in out
+    assert fake_train == []
+
+
+def test_train_loads_config_with_overrides_and_calls_the_trainer(capsys, tmp_path, fake_train):
+    root = tmp_path / "my_run"
+    code, out, _ = _run(
+        capsys,
+        "train",
+        "ppo_cartpole",
+        "env.num_envs=16",
+        "--root-dir",
+        str(root),
+        "algorithm.learning_rate=3e-4",
+    )
+    assert code == 0
+    [(config, config_yaml)] = fake_train
+    assert (config.env.num_envs, config.algorithm.learning_rate) == (16, 3e-4)
+    assert config.root_dir == str(root)
+    assert from_yaml(config_yaml) == config
+    assert f"{root}: complete" in out
+
+
+def test_train_unknown_key_fails_before_creating_the_run_dir(
+    capsys, tmp_path, monkeypatch, fake_train
+):
+    monkeypatch.chdir(tmp_path)
+    code, out, err = _run(
+        capsys, "train", "ppo_cartpole", "algorithm.no_such_key=1", "--root-dir", "run"
+    )
+    assert code == 2
+    assert "algorithm.no_such_key" in err and out == ""
+    assert not (tmp_path / "run").exists()
+    assert list(tmp_path.iterdir()) == []
+    assert fake_train == []
+
+
+def test_train_out_of_range_value_fails_naming_the_key(capsys, tmp_path, fake_train):
+    code, _, err = _run(
+        capsys, "train", "ppo_cartpole", "env.num_envs=-3", "--root-dir", str(tmp_path / "r")
+    )
+    assert code == 2
+    assert "env.num_envs=-3: must be >= 1" in err
+    assert not (tmp_path / "r").exists() and fake_train == []
+
+
+def test_train_unknown_name_suggests_close_names(capsys, fake_train):
+    code, _, err = _run(capsys, "train", "ppo_cartpol")
+    assert code == 2 and "did you mean ppo_cartpole" in err
+
+
+def test_train_refuses_unknown_options_and_a_missing_name(capsys, fake_train):
+    assert _run(capsys, "train", "ppo_cartpole", "--bogus")[0] == 2
+    code, _, err = _run(capsys, "train")
+    assert code == 2 and "NAME is required" in err
+    assert fake_train == []
+
+
+def test_play_loads_the_runs_config_and_prints_returns(capsys, run_dir, fake_play):
+    code, out, _ = _run(
+        capsys, "play", str(run_dir), "--episodes", "2", "--video", str(run_dir / "v.mp4")
+    )
+    assert code == 0
+    [(_, config, played_dir, episodes, video)] = fake_play
+    assert config == from_yaml((run_dir / "config.yaml").read_text())
+    assert (played_dir, episodes, video) == (run_dir, 2, run_dir / "v.mp4")
+    assert "episode 2: return 12.50, length 12" in out and "wrote 24 frames" in out
+
+
+def test_eval_prints_mean_return(capsys, run_dir, fake_play):
+    code, out, _ = _run(capsys, "eval", str(run_dir), "--episodes", "4")
+    assert code == 0
+    assert fake_play[0][0] == "evaluate" and fake_play[0][3] == 4
+    assert "return 11.00 +- 1.50" in out and "over 4 episodes" in out
+
+
+def test_play_without_config_yaml_fails(capsys, tmp_path, fake_play):
+    code, _, err = _run(capsys, "play", str(tmp_path))
+    assert code == 2 and "config.yaml is missing" in err
+
+
+# A cadence package unlike the installed one: its play reports where it runs from.
+SNAPSHOT_FILES = {
+    "cadence/__init__.py": "SNAPSHOT = True\n",
+    "cadence/config/__init__.py": (
+        "class ConfigError(ValueError):\n    pass\n\n"
+        "def from_yaml(text, source=''):\n    return {'loaded_by': 'snapshot'}\n"
+    ),
+    "cadence/trainer/__init__.py": "",
+    "cadence/trainer/play.py": (
+        "import types\nimport cadence\n\n"
+        "def play(config, run_dir, episodes, video_path):\n"
+        "    assert cadence.SNAPSHOT and config == {'loaded_by': 'snapshot'}\n"
+        "    return types.SimpleNamespace(returns=[42.0], lengths=[7], num_frames=0)\n"
+    ),
+}
+
+
+def _write_tarball(path: Path, files: dict[str, str]) -> None:
+    with tarfile.open(path, "w:gz") as tar:
+        for name, text in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+
+
+@pytest.fixture
+def restore_cadence():
+    """Puts the installed cadence modules and sys.path back after a snapshot import."""
+    saved = {
+        name: module for name, module in sys.modules.items() if name.split(".")[0] == "cadence"
+    }
+    path = list(sys.path)
+    yield
+    for name in [name for name in sys.modules if name.split(".")[0] == "cadence"]:
+        del sys.modules[name]
+    sys.modules.update(saved)
+    sys.path[:] = path
+
+
+def test_use_snapshot_runs_the_snapshots_code(capsys, run_dir, restore_cadence):
+    _write_tarball(run_dir / "snapshot.tar.gz", SNAPSHOT_FILES)
+    code, out, err = _run(capsys, "play", str(run_dir), "--use-snapshot")
+    assert code == 0, err
+    assert "episode 1: return 42.00, length 7" in out
+    [cache] = run_dir.glob(".snapshot-*")
+    assert Path(sys.modules["cadence.trainer.play"].__file__).is_relative_to(cache)
+    assert sys.path[0] == str(cache)
+
+
+def test_use_snapshot_refuses_entries_outside_the_package(capsys, run_dir, restore_cadence):
+    _write_tarball(
+        run_dir / "snapshot.tar.gz", {**SNAPSHOT_FILES, "../evil.py": "raise SystemExit\n"}
+    )
+    code, _, err = _run(capsys, "play", str(run_dir), "--use-snapshot")
+    assert code == 2 and "unexpected entry '../evil.py'" in err
+    assert not (run_dir.parent / "evil.py").exists()
+    assert "cadence" in sys.modules  # nothing was dropped
+
+
+def test_use_snapshot_without_snapshot_fails(capsys, run_dir, restore_cadence):
+    code, _, err = _run(capsys, "play", str(run_dir), "--use-snapshot")
+    assert code == 2 and "has no snapshot.tar.gz" in err
+
+
+def test_console_entry_point_exits_2_without_creating_the_run_dir(tmp_path):
+    # The real process: exit status, stderr, and Hydra leaving the cwd alone.
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cadence.cli",
+            "train",
+            "ppo_cartpole",
+            "algorithm.no_such_key=1",
+            "--root-dir",
+            "run",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2
+    assert "algorithm.no_such_key: unknown key" in result.stderr and result.stdout == ""
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_episodes_must_be_positive(capsys, run_dir, fake_play):
+    code, _, err = _run(capsys, "eval", str(run_dir), "--episodes", "0")
+    assert code == 2 and "must be >= 1" in err and fake_play == []
+
+
+def test_missing_checkpoint_is_reported_without_a_traceback(
+    capsys, run_dir, monkeypatch, fake_play
+):
+    def no_checkpoint(config, run_dir, episodes):
+        raise FileNotFoundError(f"{run_dir} has no checkpoint yet")
+
+    monkeypatch.setattr(sys.modules["cadence.trainer.play"], "evaluate", no_checkpoint)
+    code, _, err = _run(capsys, "eval", str(run_dir))
+    assert code == 1 and "has no checkpoint yet" in err
