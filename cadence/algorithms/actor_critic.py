@@ -13,13 +13,13 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
-from cadence.algorithms.algorithm import AlgStep, Algorithm, LossInfo
+from cadence.algorithms.actor_critic_network import ActorCriticNetwork
+from cadence.algorithms.algorithm import Algorithm, AlgStep, LossInfo
 from cadence.algorithms.returns import generalized_advantage_estimation
 from cadence.data.experience import Experience
 from cadence.data.nest import Nest, map_structure
 from cadence.data.specs import Spec
 from cadence.data.time_step import StepType, TimeStep
-from cadence.algorithms.actor_critic_network import ActorCriticNetwork
 
 
 class ActorCriticAlgorithm(Algorithm):
