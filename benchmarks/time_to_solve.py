@@ -1,0 +1,159 @@
+"""Time to solve: cadence vs Stable-Baselines3 on the same task, in one run.
+
+For each seed, trains until the mean return of 10 deterministic evaluation
+episodes reaches the bar, evaluating every ``--eval-every`` env steps on both
+sides, and reports training seconds (evaluation excluded on both sides) and env
+steps to the bar. Stable-Baselines3 uses its RL-Zoo hyperparameters.
+
+    python benchmarks/time_to_solve.py --task ppo_cartpole --seeds 0 1 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+
+@dataclass
+class Task:
+    config: str  # cadence named config
+    env_id: str
+    bar: float
+    budget: int  # env steps before giving up
+    sb3: Callable[[int], object]  # seed -> SB3 model
+
+
+@dataclass
+class Result:
+    solved: bool
+    train_seconds: float
+    env_steps: int
+
+
+def _sb3_ppo_cartpole(seed: int):
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.env_util import make_vec_env
+
+    env = make_vec_env("CartPole-v1", n_envs=8, seed=seed)
+    # rl-baselines3-zoo hyperparams/ppo.yml, CartPole-v1.
+    return PPO(
+        "MlpPolicy", env, n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98, n_epochs=20,
+        ent_coef=0.0, learning_rate=_linear(1e-3), clip_range=_linear(0.2), seed=seed, device="cpu",
+    )
+
+
+def _linear(initial: float) -> Callable[[float], float]:
+    return lambda progress_remaining: progress_remaining * initial
+
+
+TASKS = {
+    "ppo_cartpole": Task("ppo_cartpole", "CartPole-v1", 475.0, 300_000, _sb3_ppo_cartpole),
+}
+
+
+def run_cadence(task: Task, seed: int, eval_every: int) -> Result:
+    from cadence.config import load_config
+    from cadence.trainer.metrics import read_metrics
+    from cadence.trainer.run import train
+
+    config = load_config(task.config, [f"seed={seed}", f"trainer.num_env_steps={task.budget}"])
+    steps_per_iter = config.env.num_envs * config.trainer.unroll_length
+    interval = max(1, eval_every // steps_per_iter)
+    with tempfile.TemporaryDirectory() as root:
+        config = load_config(task.config, [
+            f"seed={seed}", f"trainer.num_env_steps={task.budget}", f"trainer.eval_interval={interval}",
+            "trainer.num_eval_episodes=10", f"trainer.stop_at_eval_return={task.bar}",
+            "trainer.checkpoint_interval=0", "trainer.progress_bar=off", f"root_dir={root}/run",
+        ])
+        train(config)
+        records = read_metrics(f"{root}/run")
+    for record in records:
+        if record.get("eval/episode_return") is not None and record["eval/episode_return"] >= task.bar:
+            return Result(True, record["train_time"], record["env_steps"])
+    return Result(False, records[-1]["train_time"], records[-1]["env_steps"])
+
+
+def run_sb3(task: Task, seed: int, eval_every: int) -> Result:
+    import gymnasium as gym
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.evaluation import evaluate_policy
+
+    model = task.sb3(seed)
+    eval_env = gym.make(task.env_id)
+
+    class EvalAndStop(BaseCallback):
+        def __init__(self):
+            super().__init__()
+            self.eval_seconds = 0.0
+            self.next_eval = eval_every
+            self.solved_at: int | None = None
+
+        def _on_step(self) -> bool:
+            if self.num_timesteps < self.next_eval:
+                return True
+            self.next_eval += eval_every
+            start = time.perf_counter()
+            eval_env.reset(seed=seed + 1_000_000 + self.num_timesteps)
+            mean, _ = evaluate_policy(self.model, eval_env, n_eval_episodes=10, deterministic=True)
+            self.eval_seconds += time.perf_counter() - start
+            if mean >= task.bar:
+                self.solved_at = self.num_timesteps
+                return False
+            return True
+
+    callback = EvalAndStop()
+    start = time.perf_counter()
+    model.learn(total_timesteps=task.budget, callback=callback)
+    seconds = time.perf_counter() - start - callback.eval_seconds
+    return Result(callback.solved_at is not None, seconds, callback.solved_at or model.num_timesteps)
+
+
+def _median(results: list[Result], field: str) -> float:
+    return statistics.median(getattr(r, field) for r in results)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--task", choices=sorted(TASKS), default="ppo_cartpole")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--eval-every", type=int, default=2048, help="env steps between evaluations (both sides)")
+    parser.add_argument("--skip-sb3", action="store_true")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(max(1, (os.cpu_count() or 1)))
+    task = TASKS[args.task]
+    rows: dict[str, list[Result]] = {"cadence": [], "sb3": []}
+    for seed in args.seeds:
+        rows["cadence"].append(run_cadence(task, seed, args.eval_every))
+        _print_row("cadence", seed, rows["cadence"][-1])
+        if not args.skip_sb3:
+            rows["sb3"].append(run_sb3(task, seed, args.eval_every))
+            _print_row("sb3", seed, rows["sb3"][-1])
+    print(f"\n{task.config}: time to eval return {task.bar} (median of {len(args.seeds)} seeds)")
+    print(f"{'library':<10} {'solved':>7} {'train s':>9} {'env steps':>10}")
+    for name, results in rows.items():
+        if results:
+            solved = sum(r.solved for r in results)
+            print(f"{name:<10} {solved:>4}/{len(results):<2} {_median(results, 'train_seconds'):>9.1f} {_median(results, 'env_steps'):>10.0f}")
+    if rows["sb3"]:
+        ratio = _median(rows["cadence"], "train_seconds") / _median(rows["sb3"], "train_seconds")
+        print(f"\ncadence / sb3 median training time: {ratio:.2f}x (target <= 0.5)")
+    return 0
+
+
+def _print_row(name: str, seed: int, result: Result) -> None:
+    status = "solved" if result.solved else "NOT solved"
+    print(f"{name:<8} seed {seed}: {status} in {result.train_seconds:.1f} s, {result.env_steps} env steps", flush=True)
+
+
+if __name__ == "__main__":
+    np.set_printoptions(precision=3)
+    sys.exit(main())
