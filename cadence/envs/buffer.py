@@ -8,6 +8,7 @@ because its layout is a pure function of the specs and the batch size.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -32,17 +33,27 @@ class ArrayLayout:
             size = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
             offset += -(-size // _ALIGN) * _ALIGN
         self.nbytes = max(offset, _ALIGN)
+        self._counts = [int(np.prod(shape, dtype=np.int64)) for _, shape, _ in fields]
 
     def views(self, memory: Any) -> dict[str, np.ndarray]:
-        """Arrays over ``memory`` (anything supporting the buffer protocol)."""
-        arrays = {}
-        for (name, shape, dtype), offset in zip(self.fields, self.offsets, strict=True):
-            count = int(np.prod(shape, dtype=np.int64))
-            arrays[name] = np.frombuffer(memory, dtype=dtype, count=count, offset=offset).reshape(shape)
-        return arrays
+        """Arrays over ``memory`` (anything supporting the buffer protocol), by name."""
+        return {
+            name: a for (name, _, _), a in zip(self.fields, self.view_list(memory), strict=True)
+        }
+
+    def view_list(self, memory: Any) -> list[np.ndarray]:
+        """Arrays over ``memory`` in field order."""
+        return [
+            np.frombuffer(memory, dtype=dtype, count=count, offset=offset).reshape(shape)
+            for (_, shape, dtype), offset, count in zip(
+                self.fields, self.offsets, self._counts, strict=True
+            )
+        ]
 
 
-def spec_fields(prefix: str, spec: Spec, batch_size: int) -> list[tuple[str, tuple[int, ...], np.dtype]]:
+def spec_fields(
+    prefix: str, spec: Spec, batch_size: int
+) -> list[tuple[str, tuple[int, ...], np.dtype]]:
     """Layout fields for every leaf of ``spec``, named ``prefix/<path>``."""
     return [
         (f"{prefix}/{path}" if path else prefix, (batch_size, *leaf.shape), leaf.numpy_dtype)
@@ -90,6 +101,11 @@ class TimeStepBuffer:
         self._reward = self.arrays["reward"]
         self._discount = self.arrays["discount"]
         self._info = [(k, self.arrays[f"env_info/{k}"]) for k in self._info_keys]
+        self._bytes = np.frombuffer(self.memory, dtype=np.uint8, count=self.layout.nbytes)
+        # Fields are laid out as: 4 scalars, observation leaves, action leaves, env_info.
+        num_obs, num_actions = len(self._obs_leaves), len(self._action_leaves)
+        self._obs_slice = slice(4, 4 + num_obs)
+        self._action_slice = slice(4 + num_obs, 4 + num_obs + num_actions)
 
     @staticmethod
     def make_layout(
@@ -109,44 +125,61 @@ class TimeStepBuffer:
 
     def write(self, row: int, time_step: TimeStep) -> None:
         """Writes one environment's unbatched numpy time step into ``row``."""
-        self._step_type[row] = time_step.step_type
-        self._reward[row] = time_step.reward
-        self._discount[row] = time_step.discount
-        if self._flat_obs:
-            self._obs_leaves[0][row] = time_step.observation
-        else:
-            for array, value in zip(self._obs_leaves, _leaves(time_step.observation), strict=True):
-                array[row] = value
-        if self._flat_action:
-            self._action_leaves[0][row] = time_step.prev_action
-        else:
-            for array, value in zip(self._action_leaves, _leaves(time_step.prev_action), strict=True):
-                array[row] = value
-        info = time_step.env_info
+        self.write_rows(row, (time_step,))
+
+    def write_rows(self, start: int, time_steps: Sequence[TimeStep]) -> None:
+        """Writes consecutive environments' unbatched numpy time steps from row ``start`` on.
+
+        Scalars go in one slice assignment per field, which costs far less than one
+        numpy item assignment per row and field (this is the per-env-step hot path).
+        """
+        rows = slice(start, start + len(time_steps))
+        self._step_type[rows] = [t.step_type for t in time_steps]
+        self._reward[rows] = [t.reward for t in time_steps]
+        self._discount[rows] = [t.discount for t in time_steps]
+        _write_leaves(self._obs_leaves, self._flat_obs, start, [t.observation for t in time_steps])
+        _write_leaves(
+            self._action_leaves, self._flat_action, start, [t.prev_action for t in time_steps]
+        )
         for key, array in self._info:
-            array[row] = info[key]
+            array[rows] = [t.env_info[key] for t in time_steps]
 
     def read(self, device: torch.device | str = "cpu") -> TimeStep:
         """A torch `TimeStep` of all rows, copied out of the block (one memcpy)."""
-        copy = bytearray(self.memory[: self.layout.nbytes])
-        arrays = {n: torch.from_numpy(a) for n, a in self.layout.views(copy).items()}
+        copy = np.empty(self.layout.nbytes, dtype=np.uint8)
+        copy[:] = self._bytes
+        arrays = [torch.from_numpy(a) for a in self.layout.view_list(copy)]
         time_step = self._assemble(arrays)
         if torch.device(device).type != "cpu":
             time_step = time_step.to(device)
         return time_step
 
-    def _assemble(self, arrays: dict[str, torch.Tensor]) -> TimeStep:
-        obs = [a for n, a in arrays.items() if n.startswith("observation")]
-        actions = [a for n, a in arrays.items() if n.startswith("prev_action")]
+    def _assemble(self, arrays: list[torch.Tensor]) -> TimeStep:
+        obs = arrays[self._obs_slice]
+        actions = arrays[self._action_slice]
         return TimeStep(
-            step_type=arrays["step_type"],
-            reward=arrays["reward"],
-            discount=arrays["discount"],
+            step_type=arrays[0],
+            reward=arrays[1],
+            discount=arrays[2],
             observation=obs[0] if self._flat_obs else pack_sequence_as(self._obs_structure, obs),
-            prev_action=actions[0] if self._flat_action else pack_sequence_as(self._action_structure, actions),
-            env_id=arrays["env_id"],
-            env_info={k: arrays[f"env_info/{k}"] for k in self._info_keys},
+            prev_action=actions[0]
+            if self._flat_action
+            else pack_sequence_as(self._action_structure, actions),
+            env_id=arrays[3],
+            env_info=dict(zip(self._info_keys, arrays[self._action_slice.stop :], strict=True)),
         )
+
+
+def _write_leaves(arrays: list[np.ndarray], flat: bool, start: int, values: list[Nest]) -> None:
+    """Writes rows ``start, start + 1, ...`` of ``arrays`` (the leaves of one nest field)."""
+    if flat:
+        array = arrays[0]
+        for row, value in enumerate(values, start):
+            array[row] = value
+        return
+    for row, value in enumerate(values, start):
+        for array, leaf in zip(arrays, _leaves(value), strict=True):
+            array[row] = leaf
 
 
 def _leaves(nest: Nest) -> list[Any]:

@@ -18,7 +18,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from cadence.data.nest import Nest, map_structure
+from cadence.data.nest import Nest, is_nested, map_structure
 from cadence.data.specs import CompositeSpec, Spec, TensorSpec, spec_from_space
 from cadence.data.time_step import StepType, TimeStep
 from cadence.envs.environment import PyEnvironment
@@ -55,9 +55,13 @@ class GymAdapter(PyEnvironment):
         if env_info_keys is None:
             env_info_keys = self._probe_info_keys()
         self._info_keys = tuple(env_info_keys)
-        self._env_info_spec = CompositeSpec({k: TensorSpec((), torch.float32) for k in self._info_keys})
+        self._env_info_spec = CompositeSpec(
+            {k: TensorSpec((), torch.float32) for k in self._info_keys}
+        )
         self._zero_action = self._action_spec.numpy_zeros()
         self._obs_dtypes = map_structure(lambda s: s.numpy_dtype, self._observation_spec)
+        # A plain Box observation (the common case) skips the generic nest walk per step.
+        self._flat_obs_dtype = None if is_nested(self._obs_dtypes) else self._obs_dtypes
         self._needs_reset = True
         if seed is not None:
             env.action_space.seed(seed)
@@ -82,17 +86,12 @@ class GymAdapter(PyEnvironment):
         observation, info = self._env.reset(seed=self._seed)
         self._seed = None
         self._needs_reset = False
-        return TimeStep(
-            step_type=_FIRST,
-            reward=0.0,
-            discount=1.0,
-            observation=self._convert_observation(observation),
-            prev_action=self._zero_action,
-            env_id=self._env_id,
-            env_info=self._info_values(info),
-        )
+        observation = self._convert_observation(observation)
+        info = self._info_values(info)
+        return TimeStep(_FIRST, 0.0, 1.0, observation, self._zero_action, self._env_id, info)
 
     def step(self, action: Nest) -> TimeStep:
+        # The hot path of every CPU back end: positional construction and no nest walks.
         if self._needs_reset:
             return self.reset()
         observation, reward, terminated, truncated, info = self._env.step(self._to_gym(action))
@@ -101,15 +100,10 @@ class GymAdapter(PyEnvironment):
             self._needs_reset = True
         else:
             step_type = _MID
-        return TimeStep(
-            step_type=step_type,
-            reward=float(reward),
-            discount=0.0 if terminated else 1.0,
-            observation=self._convert_observation(observation),
-            prev_action=action,
-            env_id=self._env_id,
-            env_info=self._info_values(info),
-        )
+        observation = self._convert_observation(observation)
+        info = self._info_values(info) if self._info_keys else {}
+        discount = 0.0 if terminated else 1.0
+        return TimeStep(step_type, float(reward), discount, observation, action, self._env_id, info)
 
     def render(self) -> np.ndarray | None:
         return self._env.render()
@@ -137,13 +131,17 @@ class GymAdapter(PyEnvironment):
         self._env.action_space.np_random.bit_generator.state = state["action_space_rng"]
 
     def _convert_observation(self, observation: Any) -> Nest:
+        if self._flat_obs_dtype is not None:
+            return np.asarray(observation, self._flat_obs_dtype)
         if self._tuple_obs:
             observation = {str(i): o for i, o in enumerate(observation)}
         return map_structure(np.asarray, observation, self._obs_dtypes)
 
     def _to_gym(self, action: Nest) -> Any:
         if self._scalar_discrete_action:
-            return int(action)
+            # numpy integers are what `Discrete.sample` gives, so every env takes them, and
+            # `Discrete.contains` checks them much faster than Python ints.
+            return action if isinstance(action, np.integer) else int(action)
         if self._tuple_action:
             return tuple(action[str(i)] for i in range(len(action)))
         return action

@@ -59,20 +59,17 @@ class SerialEnvironment(Environment):
         return self._envs
 
     def reset(self) -> TimeStep:
-        write = self._buffer.write
-        for row, env in enumerate(self._envs):
-            write(row, env.reset())
+        self._buffer.write_rows(0, [env.reset() for env in self._envs])
         return self._buffer.read(self._device)
 
     def step(self, action: Nest) -> TimeStep:
         action = action_to_numpy(action)
-        write = self._buffer.write
         if isinstance(action, np.ndarray):
-            for row, env in enumerate(self._envs):
-                write(row, env.step(action[row]))
+            # Iterating an array yields its rows (numpy scalars for scalar actions).
+            time_steps = [env.step(a) for env, a in zip(self._envs, action, strict=True)]
         else:
-            for row, env in enumerate(self._envs):
-                write(row, env.step(action_row(action, row)))
+            time_steps = [env.step(action_row(action, row)) for row, env in enumerate(self._envs)]
+        self._buffer.write_rows(0, time_steps)
         return self._buffer.read(self._device)
 
     def render(self, env_index: int = 0) -> np.ndarray | None:
