@@ -30,6 +30,19 @@ class OnPolicyAlgorithm(Protocol):
     def apply_gradients(self, loss: torch.Tensor) -> torch.Tensor: ...
 
 
+class TrainingScheme(Protocol):
+    """What the trainer drives: ``train_iter()`` plus the scheme's own state
+    (e.g. a replay buffer), which goes into every checkpoint."""
+
+    source: ExperienceSource
+
+    def train_iter(self) -> tuple[dict[str, float], dict[str, torch.Tensor]]: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
 class OnPolicyScheme:
     """``train_iter()``: one unroll, then minibatch epochs over it.
 
@@ -53,6 +66,13 @@ class OnPolicyScheme:
         self.algorithm.train()
         batch = self.algorithm.preprocess_experience(experience)
         return self._update(batch), episodes
+
+    def state_dict(self) -> dict[str, Any]:
+        """Nothing survives an iteration: the unroll is dropped after its update."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass
 
     def _update(self, batch: dict[str, Nest]) -> dict[str, float]:
         num_samples = int(batch["advantage"].shape[0])

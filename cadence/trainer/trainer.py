@@ -12,7 +12,7 @@ from typing import Any, Literal
 import torch
 
 from cadence.algorithms.algorithm import Algorithm
-from cadence.algorithms.on_policy import OnPolicyScheme
+from cadence.algorithms.on_policy import TrainingScheme
 from cadence.collect.unroll import Collector
 from cadence.envs.environment import Environment
 from cadence.trainer.checkpoint import CheckpointManager
@@ -46,7 +46,7 @@ class Trainer:
         config: TrainerConfig,
         algorithm: Algorithm,
         collector: Collector,
-        scheme: OnPolicyScheme,
+        scheme: TrainingScheme,
         make_eval_env: Callable[[int], Environment],
         run_dir: Path,
         eval_seed: int,
@@ -181,6 +181,7 @@ class Trainer:
         return {
             "algorithm": self.algorithm.state_dict(),
             "collector": self.collector.state_dict(),
+            "scheme": self.scheme.state_dict(),
             "env": self._env_state(),
             "counters": dict(self.counters),
             "pending_metrics": {k: torch.cat(v) for k, v in self._pending.items()},
@@ -194,6 +195,7 @@ class Trainer:
             return False
         state = self.checkpoints.load(path, map_location=self.collector.device)
         self.algorithm.load_state_dict(state["algorithm"])
+        self.scheme.load_state_dict(state["scheme"])
         self.counters.update(state["counters"])
         self._pending = {k: [v.cpu()] for k, v in state["pending_metrics"].items()}
         if state["env"] is not None:
