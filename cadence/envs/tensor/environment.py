@@ -1,0 +1,274 @@
+"""`TensorEnvironment`: the `Environment` contract for a batch of envs stepped in torch.
+
+An env family supplies only its physics as a `TensorDynamics` (dynamics, reward,
+termination, reset distribution, specs, drawing); `TensorEnvironment` does the
+episode bookkeeping that every family shares, as whole-batch tensor operations
+with no host synchronisation and no per-env Python:
+
+- auto-reset (DESIGN §2): a row whose previous step was LAST is reset and
+  returned as FIRST with reward 0, discount 1 and a zero ``prev_action``; the
+  action passed for it is ignored;
+- termination gives LAST with discount 0; reaching ``max_episode_steps`` without
+  terminating gives LAST with discount 1 (termination wins when both happen);
+- seeding and `get_state`/`set_state` of everything, the RNG included.
+
+Seeding: one ``torch.Generator`` on the env's device, seeded with ``seed``, draws
+the reset states of the whole batch (row ``i`` gets the ``i``-th slice of each
+draw), so env ``i`` and env ``j`` follow different streams and the same
+``(seed, num_envs)`` gives identical streams. This replaces DESIGN §3's "env ``i``
+is seeded ``seed + i``", which needs one generator per env: here env ``i``'s
+episodes depend on ``seed``, ``i`` and ``num_envs`` (and the device's generator
+kind), and do not reproduce a Gymnasium env seeded ``seed + i``. Fresh reset
+states are drawn for every row on every step (and used only where a row resets)
+so that the stream never depends on which rows reset and no step needs to ask
+the device how many did.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+
+from cadence.data.specs import TensorSpec
+from cadence.data.time_step import StepType, TimeStep
+from cadence.envs.environment import Environment
+
+_FIRST, _MID, _LAST = int(StepType.FIRST), int(StepType.MID), int(StepType.LAST)
+
+
+class TensorDynamics(Protocol):
+    """The physics of one env family for a batch of physical states.
+
+    States are component-major, ``[state_size, B]``, so that each component
+    (``x``, ``theta``, ...) is a contiguous row and the element-wise physics runs
+    on contiguous memory. Everything stays on the states' device; nothing here
+    may synchronise with the host, except `render`.
+    """
+
+    @property
+    def observation_spec(self) -> TensorSpec: ...
+
+    @property
+    def action_spec(self) -> TensorSpec: ...
+
+    @property
+    def state_size(self) -> int: ...
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The dtype of the physical state."""
+
+    @property
+    def max_episode_steps(self) -> int:
+        """Gymnasium's registered time limit for this family."""
+
+    def initial_state(self, batch_size: int, generator: torch.Generator) -> torch.Tensor:
+        """``[state_size, batch_size]`` reset states drawn on ``generator``'s device."""
+
+    def step(
+        self, state: torch.Tensor, action: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Applies ``action`` ``[B, *action_shape]`` to ``state`` ``[state_size, B]``.
+
+        Returns:
+            ``(next_state [state_size, B], reward [B], terminated [B] bool)``, all fresh.
+        """
+
+    def observe(self, state: torch.Tensor) -> torch.Tensor:
+        """A fresh, contiguous ``[B, *obs_shape]`` float32 observation of ``state`` ``[state_size, B]``."""
+
+    def render(self, state: np.ndarray) -> np.ndarray:
+        """An RGB frame ``[H, W, 3]`` uint8 of one env's state ``[state_size]``."""
+
+
+class TensorEnvironment(Environment):
+    """A batch of ``num_envs`` envs of one `TensorDynamics`, all stepped at once on ``device``.
+
+    Every returned tensor is freshly allocated, so callers may keep time steps.
+
+    Args:
+        dynamics: the env family's physics.
+        num_envs: the batch size.
+        seed: seeds the batch's reset-state generator (see the module docstring).
+        device: where the envs run and time steps are delivered.
+        max_episode_steps: the time limit; ``None`` uses ``dynamics.max_episode_steps``.
+
+    >>> from cadence.envs.tensor.cartpole import CartPoleDynamics
+    >>> env = TensorEnvironment(CartPoleDynamics(), num_envs=8, seed=0)
+    >>> env.step(env.action_spec.sample((8,))).observation.shape
+    torch.Size([8, 4])
+    """
+
+    def __init__(
+        self,
+        dynamics: TensorDynamics,
+        num_envs: int,
+        seed: int = 0,
+        device: Any = "cpu",
+        max_episode_steps: int | None = None,
+    ):
+        if num_envs < 1:
+            raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+        limit = dynamics.max_episode_steps if max_episode_steps is None else max_episode_steps
+        if limit < 1:
+            raise ValueError(f"max_episode_steps must be >= 1, got {limit}")
+        self._dynamics = dynamics
+        self._num_envs = num_envs
+        self._device = torch.device(device)
+        self._max_episode_steps = int(limit)
+        self._generator = torch.Generator(device=self._device)
+        self._generator.manual_seed(seed)
+        self._env_id = torch.arange(num_envs, device=self._device)
+        self._action_shape = (num_envs, *dynamics.action_spec.shape)
+        self._state = torch.zeros(
+            dynamics.state_size, num_envs, dtype=dynamics.dtype, device=self._device
+        )
+        self._episode_steps = torch.zeros(num_envs, dtype=torch.int64, device=self._device)
+        # Every row starts "after a LAST": a `step` before any `reset` resets them all.
+        self._needs_reset = torch.ones(num_envs, dtype=torch.bool, device=self._device)
+
+    @property
+    def batch_size(self) -> int:
+        return self._num_envs
+
+    @property
+    def observation_spec(self) -> TensorSpec:
+        return self._dynamics.observation_spec
+
+    @property
+    def action_spec(self) -> TensorSpec:
+        return self._dynamics.action_spec
+
+    @property
+    def device(self) -> torch.device:
+        return self._device
+
+    @property
+    def dynamics(self) -> TensorDynamics:
+        return self._dynamics
+
+    @property
+    def max_episode_steps(self) -> int:
+        return self._max_episode_steps
+
+    @property
+    def physical_state(self) -> torch.Tensor:
+        """A copy of the physical states ``[B, state_size]`` (in the dynamics' dtype)."""
+        return self._state.T.clone(memory_format=torch.contiguous_format)
+
+    def reset(self) -> TimeStep:
+        self._state = self._dynamics.initial_state(self._num_envs, self._generator)
+        self._episode_steps = torch.zeros_like(self._episode_steps)
+        self._needs_reset = torch.zeros_like(self._needs_reset)
+        first = torch.full((self._num_envs,), _FIRST, dtype=torch.int64, device=self._device)
+        return TimeStep(
+            step_type=first,
+            reward=torch.zeros(self._num_envs, device=self._device),
+            discount=torch.ones(self._num_envs, device=self._device),
+            observation=self._dynamics.observe(self._state),
+            prev_action=self.action_spec.zeros((self._num_envs,), self._device),
+            env_id=self._env_id.clone(),
+        )
+
+    def step(self, action: torch.Tensor) -> TimeStep:
+        """Steps every env with ``action`` ``[B, *action_shape]``; rows after a LAST reset.
+
+        Raises:
+            ValueError: ``action`` does not have shape ``[B, *action_spec.shape]``.
+        """
+        action = self._check_action(action)
+        resetting = self._needs_reset
+        next_state, reward, terminated = self._dynamics.step(self._state, action)
+        fresh = self._dynamics.initial_state(self._num_envs, self._generator)
+        self._state = torch.where(resetting, fresh, next_state)
+        # The counters are private (get_state copies them), so update them in place.
+        self._episode_steps.add_(1).masked_fill_(resetting, 0)
+        terminated.masked_fill_(resetting, False)
+        last = terminated | (self._episode_steps >= self._max_episode_steps)
+        self._needs_reset = last
+        return TimeStep(
+            step_type=_step_types(resetting, last),
+            reward=reward.masked_fill_(resetting, 0.0).to(torch.float32),
+            discount=(~terminated).to(torch.float32),
+            observation=self._dynamics.observe(self._state),
+            prev_action=action.masked_fill(_expand_rows(resetting, action), 0),
+            env_id=self._env_id.clone(),
+        )
+
+    def set_physical_state(self, state: torch.Tensor) -> None:
+        """Puts every env in physical state ``state`` ``[B, state_size]`` mid-episode.
+
+        The next `step` continues the episodes from ``state`` (none resets);
+        the step counters are kept. Tests use it to start this env and a
+        Gymnasium env from the same state.
+        """
+        expected = (self._num_envs, self._dynamics.state_size)
+        if tuple(state.shape) != expected:
+            raise ValueError(f"state must have shape {expected}, got {tuple(state.shape)}")
+        self._state = state.T.to(self._device, self._dynamics.dtype).clone(
+            memory_format=torch.contiguous_format
+        )
+        self._needs_reset = torch.zeros_like(self._needs_reset)
+
+    def render(self, env_index: int = 0) -> np.ndarray:
+        """An RGB frame ``[H, W, 3]`` uint8 of env ``env_index``'s current state."""
+        return self._dynamics.render(self._state[:, env_index].cpu().numpy())
+
+    def get_state(self) -> dict[str, torch.Tensor]:
+        """Copies, on the CPU, of the states ``[B, state_size]``, step counters, reset flags and the RNG."""
+        return {
+            "state": self._state.T.cpu().clone(memory_format=torch.contiguous_format),
+            "episode_steps": self._episode_steps.cpu().clone(),
+            "needs_reset": self._needs_reset.cpu().clone(),
+            "generator": self._generator.get_state(),
+        }
+
+    def set_state(self, state: dict[str, torch.Tensor]) -> None:
+        """Restores a `get_state` snapshot; the next `step` continues exactly from it."""
+        expected = (self._num_envs, self._dynamics.state_size)
+        if tuple(state["state"].shape) != expected:
+            raise ValueError(
+                f"the snapshot holds states {tuple(state['state'].shape)}, this env has {expected}"
+            )
+        self._state = (
+            state["state"]
+            .T.to(self._device, self._dynamics.dtype)
+            .clone(memory_format=torch.contiguous_format)
+        )
+        self._episode_steps = state["episode_steps"].to(self._device, copy=True)
+        self._needs_reset = state["needs_reset"].to(self._device, copy=True)
+        self._generator.set_state(state["generator"])
+
+    def _check_action(self, action: torch.Tensor) -> torch.Tensor:
+        if tuple(action.shape) != self._action_shape:
+            raise ValueError(
+                f"action must have shape {self._action_shape} (batch, *action_spec.shape), "
+                f"got {tuple(action.shape)}"
+            )
+        return action.to(self._device, self.action_spec.dtype)
+
+
+def check_render_mode(render_mode: str | None) -> None:
+    """Accepts the ``render_mode`` a Gymnasium ``env_kwargs`` may carry, if it is an RGB one.
+
+    Raises:
+        ValueError: any mode other than ``None`` or ``"rgb_array"`` (there is no window).
+    """
+    if render_mode not in (None, "rgb_array"):
+        raise ValueError(
+            f"tensor-native envs support only render_mode='rgb_array' (frames come from "
+            f"env.render(i)), got render_mode={render_mode!r}"
+        )
+
+
+def _step_types(resetting: torch.Tensor, last: torch.Tensor) -> torch.Tensor:
+    """FIRST where a row reset, else LAST where its episode ended, else MID: ``[B]`` int64."""
+    # MID + 1 is LAST; a resetting row is never `last`, so FIRST overwrites only MIDs.
+    return last.to(torch.int64).add_(_MID).masked_fill_(resetting, _FIRST)
+
+
+def _expand_rows(mask: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """``mask`` ``[B]`` viewed to broadcast against ``like`` ``[B, ...]``."""
+    return mask.view(-1, *([1] * (like.dim() - 1)))
