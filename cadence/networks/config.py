@@ -1,48 +1,92 @@
-"""`NetworkConfig`: the shape of an algorithm's networks."""
+"""`NetworkConfig`: the shape of an algorithm's networks, as primitives only.
+
+Building the networks from it is a separate step (`make_encoder`, `MLP`,
+`make_action_head`), so a config can be validated, printed and saved before
+any tensor exists (DESIGN §10).
+"""
 
 from __future__ import annotations
 
-from typing import Literal
+import math
+from typing import Any, Literal
 
 import attrs
 from attrs import field
-from attrs.validators import deep_iterable, ge, in_, instance_of
+from attrs.validators import in_, instance_of
+
+ActivationName = Literal["tanh", "relu", "elu"]
+CNNKind = Literal["nature", "small"]
+ActionHeadKind = Literal["normal", "tanh_normal"]
 
 
-@attrs.define(kw_only=True)
+def _positive_ints(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    """Refuses anything but a tuple of ints >= 1 (bools are not widths)."""
+    if not isinstance(value, tuple) or not all(
+        isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in value
+    ):
+        raise ValueError(f"'{attribute.name}' must be a tuple of ints >= 1, got {value!r}")
+
+
+def _finite_float(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"'{attribute.name}' must be a finite number, got {value!r}")
+
+
+def _as_tuple(value: Any) -> Any:
+    """Lists (from YAML or the command line) become tuples; anything else is left to the validator."""
+    return tuple(value) if isinstance(value, list) else value
+
+
+@attrs.frozen(kw_only=True)
 class NetworkConfig:
-    """Encoders, MLP bodies and the action head of the actor and critic."""
+    """Encoders, MLP bodies and the action head of an algorithm's networks.
+
+    >>> NetworkConfig(hidden_sizes=(256, 256), activation="relu").hidden_sizes
+    (256, 256)
+    """
 
     hidden_sizes: tuple[int, ...] = field(
         default=(64, 64),
-        converter=tuple,
-        validator=deep_iterable(ge(1), instance_of(tuple)),
-        metadata={"doc": "Hidden layer widths of each MLP body."},
+        converter=_as_tuple,
+        validator=_positive_ints,
+        metadata={"doc": "Hidden layer widths of each MLP body (actor, critic, Q)."},
     )
-    activation: Literal["tanh", "relu", "elu"] = field(
+    activation: ActivationName = field(
         default="tanh",
-        validator=in_(["tanh", "relu", "elu"]),
-        metadata={"doc": "Hidden activation."},
+        validator=in_(("tanh", "relu", "elu")),
+        metadata={"doc": "Hidden activation: tanh (PPO/A2C), relu (SAC/DQN) or elu."},
     )
-    cnn: Literal["nature", "small"] = field(
+    cnn: CNNKind = field(
         default="nature",
-        validator=in_(["nature", "small"]),
+        validator=in_(("nature", "small")),
         metadata={
-            "doc": "Image encoder: 'nature' (Mnih et al. 2015) or 'small' (for 64x64 and less)."
+            "doc": "Image encoder: 'nature' (Mnih et al. 2015, H, W >= 36) or 'small' (H, W >= 8)."
         },
     )
-    layer_norm: bool = field(default=False, metadata={"doc": "LayerNorm after each hidden layer."})
+    layer_norm: bool = field(
+        default=False,
+        validator=instance_of(bool),
+        metadata={"doc": "LayerNorm after each hidden linear layer."},
+    )
     orthogonal_init: bool = field(
-        default=True, metadata={"doc": "Orthogonal weight init (as in PPO implementations)."}
+        default=True,
+        validator=instance_of(bool),
+        metadata={
+            "doc": "Orthogonal weights, zero biases (PPO implementation detail); else torch's."
+        },
     )
     share_encoder: bool = field(
-        default=False, metadata={"doc": "Actor and critic share the observation encoder."}
+        default=False,
+        validator=instance_of(bool),
+        metadata={"doc": "Actor and critic share one observation encoder (saves a CNN on images)."},
     )
-    action_head: Literal["normal", "tanh_normal"] = field(
+    action_head: ActionHeadKind = field(
         default="normal",
-        validator=in_(["normal", "tanh_normal"]),
-        metadata={"doc": "Head for continuous actions (discrete actions are always categorical)."},
+        validator=in_(("normal", "tanh_normal")),
+        metadata={"doc": "Head for continuous actions; discrete actions are always categorical."},
     )
     init_log_std: float = field(
-        default=0.0, metadata={"doc": "Initial log standard deviation of a 'normal' action head."}
+        default=0.0,
+        validator=_finite_float,
+        metadata={"doc": "Initial log standard deviation of a 'normal' action head."},
     )
