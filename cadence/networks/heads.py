@@ -1,107 +1,114 @@
-"""Projection heads: features ``[B, D]`` to an action distribution.
+"""Projection heads: features ``[*B, D]`` to an action distribution.
 
-Every distribution returned has ``log_prob(action) -> [B]``, ``entropy() -> [B]``
-(estimated for tanh-squashed ones), ``sample()`` and ``mode`` (the action to take
-when acting deterministically).
+Every distribution returned has ``sample()``, ``log_prob(action) -> [*B]``,
+``entropy() -> [*B]`` (a one-sample estimate for `TanhNormal`) and ``mode``,
+the action for deterministic evaluation: the argmax for `Categorical`, the mean
+for a Normal, the squashed mean for `TanhNormal`. A Normal's samples and mode
+are unbounded: clipping them to the action spec before the environment runs
+them is the caller's job (the log-prob must stay that of the unclipped action).
 """
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
+import numpy as np
 import torch
 from torch import nn
-from torch.distributions import (
-    AffineTransform,
-    Categorical,
-    Distribution,
-    Independent,
-    Normal,
-    TanhTransform,
-    TransformedDistribution,
-)
+from torch.distributions import Categorical, Independent, Normal
 
 from cadence.data.specs import BoundedTensorSpec, DiscreteTensorSpec, Spec, TensorSpec
-from cadence.networks.mlp import _linear
+from cadence.networks.distributions import TanhNormal
+from cadence.networks.mlp import make_linear
+
+POLICY_GAIN = 0.01
+"""Orthogonal gain of policy projections: a near-uniform, near-zero-mean start
+(Andrychowicz et al. 2021, https://arxiv.org/abs/2006.05990, §3.2)."""
+
+LOG_STD_RANGE = (-5.0, 2.0)
+"""Bounds of a state-dependent log standard deviation (as CleanRL's SAC)."""
 
 
 class CategoricalHead(nn.Module):
-    """Logits of ``num_actions`` discrete actions (init gain 0.01: a near-uniform start)."""
+    """Logits of ``num_actions`` discrete actions: ``[*B, in_dim] -> Categorical`` over ``[*B]``.
+
+    >>> CategoricalHead(8, 3)(torch.zeros(4, 8)).mode.shape
+    torch.Size([4])
+    """
 
     def __init__(self, in_dim: int, num_actions: int):
         super().__init__()
-        self.logits = _linear(in_dim, num_actions, gain=0.01)
+        self.logits = make_linear(in_dim, num_actions, POLICY_GAIN)
 
     def forward(self, features: torch.Tensor) -> Categorical:
         return Categorical(logits=self.logits(features))
 
 
 class NormalHead(nn.Module):
-    """A diagonal Gaussian with a state-independent, learned log standard deviation."""
+    """A diagonal Gaussian over ``[*B, action_dim]``; ``log_prob`` sums over the action dims.
 
-    def __init__(self, in_dim: int, action_dim: int, init_log_std: float = 0.0):
-        super().__init__()
-        self.mean = _linear(in_dim, action_dim, gain=0.01)
-        self.log_std = nn.Parameter(torch.full((action_dim,), float(init_log_std)))
+    Args:
+        in_dim: feature width.
+        action_dim: number of action dimensions.
+        state_dependent_std: predict the log std from the features (bounded
+            smoothly to `LOG_STD_RANGE`) instead of learning one per dimension
+            (PPO's usual choice).
+        init_log_std: the log std at initialisation.
 
-    def forward(self, features: torch.Tensor) -> Distribution:
-        mean = self.mean(features)
-        return Independent(Normal(mean, self.log_std.exp().expand_as(mean)), 1)
-
-
-class TanhNormal(TransformedDistribution):
-    """A Gaussian squashed by tanh and scaled to ``[low, high]`` (Haarnoja et al. 2018, App. C).
-
-    ``log_prob`` includes the log-determinant of the squashing (torch's
-    numerically stable ``2 * (log 2 - x - softplus(-2x))`` form).
+    >>> NormalHead(8, 2)(torch.zeros(4, 8)).log_prob(torch.zeros(4, 2)).shape
+    torch.Size([4])
     """
 
     def __init__(
-        self, mean: torch.Tensor, std: torch.Tensor, low: torch.Tensor, high: torch.Tensor
+        self,
+        in_dim: int,
+        action_dim: int,
+        state_dependent_std: bool = False,
+        init_log_std: float = 0.0,
     ):
-        scale = (high - low) / 2
-        super().__init__(
-            Independent(Normal(mean, std), 1),
-            [
-                TanhTransform(cache_size=1),
-                AffineTransform(low + scale, scale, event_dim=1, cache_size=1),
-            ],
-        )
+        super().__init__()
+        self.mean = make_linear(in_dim, action_dim, POLICY_GAIN)
+        self.state_dependent_std = state_dependent_std
+        if state_dependent_std:
+            self.log_std = _log_std_projection(in_dim, action_dim, init_log_std)
+        else:
+            self.log_std = nn.Parameter(torch.full((action_dim,), float(init_log_std)))
 
-    @property
-    def mode(self) -> torch.Tensor:
-        value = self.base_dist.mean
-        for transform in self.transforms:
-            value = transform(value)
-        return value
-
-    def entropy(self) -> torch.Tensor:
-        """A one-sample estimate (there is no closed form)."""
-        return -self.log_prob(self.rsample())
+    def forward(self, features: torch.Tensor) -> Independent:
+        mean = self.mean(features)
+        if self.state_dependent_std:
+            log_std = _bounded_log_std(self.log_std(features))
+        else:
+            log_std = self.log_std.expand_as(mean)
+        return Independent(Normal(mean, log_std.exp()), 1)
 
 
 class TanhNormalHead(nn.Module):
-    """A state-dependent tanh-squashed Gaussian over a bounded action spec (as in SAC)."""
+    """A state-dependent `TanhNormal` over a bounded action spec (SAC's policy).
 
-    def __init__(
-        self, in_dim: int, spec: BoundedTensorSpec, log_std_range: tuple[float, float] = (-5.0, 2.0)
-    ):
+    Args:
+        in_dim: feature width.
+        action_spec: a 1-D `BoundedTensorSpec` with finite bounds.
+        init_log_std: the log std of the pre-tanh Gaussian at initialisation.
+
+    Raises:
+        TypeError: if the spec is not 1-D with finite bounds.
+    """
+
+    def __init__(self, in_dim: int, action_spec: BoundedTensorSpec, init_log_std: float = 0.0):
         super().__init__()
-        action_dim = int(torch.Size(spec.shape).numel())
-        self.projection = _linear(in_dim, 2 * action_dim, gain=0.01)
-        self.log_std_range = log_std_range
-        self.register_buffer(
-            "low", torch.as_tensor(spec.minimum, dtype=torch.float32), persistent=False
-        )
-        self.register_buffer(
-            "high", torch.as_tensor(spec.maximum, dtype=torch.float32), persistent=False
-        )
+        _check_bounded(action_spec)
+        action_dim = action_spec.shape[0]
+        self.mean = make_linear(in_dim, action_dim, POLICY_GAIN)
+        self.log_std = _log_std_projection(in_dim, action_dim, init_log_std)
+        for name in ("minimum", "maximum"):
+            bound = torch.as_tensor(getattr(action_spec, name), dtype=torch.float32)
+            self.register_buffer(name, bound, persistent=False)
 
     def forward(self, features: torch.Tensor) -> TanhNormal:
-        mean, log_std = self.projection(features).chunk(2, dim=-1)
-        low, high = self.log_std_range
-        log_std = low + 0.5 * (high - low) * (torch.tanh(log_std) + 1)  # smooth clamp
-        return TanhNormal(mean, log_std.exp(), self.low, self.high)
+        log_std = _bounded_log_std(self.log_std(features))
+        return TanhNormal(self.mean(features), log_std.exp(), self.minimum, self.maximum)
 
 
 def make_action_head(
@@ -109,24 +116,52 @@ def make_action_head(
     action_spec: Spec,
     kind: Literal["normal", "tanh_normal"] = "normal",
     init_log_std: float = 0.0,
+    state_dependent_std: bool = False,
 ) -> nn.Module:
     """The head for ``action_spec``: categorical for a scalar discrete spec, else ``kind``.
 
+    Args:
+        in_dim: feature width.
+        action_spec: a scalar `DiscreteTensorSpec` or a 1-D continuous spec.
+        kind: ``"normal"`` (`NormalHead`) or ``"tanh_normal"`` (`TanhNormalHead`,
+            needs finite bounds) for continuous actions.
+        init_log_std: initial log std of a continuous head.
+        state_dependent_std: for ``"normal"``, predict the std from the features.
+
     Raises:
-        TypeError: for action specs no head handles (Dict actions, multi-discrete).
+        TypeError: for action specs no head handles (Dict, multi-discrete,
+            actions of more than one dim, unbounded with ``"tanh_normal"``).
     """
     if isinstance(action_spec, DiscreteTensorSpec):
         if action_spec.shape != ():
-            raise TypeError(
-                f"only scalar discrete actions are supported, not shape {action_spec.shape}"
-            )
+            raise TypeError(f"only scalar discrete actions are supported, not {action_spec.shape}")
         return CategoricalHead(in_dim, action_spec.num_values)
     if not isinstance(action_spec, TensorSpec) or len(action_spec.shape) != 1:
-        raise TypeError(
-            f"no action head for {action_spec!r}: use a flat Box or a Discrete action space"
-        )
+        raise TypeError(f"no action head for {action_spec!r}: use a flat Box or a Discrete space")
     if kind == "tanh_normal":
-        if not isinstance(action_spec, BoundedTensorSpec):
-            raise TypeError("a tanh_normal head needs bounded actions")
-        return TanhNormalHead(in_dim, action_spec)
-    return NormalHead(in_dim, action_spec.shape[0], init_log_std)
+        return TanhNormalHead(in_dim, action_spec, init_log_std)
+    return NormalHead(in_dim, action_spec.shape[0], state_dependent_std, init_log_std)
+
+
+def _log_std_projection(in_dim: int, action_dim: int, init_log_std: float) -> nn.Linear:
+    """A projection whose initial output maps to ``init_log_std`` through `_bounded_log_std`."""
+    low, high = LOG_STD_RANGE
+    if not low < init_log_std < high:
+        raise ValueError(f"init_log_std must lie in {LOG_STD_RANGE}, got {init_log_std}")
+    layer = make_linear(in_dim, action_dim, POLICY_GAIN)
+    nn.init.constant_(layer.bias, math.atanh(2 * (init_log_std - low) / (high - low) - 1))
+    return layer
+
+
+def _bounded_log_std(raw: torch.Tensor) -> torch.Tensor:
+    """``raw`` squashed smoothly into `LOG_STD_RANGE` (a hard clamp would stop its gradient)."""
+    low, high = LOG_STD_RANGE
+    return low + 0.5 * (high - low) * (torch.tanh(raw) + 1)
+
+
+def _check_bounded(spec: Spec) -> None:
+    if not isinstance(spec, BoundedTensorSpec) or len(spec.shape) != 1:
+        raise TypeError(f"a tanh_normal head needs a 1-D bounded action spec, got {spec!r}")
+    low, high = np.asarray(spec.minimum, np.float64), np.asarray(spec.maximum, np.float64)
+    if not (np.isfinite(low).all() and np.isfinite(high).all() and (low < high).all()):
+        raise TypeError(f"a tanh_normal head needs finite bounds with low < high, got {spec!r}")

@@ -1,0 +1,96 @@
+"""`TanhNormal`: a diagonal Gaussian squashed by tanh into box bounds (as SAC's policy)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch.distributions import Distribution, Normal, constraints
+
+
+class TanhNormal(Distribution):
+    """``low + (tanh(u) + 1) * (high - low) / 2`` with ``u ~ Normal(loc, scale)`` per dimension.
+
+    The density follows by change of variables (Haarnoja et al. 2018,
+    https://arxiv.org/abs/1801.01290, App. C):
+    ``log p(a) = sum_i [log N(u_i) - log(1 - tanh(u_i)^2) - log((high_i - low_i) / 2)]``,
+    with ``log(1 - tanh(u)^2)`` computed as ``2 * (log 2 - u - softplus(-2u))``,
+    which stays finite where ``tanh(u)`` rounds to ±1.
+
+    ``log_prob`` of an arbitrary action inverts the squashing with the action
+    clamped just inside the bounds; that loses precision for actions within
+    ~1e-7 of a bound, so SAC-style code should use `rsample_with_log_prob`, or
+    call ``log_prob`` on the very tensor the last ``rsample``/``sample`` returned
+    (it is cached, as torch's ``TanhTransform(cache_size=1)`` does).
+
+    Event shape ``[A]``; batch shape ``loc.shape[:-1]``.
+
+    Args:
+        loc, scale: ``[*B, A]`` mean and standard deviation of ``u``.
+        low, high: ``[A]`` (or broadcastable) finite action bounds.
+
+    >>> d = TanhNormal(torch.zeros(5, 2), torch.ones(5, 2), -torch.ones(2), torch.ones(2))
+    >>> action, log_prob = d.rsample_with_log_prob()
+    >>> action.shape, log_prob.shape, d.mode.abs().max().item()
+    (torch.Size([5, 2]), torch.Size([5]), 0.0)
+    """
+
+    arg_constraints: dict[str, constraints.Constraint] = {}
+    has_rsample = True
+
+    def __init__(
+        self, loc: torch.Tensor, scale: torch.Tensor, low: torch.Tensor, high: torch.Tensor
+    ):
+        self.normal = Normal(loc, scale, validate_args=False)
+        self.low, self.high = low, high
+        self._center = (high + low) / 2
+        self._half_range = (high - low) / 2
+        self._cache: tuple[torch.Tensor, torch.Tensor] | None = None
+        super().__init__(loc.shape[:-1], loc.shape[-1:], validate_args=False)
+
+    @property
+    def support(self) -> constraints.Constraint:
+        return constraints.independent(constraints.interval(self.low, self.high), 1)
+
+    @property
+    def mode(self) -> torch.Tensor:
+        """The squashed mean, ``[*B, A]``: the action to take when acting deterministically."""
+        return self._squash(self.normal.loc)
+
+    def rsample(self, sample_shape: Sequence[int] = ()) -> torch.Tensor:
+        return self.rsample_with_log_prob(sample_shape)[0]
+
+    def sample(self, sample_shape: Sequence[int] = ()) -> torch.Tensor:
+        with torch.no_grad():
+            return self.rsample(sample_shape)
+
+    def rsample_with_log_prob(
+        self, sample_shape: Sequence[int] = ()
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """A reparameterised action ``[*S, *B, A]`` and its exact log-density ``[*S, *B]``."""
+        pre_tanh = self.normal.rsample(sample_shape)
+        action = self._squash(pre_tanh)
+        self._cache = (action, pre_tanh)
+        return action, self._log_prob_of_pre_tanh(pre_tanh)
+
+    def log_prob(self, value: torch.Tensor) -> torch.Tensor:
+        """The log-density ``[*B]`` of actions ``[*B, A]``."""
+        if self._cache is not None and value is self._cache[0]:
+            return self._log_prob_of_pre_tanh(self._cache[1])
+        eps = torch.finfo(value.dtype).eps
+        squashed = ((value - self._center) / self._half_range).clamp(-1 + eps, 1 - eps)
+        return self._log_prob_of_pre_tanh(torch.atanh(squashed))
+
+    def entropy(self) -> torch.Tensor:
+        """A one-sample estimate ``[*B]`` of the entropy (there is no closed form)."""
+        return -self.rsample_with_log_prob()[1]
+
+    def _squash(self, pre_tanh: torch.Tensor) -> torch.Tensor:
+        return self._center + self._half_range * torch.tanh(pre_tanh)
+
+    def _log_prob_of_pre_tanh(self, pre_tanh: torch.Tensor) -> torch.Tensor:
+        log_det_tanh = 2 * (math.log(2) - pre_tanh - F.softplus(-2 * pre_tanh))
+        log_det = log_det_tanh + torch.log(self._half_range)
+        return (self.normal.log_prob(pre_tanh) - log_det).sum(-1)
