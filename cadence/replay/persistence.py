@@ -1,0 +1,341 @@
+"""Replay checkpoints on disk: chunk files with checksums, published atomically.
+
+Each env's ring is cut into *chunks* of ``chunk_length`` positions (ring slot
+``c`` holds positions ``[c * chunk_length, (c + 1) * chunk_length)``). A
+checkpoint directory looks like::
+
+    directory/
+      CURRENT                 "<snapshot name> <sha256 of its manifest.json>"
+      snapshot-000007/
+        manifest.json         {"format": 1, "files": {name: sha256, ...}}
+        meta.pt               counts, fields, row structure, sampler state
+        env00000-chunk00000.pt ...
+
+Publishing writes a complete ``snapshot-N.tmp``, fsyncs it, renames it to
+``snapshot-N`` and only then replaces ``CURRENT`` (write, fsync, ``os.replace``):
+a checkpoint interrupted at any point leaves ``CURRENT`` naming the previous,
+complete snapshot. Loading verifies every checksum before touching the buffer
+and refuses, naming the file, anything that does not verify. Every file is read
+with ``torch.load(weights_only=True)``, so loading never runs code.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import io
+import json
+import os
+import re
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from cadence.replay.buffer import ReplayBuffer
+from cadence.replay.storage import RingStorage
+
+FORMAT_VERSION = 1
+_SNAPSHOT = re.compile(r"snapshot-(\d+)")
+_CHUNK = re.compile(r"env(\d+)-chunk(\d+)\.pt")
+
+
+class ChecksumError(ValueError):
+    """A checkpoint file is missing, unreadable or does not match its checksum.
+
+    Attributes:
+        path: the offending file.
+    """
+
+    def __init__(self, path: Path, reason: str) -> None:
+        super().__init__(f"{path}: {reason}; refusing to load this replay checkpoint")
+        self.path = path
+
+
+@dataclasses.dataclass(frozen=True)
+class FlushedChunk:
+    """A chunk file already on disk: which data it holds and its checksum.
+
+    Attributes:
+        start_time: time (see `cadence.replay.storage`) of its first step.
+        path: the file.
+        sha256: hex digest of its bytes.
+    """
+
+    start_time: int
+    path: Path
+    sha256: str
+
+
+def chunk_name(env: int, slot: int) -> str:
+    """File name of ring slot ``slot`` of env ``env``."""
+    return f"env{env:05d}-chunk{slot:05d}.pt"
+
+
+def encode(value: Any) -> bytes:
+    """``torch.save`` bytes of ``value`` (tensors are made compact first)."""
+    buffer = io.BytesIO()
+    torch.save(value, buffer)
+    return buffer.getvalue()
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def write_durable(path: Path, data: bytes) -> None:
+    """Writes ``data`` to ``path`` and fsyncs it."""
+    with open(path, "wb") as file:
+        file.write(data)
+        file.flush()
+        os.fsync(file.fileno())
+
+
+def chunk_fields(
+    storage: RingStorage, env: int, slot: int, chunk_length: int
+) -> dict[str, torch.Tensor]:
+    """The ring contents of one chunk, ``{key: [chunk_length, *shape]}`` (compact copies)."""
+    window = slice(slot * chunk_length, (slot + 1) * chunk_length)
+    return {key: ring[env, window].clone() for key, ring in storage.fields.items()}
+
+
+def check_chunk_length(capacity: int, chunk_length: int) -> None:
+    """Chunks must tile the ring so that a chunk never straddles the wrap-around.
+
+    Raises:
+        ValueError: ``chunk_length`` does not divide ``capacity``.
+    """
+    if chunk_length < 1 or capacity % chunk_length:
+        raise ValueError(f"chunk_length {chunk_length} must divide the capacity {capacity}")
+
+
+def save_checkpoint(
+    buffer: ReplayBuffer,
+    directory: str | os.PathLike,
+    chunk_length: int = 4096,
+    flushed: Mapping[tuple[int, int], FlushedChunk] | None = None,
+) -> Path:
+    """Publishes the buffer's contents as a new snapshot in ``directory``.
+
+    Args:
+        buffer: what to save (storage and sampler state).
+        directory: the checkpoint directory (created if missing).
+        chunk_length: positions per chunk file; must divide the capacity.
+        flushed: chunk files already written by a `ChunkWriter`, by ``(env, slot)``;
+            those still matching the ring are hard-linked instead of rewritten.
+
+    Returns:
+        the published snapshot directory.
+    """
+    storage = buffer.storage
+    check_chunk_length(storage.capacity, chunk_length)
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    name = f"snapshot-{_latest_number(directory) + 1:06d}"
+    staging = directory / f"{name}.tmp"
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir()
+    files = _write_chunks(storage, staging, chunk_length, flushed or {})
+    meta = encode(_meta(buffer, chunk_length))
+    write_durable(staging / "meta.pt", meta)
+    files["meta.pt"] = sha256(meta)
+    manifest = json.dumps({"format": FORMAT_VERSION, "files": files}, sort_keys=True).encode()
+    write_durable(staging / "manifest.json", manifest)
+    _fsync_directory(staging)
+    os.rename(staging, directory / name)
+    _fsync_directory(directory)
+    _point_current(directory, name, sha256(manifest))
+    _remove_other_snapshots(directory, keep=name)
+    return directory / name
+
+
+def load_checkpoint(buffer: ReplayBuffer, directory: str | os.PathLike) -> None:
+    """Loads the snapshot ``directory/CURRENT`` names into ``buffer``, after verifying it all.
+
+    Raises:
+        ChecksumError: a file is missing or does not match its checksum (named);
+            ``buffer`` is then left unchanged.
+        ValueError: the snapshot was saved from a buffer of another size.
+    """
+    snapshot, files = _read_manifest(Path(directory))
+    blobs = {name: _verified(snapshot / name, digest) for name, digest in files.items()}
+    meta = _decode(blobs.pop("meta.pt"), snapshot / "meta.pt")
+    size = (meta["num_envs"], meta["capacity"])
+    if size != (buffer.num_envs, buffer.capacity):
+        raise ValueError(
+            f"{snapshot} holds {size[0]} envs x {size[1]} steps, the buffer {buffer.num_envs} x "
+            f"{buffer.capacity}"
+        )
+    fields = _empty_fields(meta)
+    for name, blob in blobs.items():
+        _place_chunk(fields, name, _decode(blob, snapshot / name), meta["chunk_length"])
+    storage_state = {key: meta[key] for key in ("num_envs", "capacity", "num_added", "structure")}
+    buffer.load_state_dict(
+        {"storage": {**storage_state, "fields": fields}, "sampler": meta["sampler"]}
+    )
+
+
+# ------------------------------------------------------------------- writing
+
+
+def _write_chunks(
+    storage: RingStorage,
+    staging: Path,
+    chunk_length: int,
+    flushed: Mapping[tuple[int, int], FlushedChunk],
+) -> dict[str, str]:
+    """Puts every chunk that holds data into ``staging``; returns ``{name: sha256}``."""
+    files = {}
+    for env, slot, complete_since in _stored_chunks(storage, chunk_length):
+        name = chunk_name(env, slot)
+        known = flushed.get((env, slot))
+        if (
+            known is not None
+            and known.start_time == complete_since
+            and _link(known.path, staging / name)
+        ):
+            files[name] = known.sha256
+            continue
+        data = encode(chunk_fields(storage, env, slot, chunk_length))
+        write_durable(staging / name, data)
+        files[name] = sha256(data)
+    return files
+
+
+def _stored_chunks(storage: RingStorage, chunk_length: int) -> list[tuple[int, int, int]]:
+    """``(env, slot, start_time)`` of every ring slot holding data.
+
+    ``start_time`` is the first time of the complete chunk the slot holds, or
+    -1 for the slot the write head is in the middle of (it must be written now).
+    """
+    slots_per_ring = storage.capacity // chunk_length
+    chunks = []
+    for env, added in enumerate(storage.num_added.tolist()):
+        head = (added % storage.capacity) // chunk_length
+        for slot in range(slots_per_ring):
+            if added < storage.capacity and slot * chunk_length >= added:
+                break
+            if slot == head and added % chunk_length:
+                chunks.append((env, slot, -1))
+                continue
+            last_complete = added // chunk_length - 1
+            chunk = last_complete - (last_complete - slot) % slots_per_ring
+            chunks.append((env, slot, chunk * chunk_length))
+    return chunks
+
+
+def _meta(buffer: ReplayBuffer, chunk_length: int) -> dict[str, Any]:
+    storage = buffer.storage
+    return {
+        "format": FORMAT_VERSION,
+        "num_envs": storage.num_envs,
+        "capacity": storage.capacity,
+        "chunk_length": chunk_length,
+        "num_added": storage.num_added.cpu().clone(),
+        "structure": storage.structure if storage.initialized else None,
+        "fields": {
+            key: (list(ring.shape[2:]), str(ring.dtype).removeprefix("torch."))
+            for key, ring in storage.fields.items()
+        },
+        "sampler": _to_cpu(buffer.sampler.state_dict()),
+    }
+
+
+def _link(source: Path, target: Path) -> bool:
+    """Hard-links ``source`` (cheap: chunk files are never modified in place); False if impossible."""
+    try:
+        os.link(source, target)
+    except OSError:
+        return False
+    return True
+
+
+def _point_current(directory: Path, name: str, manifest_digest: str) -> None:
+    pointer = directory / "CURRENT.tmp"
+    write_durable(pointer, f"{name} {manifest_digest}\n".encode())
+    os.replace(pointer, directory / "CURRENT")
+    _fsync_directory(directory)
+
+
+def _latest_number(directory: Path) -> int:
+    numbers = [int(m.group(1)) for p in directory.iterdir() if (m := _SNAPSHOT.fullmatch(p.name))]
+    return max(numbers, default=0)
+
+
+def _remove_other_snapshots(directory: Path, keep: str) -> None:
+    for path in directory.iterdir():
+        stale = _SNAPSHOT.fullmatch(path.name) or path.name.endswith(".tmp")
+        if path.is_dir() and stale and path.name != keep:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _fsync_directory(directory: Path) -> None:
+    # A rename is durable only once the directory holding it is synced.
+    descriptor = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def _to_cpu(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.cpu()
+    if isinstance(value, dict):
+        return {key: _to_cpu(item) for key, item in value.items()}
+    return value
+
+
+# ------------------------------------------------------------------- reading
+
+
+def _read_manifest(directory: Path) -> tuple[Path, dict[str, str]]:
+    """The published snapshot and its ``{file name: sha256}``, after checking the manifest."""
+    pointer = directory / "CURRENT"
+    try:
+        name, digest = pointer.read_text().split()
+    except (OSError, ValueError) as error:
+        raise ChecksumError(pointer, f"no readable checkpoint pointer ({error})") from error
+    snapshot = directory / name
+    manifest = json.loads(_verified(snapshot / "manifest.json", digest))
+    if manifest.get("format") != FORMAT_VERSION:
+        raise ValueError(f"{snapshot}: format {manifest.get('format')}, expected {FORMAT_VERSION}")
+    return snapshot, manifest["files"]
+
+
+def _verified(path: Path, digest: str) -> bytes:
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        raise ChecksumError(path, f"cannot be read ({error})") from error
+    if sha256(data) != digest:
+        raise ChecksumError(path, "checksum mismatch")
+    return data
+
+
+def _decode(data: bytes, path: Path) -> Any:
+    try:
+        return torch.load(io.BytesIO(data), weights_only=True)
+    except Exception as error:  # a verified but undecodable file is refused like a corrupt one
+        raise ChecksumError(path, f"cannot be decoded ({error})") from error
+
+
+def _empty_fields(meta: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+    outer = (meta["num_envs"], meta["capacity"])
+    return {
+        key: torch.zeros(outer + tuple(shape), dtype=getattr(torch, dtype))
+        for key, (shape, dtype) in meta["fields"].items()
+    }
+
+
+def _place_chunk(
+    fields: dict[str, torch.Tensor], name: str, chunk: Mapping[str, torch.Tensor], chunk_length: int
+) -> None:
+    match = _CHUNK.fullmatch(name)
+    if match is None or set(chunk) != set(fields):
+        raise ValueError(f"{name} is not a chunk of this checkpoint's fields")
+    env, slot = int(match.group(1)), int(match.group(2))
+    for key, ring in fields.items():
+        ring[env, slot * chunk_length : (slot + 1) * chunk_length] = chunk[key]

@@ -1,0 +1,61 @@
+"""Step rows: how an `Experience` is laid out in the replay storage.
+
+One row per env per time step::
+
+    {"time_step": {"step_type", "reward", "discount", "observation",
+                   "prev_action", "env_id", "env_info"},
+     "action": ...,   # the action taken at that time step
+     "info": ...}     # whatever the algorithm's rollout_step returned as info
+
+An unroll's ``time_step`` is ``[T + 1, B]`` but its last step has no action yet;
+the collector starts the next unroll from it, so only the first ``T`` steps are
+stored and every stored step comes with its action.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cadence.data.experience import Experience
+from cadence.data.nest import Nest, map_structure
+from cadence.data.time_step import TimeStep
+
+STEP_TYPE_KEY = "time_step/step_type"
+"""The key of the step type in a row (the episode index reads it)."""
+
+
+def experience_rows(experience: Experience) -> dict[str, Any]:
+    """The ``[T, B]`` rows of an unroll, raw (before any data transformer).
+
+    Args:
+        experience: ``time_step`` ``[T + 1, B]``, ``action`` and ``info`` ``[T, B]``.
+
+    Returns:
+        the row nest with leaves ``[T, B, ...]``.
+    """
+    time_step = experience.time_step
+    raw = time_step.untransformed if time_step.untransformed is not None else time_step
+    steps = experience.unroll_length
+    return {
+        "time_step": map_structure(lambda x: x[:steps], time_step_fields(raw)),
+        "action": experience.action,
+        "info": experience.info,
+    }
+
+
+def time_step_fields(time_step: TimeStep) -> dict[str, Any]:
+    """The stored fields of ``time_step`` (all but ``untransformed``)."""
+    return {
+        "step_type": time_step.step_type,
+        "reward": time_step.reward,
+        "discount": time_step.discount,
+        "observation": time_step.observation,
+        "prev_action": time_step.prev_action,
+        "env_id": time_step.env_id,
+        "env_info": time_step.env_info,
+    }
+
+
+def time_step_from_rows(rows: Nest) -> TimeStep:
+    """The `TimeStep` of rows made by `experience_rows` (any leading dims, e.g. ``[N, L]``)."""
+    return TimeStep(**rows["time_step"])
