@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from cadence.algorithms.algorithm import Algorithm
+from cadence.algorithms.algorithm import Algorithm, AlgStep
 from cadence.collect.episode_stats import EpisodeStats
 from cadence.data.experience import Experience
 from cadence.data.nest import Nest, map_structure
@@ -34,15 +35,23 @@ class Collector:
         self._state: Nest = ()
 
     @torch.no_grad()
-    def unroll(self) -> tuple[Experience, dict[str, torch.Tensor]]:
-        """Runs ``unroll_length`` steps; returns the experience and completed-episode stats."""
+    def unroll(
+        self, policy: Callable[[TimeStep, Nest], AlgStep] | None = None
+    ) -> tuple[Experience, dict[str, torch.Tensor]]:
+        """Runs ``unroll_length`` steps; returns the experience and completed-episode stats.
+
+        Args:
+            policy: acts instead of the algorithm's ``rollout_step`` (same signature), e.g.
+                the random actions of an off-policy algorithm's initial collection.
+        """
+        act = self.algorithm.rollout_step if policy is None else policy
         if self._time_step is None:
             self._time_step = self.env.reset().to(self.device)
             self._state = self.algorithm.initial_state(self.env.batch_size)
         initial_state = self._state
         time_steps, actions, infos = [self._time_step], [], []
         for _ in range(self.unroll_length):
-            step = self.algorithm.rollout_step(self._time_step, self._state)
+            step = act(self._time_step, self._state)
             self._state = step.state
             self._time_step = self.env.step(step.output).to(self.device)
             time_steps.append(self._time_step)

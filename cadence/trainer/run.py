@@ -8,8 +8,10 @@ from typing import Any
 
 import torch
 
+from cadence.algorithms.algorithm import Algorithm
 from cadence.algorithms.build import build_algorithm
-from cadence.algorithms.on_policy import OnPolicyScheme
+from cadence.algorithms.off_policy import OffPolicyScheme, make_replay_buffer
+from cadence.algorithms.on_policy import OnPolicyScheme, TrainingScheme
 from cadence.collect.unroll import Collector
 from cadence.envs.environment import Environment
 from cadence.envs.make import make_env
@@ -70,11 +72,24 @@ def build_trainer(config: Any, run_dir: Path) -> Trainer:
         trainer_config,
         algorithm,
         collector,
-        OnPolicyScheme(algorithm, collector),
+        make_scheme(config, algorithm, collector, env),
         make_eval_env,
         run_dir,
         eval_seed=config.seed + trainer_config.eval_seed_offset,
     )
+
+
+def make_scheme(
+    config: Any, algorithm: Algorithm, collector: Collector, env: Environment
+) -> TrainingScheme:
+    """The on-policy scheme, or the off-policy one for an algorithm config with ``off_policy``."""
+    off_policy = getattr(config.algorithm, "off_policy", None)
+    if off_policy is None:
+        return OnPolicyScheme(algorithm, collector)
+    replay_buffer = make_replay_buffer(
+        off_policy, env.batch_size, config.trainer.num_env_steps, collector.device
+    )
+    return OffPolicyScheme(algorithm, collector, replay_buffer, off_policy, env.action_spec)
 
 
 def make_training_env(config: Any, num_envs: int, seed: int, backend: str | None = None) -> Environment:

@@ -1,0 +1,182 @@
+"""The off-policy training scheme: unroll into a replay buffer, train on minibatches of it.
+
+``train_iter()`` (DESIGN §5) does one unroll of ``unroll_length`` steps (with uniform
+random actions until ``initial_collect_steps`` env steps were taken), adds it raw to
+the replay buffer, then trains:
+
+- ``whole_replay_buffer_training``: ``num_updates_per_train_iter`` passes over the whole
+  buffer, shuffled along the batch dim with time order kept, cut into
+  ``(mini_batch_size, mini_batch_length)`` minibatches;
+- otherwise: ``mini_batch_size * num_updates_per_train_iter`` windows of
+  ``mini_batch_length`` steps are sampled, shuffled and cut into minibatches.
+
+Each minibatch goes: data transformers -> ``preprocess_experience`` -> ``update``
+(``train_step`` -> ``calc_loss`` -> optimizer step -> ``after_update``) -> priority update.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol
+
+import torch
+
+from cadence.algorithms.algorithm import Algorithm, AlgStep
+from cadence.algorithms.off_policy_config import OffPolicyConfig
+from cadence.data.experience import Experience
+from cadence.data.nest import Nest, map_structure
+from cadence.data.specs import Spec
+from cadence.data.time_step import TimeStep
+from cadence.replay.buffer import ReplayBuffer, ReplaySample
+from cadence.replay.prioritized import PrioritizedSampler, linear_schedule
+
+Policy = Callable[[TimeStep, Nest], AlgStep]
+SampleTransform = Callable[[ReplaySample], ReplaySample]
+
+
+class PolicySource(Protocol):
+    """Where experience comes from: `cadence.collect.Collector` with a policy override."""
+
+    num_env_steps_per_unroll: int
+
+    def unroll(
+        self, policy: Policy | None = None
+    ) -> tuple[Experience, dict[str, torch.Tensor]]: ...
+
+
+class OffPolicyAlgorithm(Protocol):
+    """What `OffPolicyScheme` needs of an algorithm beyond the `Algorithm` contract."""
+
+    def preprocess_experience(self, sample: ReplaySample) -> Any:
+        """Turns ``[N, L]`` replayed windows into the inputs of `update`."""
+
+    def update(self, inputs: Any) -> tuple[dict[str, torch.Tensor], torch.Tensor | None]:
+        """One optimizer step; returns logged scalar terms and ``[N]`` priorities (or None)."""
+
+
+def make_replay_buffer(
+    config: OffPolicyConfig, num_envs: int, num_env_steps: int, device: Any = "cpu"
+) -> ReplayBuffer:
+    """The replay buffer ``config`` asks for; beta anneals to 1 over the ``num_env_steps`` budget."""
+    sampler = None
+    if config.prioritized_replay:
+        beta = linear_schedule(config.priority_beta, 1.0, max(num_env_steps, 1))
+        sampler = PrioritizedSampler(alpha=config.priority_alpha, beta=beta)
+    return ReplayBuffer(num_envs, config.replay_buffer_length, sampler=sampler, device=device)
+
+
+class RandomPolicy:
+    """Uniform random actions, with the algorithm's own ``rollout_step`` run for its state and info.
+
+    Running the real ``rollout_step`` keeps the stored ``info`` nest the same shape in the
+    random and the learned phase (the replay storage fixes its layout on the first add).
+    """
+
+    def __init__(self, algorithm: Algorithm, action_spec: Spec):
+        self.algorithm = algorithm
+        self.action_spec = action_spec
+
+    def __call__(self, time_step: TimeStep, state: Nest) -> AlgStep:
+        step = self.algorithm.rollout_step(time_step, state)
+        batch_size = int(time_step.step_type.shape[0])
+        action = self.action_spec.sample((batch_size,), device=time_step.step_type.device)
+        return step._replace(output=action)
+
+
+class OffPolicyScheme:
+    """``train_iter()`` for off-policy algorithms (DQN, SAC, TD3, DDPG).
+
+    Args:
+        algorithm: an `Algorithm` that also satisfies `OffPolicyAlgorithm`.
+        source: where unrolls come from.
+        replay_buffer: holds the raw unrolls (see `make_replay_buffer`).
+        config: the replay and minibatch knobs.
+        action_spec: the env's action spec, for the initial random actions.
+        transform: the data transformers applied to each sampled minibatch.
+    """
+
+    def __init__(
+        self,
+        algorithm: Algorithm,
+        source: PolicySource,
+        replay_buffer: ReplayBuffer,
+        config: OffPolicyConfig,
+        action_spec: Spec,
+        transform: SampleTransform | None = None,
+    ):
+        self.algorithm = algorithm
+        self.source = source
+        self.replay_buffer = replay_buffer
+        self.config = config
+        self.transform = transform
+        self._random_policy = RandomPolicy(algorithm, action_spec)
+        self._env_steps = 0
+
+    def train_iter(self) -> tuple[dict[str, float], dict[str, torch.Tensor]]:
+        """Returns the mean of every logged loss term and the completed-episode stats."""
+        self.algorithm.eval()
+        collecting = self._env_steps < self.config.initial_collect_steps
+        experience, episodes = self.source.unroll(self._random_policy if collecting else None)
+        self._env_steps += self.source.num_env_steps_per_unroll
+        self.replay_buffer.add_experience(experience)
+        if self._env_steps < self.config.initial_collect_steps:
+            return {"train/num_updates": 0.0}, episodes
+        self.algorithm.train()
+        metrics = self._train()
+        if isinstance(self.replay_buffer.sampler, PrioritizedSampler):
+            self.replay_buffer.sampler.advance(self.source.num_env_steps_per_unroll)
+        return metrics, episodes
+
+    def state_dict(self) -> dict[str, Any]:
+        """The replay buffer (contents, counts, priorities) and the env-step count."""
+        return {"replay_buffer": self.replay_buffer.state_dict(), "env_steps": self._env_steps}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.replay_buffer.load_state_dict(state["replay_buffer"])
+        self._env_steps = int(state["env_steps"])
+
+    def _train(self) -> dict[str, float]:
+        totals: dict[str, torch.Tensor] = {}
+        num_updates = 0
+        for sample in self._minibatches():
+            for key, value in self._update(sample).items():
+                totals[key] = totals.get(key, 0.0) + value.detach()
+            num_updates += 1
+        metrics = {key: float(value) / max(num_updates, 1) for key, value in totals.items()}
+        metrics["train/num_updates"] = float(num_updates)
+        return metrics
+
+    def _minibatches(self) -> Iterator[ReplaySample]:
+        config = self.config
+        if config.whole_replay_buffer_training:
+            for _ in range(config.num_updates_per_train_iter):
+                yield from self.replay_buffer.iterate_minibatches(
+                    config.mini_batch_size, config.mini_batch_length
+                )
+            return
+        total = config.mini_batch_size * config.num_updates_per_train_iter
+        sample = self.replay_buffer.sample(total, config.mini_batch_length)
+        order = torch.randperm(total, device=sample.env_ids.device)
+        for start in range(0, total, config.mini_batch_size):
+            yield _select(sample, order[start : start + config.mini_batch_size])
+
+    def _update(self, sample: ReplaySample) -> dict[str, torch.Tensor]:
+        if self.transform is not None:
+            sample = self.transform(sample)
+        inputs = self.algorithm.preprocess_experience(sample)
+        extra, priorities = self.algorithm.update(inputs)
+        if priorities is not None and isinstance(self.replay_buffer.sampler, PrioritizedSampler):
+            self.replay_buffer.update_priorities(
+                sample.indices, priorities.detach().abs() + self.config.priority_epsilon
+            )
+        return extra
+
+
+def _select(sample: ReplaySample, rows: torch.Tensor) -> ReplaySample:
+    return ReplaySample(
+        steps=map_structure(lambda x: x[rows], sample.steps),
+        env_ids=sample.env_ids[rows],
+        positions=sample.positions[rows],
+        indices=sample.indices[rows],
+        weights=sample.weights[rows],
+    )
