@@ -60,6 +60,9 @@ class GymEnvFactory:
         if callable(self.name):
             env = self.name(**self.env_kwargs)
         else:
+            # A worker process starts with Gymnasium's registry only; this registers
+            # cadence's own ids (cadence/...) there too.
+            check_env_id(self.name)
             env = gym.make(self.name, **self.env_kwargs)
         for wrapper in self.gym_wrappers:
             env = wrapper(env)

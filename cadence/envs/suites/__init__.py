@@ -1,1 +1,25 @@
-"""cadence's own Gymnasium environments, registered under the ``cadence/`` namespace."""
+"""cadence's own Gymnasium environments, registered under the ``cadence/`` namespace.
+
+Importing this package registers them (as Gymnasium packages do); `make_env`
+imports it when it meets an id that Gymnasium does not know yet.
+
+| id | what |
+|---|---|
+| ``cadence/PixelCartPole-v1`` | CartPole-v1 observed as stacked grayscale frames (`PixelCartPoleEnv`) |
+"""
+
+import gymnasium as gym
+
+from cadence.envs.suites.pixel_cartpole import PixelCartPoleEnv, draw_cartpole
+
+__all__ = ["PIXEL_CARTPOLE_ID", "PixelCartPoleEnv", "draw_cartpole"]
+
+PIXEL_CARTPOLE_ID = "cadence/PixelCartPole-v1"
+
+if PIXEL_CARTPOLE_ID not in gym.registry:
+    gym.register(
+        id=PIXEL_CARTPOLE_ID,
+        entry_point="cadence.envs.suites.pixel_cartpole:PixelCartPoleEnv",
+        max_episode_steps=500,  # CartPole-v1's limit
+        reward_threshold=475.0,
+    )
