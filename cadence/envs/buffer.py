@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from cadence.data.nest import Nest, flatten_with_paths, pack_sequence_as
+from cadence.data.nest import Nest, flatten_with_paths, map_structure, pack_sequence_as
 from cadence.data.specs import CompositeSpec, Spec
 from cadence.data.time_step import TimeStep
 
@@ -137,9 +137,19 @@ class TimeStepBuffer:
         self._step_type[rows] = [t.step_type for t in time_steps]
         self._reward[rows] = [t.reward for t in time_steps]
         self._discount[rows] = [t.discount for t in time_steps]
-        _write_leaves(self._obs_leaves, self._flat_obs, start, [t.observation for t in time_steps])
         _write_leaves(
-            self._action_leaves, self._flat_action, start, [t.prev_action for t in time_steps]
+            self._obs_leaves,
+            self._flat_obs,
+            start,
+            [t.observation for t in time_steps],
+            self._obs_structure,
+        )
+        _write_leaves(
+            self._action_leaves,
+            self._flat_action,
+            start,
+            [t.prev_action for t in time_steps],
+            self._action_structure,
         )
         for key, array in self._info:
             array[rows] = [t.env_info[key] for t in time_steps]
@@ -170,7 +180,9 @@ class TimeStepBuffer:
         )
 
 
-def _write_leaves(arrays: list[np.ndarray], flat: bool, start: int, values: list[Nest]) -> None:
+def _write_leaves(
+    arrays: list[np.ndarray], flat: bool, start: int, values: list[Nest], structure: Nest = None
+) -> None:
     """Writes rows ``start, start + 1, ...`` of ``arrays`` (the leaves of one nest field)."""
     if flat:
         array = arrays[0]
@@ -178,11 +190,15 @@ def _write_leaves(arrays: list[np.ndarray], flat: bool, start: int, values: list
             array[row] = value
         return
     for row, value in enumerate(values, start):
-        for array, leaf in zip(arrays, _leaves(value), strict=True):
+        for array, leaf in zip(arrays, _leaves(value, structure), strict=True):
             array[row] = leaf
 
 
-def _leaves(nest: Nest) -> list[Any]:
+def _leaves(nest: Nest, structure: Nest = None) -> list[Any]:
+    if structure is not None:
+        # In the spec's key order: an env's dicts may list their keys in any order (Gymnasium
+        # sorts a Dict space's keys, not the observations an env returns).
+        nest = map_structure(lambda _, leaf: leaf, structure, nest)
     return [leaf for _, leaf in flatten_with_paths(nest)]
 
 

@@ -480,13 +480,33 @@ def _worker_main(
 def _serve(conn: Connection, envs: list[PyEnvironment], start: int) -> None:
     """Answers the parent's requests until "close"."""
     shared: dict[str, Any] = {}
-    while True:
-        command, arg = pickle.loads(conn.recv_bytes())
-        if command == "close":
-            return
-        offset = arg if command == "render" else 0
-        reply, _ = _attempt(functools.partial(_handle, command, arg, envs, start, shared), offset)
-        conn.send_bytes(_OK if reply == ("ok", None) else pickle.dumps(reply))
+    try:
+        while True:
+            command, arg = pickle.loads(conn.recv_bytes())
+            if command == "close":
+                return
+            offset = arg if command == "render" else 0
+            reply, _ = _attempt(
+                functools.partial(_handle, command, arg, envs, start, shared), offset
+            )
+            conn.send_bytes(_OK if reply == ("ok", None) else pickle.dumps(reply))
+    finally:
+        _detach(shared)
+
+
+def _detach(shared: dict[str, Any]) -> None:
+    """Drops the views of the shared block, then unmaps it.
+
+    Left to the interpreter's exit, the mapping would be closed while views still
+    exist and print a ``BufferError`` from every worker.
+    """
+    shm = shared.pop("shm", None)
+    shared.clear()
+    if shm is not None:
+        try:
+            shm.close()
+        except BufferError:  # a view is still referenced somewhere; exit unmaps it anyway
+            pass
 
 
 def _handle(
