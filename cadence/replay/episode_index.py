@@ -83,7 +83,7 @@ class EpisodeIndex:
         rows = self._rows(env_ids, positions)
         times = self.storage.times(env_ids, positions)
         end = self._end[rows, positions]
-        newest = self.storage.num_added[env_ids].view_as(rows) - 1
+        newest = self.storage.num_added[rows] - 1
         return torch.where(end == _UNKNOWN, newest, end) - times
 
     # ----------------------------------------------------------------- updates
