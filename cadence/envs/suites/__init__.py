@@ -6,13 +6,15 @@ imports it when it meets an id that Gymnasium does not know yet.
 | id | what |
 |---|---|
 | ``cadence/PixelCartPole-v1`` | CartPole-v1 observed as stacked grayscale frames (`PixelCartPoleEnv`) |
+| ``cadence/BitFlip-v0`` | HER's bit flipping, ``n_bits`` kwarg (`BitFlipEnv`, a goal Dict observation) |
 """
 
 import gymnasium as gym
 
+from cadence.envs.suites.bit_flip import BitFlipEnv
 from cadence.envs.suites.pixel_cartpole import PixelCartPoleEnv, draw_cartpole
 
-__all__ = ["PIXEL_CARTPOLE_ID", "PixelCartPoleEnv", "draw_cartpole"]
+__all__ = ["BIT_FLIP_ID", "PIXEL_CARTPOLE_ID", "BitFlipEnv", "PixelCartPoleEnv", "draw_cartpole"]
 
 PIXEL_CARTPOLE_ID = "cadence/PixelCartPole-v1"
 
@@ -23,3 +25,9 @@ if PIXEL_CARTPOLE_ID not in gym.registry:
         max_episode_steps=500,  # CartPole-v1's limit
         reward_threshold=475.0,
     )
+
+BIT_FLIP_ID = "cadence/BitFlip-v0"
+
+if BIT_FLIP_ID not in gym.registry:
+    # No registered step limit: the env cuts its episodes itself after n_bits steps.
+    gym.register(id=BIT_FLIP_ID, entry_point="cadence.envs.suites.bit_flip:BitFlipEnv")
