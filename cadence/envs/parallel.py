@@ -269,7 +269,10 @@ class ParallelEnvironment(Environment):
         self._check_usable()
         for worker, message in messages.items():
             payload = message if isinstance(message, bytes) else pickle.dumps(message)
-            self._conns[worker].send_bytes(payload)
+            try:
+                self._conns[worker].send_bytes(payload)
+            except OSError:
+                pass  # a dead worker's pipe: `_gather` sees its EOF and reports the death
         return self._gather(messages)
 
     def _gather(self, workers: Any) -> list[Any]:
@@ -489,7 +492,9 @@ def _serve(conn: Connection, envs: list[PyEnvironment], start: int) -> None:
             reply, _ = _attempt(
                 functools.partial(_handle, command, arg, envs, start, shared), offset
             )
-            conn.send_bytes(_OK if reply == ("ok", None) else pickle.dumps(reply))
+            # `is None`: comparing the tuples would compare a reply's array (a frame) elementwise.
+            done = reply[0] == "ok" and reply[1] is None
+            conn.send_bytes(_OK if done else pickle.dumps(reply))
     finally:
         _detach(shared)
 
