@@ -152,16 +152,17 @@ def record_stream(
     other_generator = torch.Generator().manual_seed(seed + 1)
     outer = (env.batch_size,)
     time_step = env.reset()
-    returned, actions = [time_step], []
+    returned, clones, actions = [time_step], [time_step.clone()], []
     for _ in range(num_steps):
         action = env.action_spec.sample(outer, generator)
         if perturb_ignored_actions:
             other = env.action_spec.sample(outer, other_generator)
-            resetting = returned[-1].is_last().cpu()
+            resetting = clones[-1].is_last().cpu()
             action = map_structure(functools.partial(_where_rows, resetting), other, action)
         actions.append(action)
         returned.append(env.step(map_structure(lambda a: a.to(env.device), action)))
-    return Stream([t.clone() for t in returned], actions, returned)
+        clones.append(returned[-1].clone())  # now: later steps must not change what it holds
+    return Stream(clones, actions, returned)
 
 
 def check_stream(env: Environment, stream: Stream) -> ContractReport:
