@@ -57,5 +57,12 @@ def time_step_fields(time_step: TimeStep) -> dict[str, Any]:
 
 
 def time_step_from_rows(rows: Nest) -> TimeStep:
-    """The `TimeStep` of rows made by `experience_rows` (any leading dims, e.g. ``[N, L]``)."""
-    return TimeStep(**rows["time_step"])
+    """The `TimeStep` of rows made by `experience_rows` (any leading dims, e.g. ``[N, L]``).
+
+    A data transformer may have added ``untransformed`` (the raw fields, a dict of
+    the same form) to the rows of a replayed sample; it becomes a `TimeStep` too.
+    """
+    fields = dict(rows["time_step"])
+    if isinstance(fields.get("untransformed"), dict):
+        fields["untransformed"] = TimeStep(**fields["untransformed"])
+    return TimeStep(**fields)

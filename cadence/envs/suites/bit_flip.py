@@ -41,7 +41,9 @@ class BitFlipEnv(gym.Env):
 
     metadata = {"render_modes": ["ansi"]}
 
-    def __init__(self, n_bits: int = 15, max_steps: int | None = None, render_mode: str | None = None):
+    def __init__(
+        self, n_bits: int = 15, max_steps: int | None = None, render_mode: str | None = None
+    ):
         if n_bits < 1:
             raise ValueError(f"n_bits must be >= 1, got {n_bits}")
         if max_steps is not None and max_steps < 1:

@@ -67,7 +67,9 @@ def test_registered_id_takes_n_bits_and_reports_is_success_as_env_info():
 
 def test_bit_flip_passes_the_environment_contract():
     def make(seed):
-        return make_env(BIT_FLIP_ID, num_envs=3, backend="serial", seed=seed, env_kwargs={"n_bits": 3})
+        return make_env(
+            BIT_FLIP_ID, num_envs=3, backend="serial", seed=seed, env_kwargs={"n_bits": 3}
+        )
 
     report = check_environment(make, num_steps=120)
     assert report.terminations > 0, "random flips of 3 bits should sometimes succeed"
