@@ -93,3 +93,25 @@ def test_cartpole_pole_fall_ends_last_with_discount_zero(backend: str):
             falls += last
             previous_last = last
         assert torch.all(falls >= 2), f"falls per env: {falls.tolist()}"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize(
+    ("backend", "env"),
+    [
+        ("tensor", "CartPole-v1"),
+        ("tensor", "Pendulum-v1"),
+        ("serial", "dict"),
+        ("parallel", "image"),
+    ],
+)
+def test_contract_on_a_cuda_device(backend: str, env: str):
+    kwargs = dict(ENVS[env])
+    name = kwargs.pop("name")
+
+    def make(seed: int):
+        return make_env(name, NUM_ENVS, backend, seed, device="cuda", **kwargs)
+
+    report = check_environment(make, seed=3, num_steps=NUM_STEPS)
+    assert report.episodes >= NUM_ENVS
