@@ -13,6 +13,7 @@ torch.Size([5, 2])
 """
 
 from cadence.networks.config import NetworkConfig
+from cadence.networks.deterministic_actor import DeterministicActor
 from cadence.networks.distributions import TanhNormal
 from cadence.networks.encoders import (
     DictEncoder,
@@ -36,6 +37,7 @@ __all__ = [
     "MLP",
     "CategoricalHead",
     "CriticEnsemble",
+    "DeterministicActor",
     "DictEncoder",
     "EnsembleLinear",
     "EnsembleMLP",

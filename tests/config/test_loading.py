@@ -10,9 +10,18 @@ import pytest
 from cadence.algorithms.a2c.config import A2CConfig
 from cadence.algorithms.ppo.config import PPOConfig
 from cadence.config import ConfigError, ExperimentConfig, list_configs, load_config
+from cadence.config.experiment import ALGORITHM_CONFIGS
 from cadence.config.loading import NAMED_CONFIG_DIR
 
-NAMED = ["a2c_cartpole", "ppo_cartpole", "ppo_cartpole_pixels", "ppo_hopper", "ppo_pendulum"]
+NAMED = [
+    "a2c_cartpole",
+    "ddpg_pendulum",
+    "ppo_cartpole",
+    "ppo_cartpole_pixels",
+    "ppo_hopper",
+    "ppo_pendulum",
+    "td3_pendulum",
+]
 
 
 def _error(name: str, overrides: list[str]) -> ConfigError:
@@ -120,14 +129,16 @@ def test_literal_choice_errors_list_the_choices():
         "env.backend='gpu': expected one of 'serial', 'thread', 'parallel', 'tensor', 'auto'"
         in str(error)
     )
-    assert "algorithm.name='dqn': expected one of 'ppo', 'a2c'" in str(
-        _error("ppo_cartpole", ["algorithm.name=dqn"])
+    names = ", ".join(f"'{name}'" for name in ALGORITHM_CONFIGS)
+    assert f"algorithm.name='nope': expected one of {names}" in str(
+        _error("ppo_cartpole", ["algorithm.name=nope"])
     )
 
 
 def test_unknown_algorithm_group_choice_lists_the_choices():
-    error = _error("ppo_cartpole", ["algorithm=dqn"])
-    assert "algorithm: no such choice; expected one of a2c, ppo" in str(error)
+    error = _error("ppo_cartpole", ["algorithm=nope"])
+    choices = ", ".join(sorted(ALGORITHM_CONFIGS))
+    assert f"algorithm: no such choice; expected one of {choices}" in str(error)
 
 
 def test_unparsable_override_is_named():

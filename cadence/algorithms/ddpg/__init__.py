@@ -1,0 +1,33 @@
+"""DDPG (Lillicrap et al. 2016, https://arxiv.org/abs/1509.02971): `DDPGConfig` and `make_ddpg`."""
+
+from __future__ import annotations
+
+from cadence.algorithms.ddpg.config import DDPGConfig
+from cadence.algorithms.deterministic_actor_critic import (
+    DeterministicActorCritic,
+    make_deterministic_networks,
+)
+from cadence.data.specs import Spec
+from cadence.networks.config import NetworkConfig
+
+__all__ = ["DDPGConfig", "make_ddpg"]
+
+
+def make_ddpg(
+    config: DDPGConfig, observation_spec: Spec, action_spec: Spec, network_config: NetworkConfig
+) -> DeterministicActorCritic:
+    """DDPG as a `DeterministicActorCritic` with one critic, bootstrapping from the target
+    actor's action as it is, and the actor and targets updated with every critic update."""
+    actor, critic = make_deterministic_networks(
+        observation_spec, action_spec, network_config, num_critics=1
+    )
+    return DeterministicActorCritic(
+        actor,
+        critic,
+        action_spec,
+        gamma=config.gamma,
+        tau=config.tau,
+        exploration_noise=config.exploration_noise,
+        actor_learning_rate=config.actor_learning_rate,
+        critic_learning_rate=config.critic_learning_rate,
+    )

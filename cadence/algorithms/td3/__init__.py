@@ -1,0 +1,39 @@
+"""TD3 (Fujimoto et al. 2018, https://arxiv.org/abs/1802.09477): `TD3Config` and `make_td3`."""
+
+from __future__ import annotations
+
+from cadence.algorithms.deterministic_actor_critic import (
+    DeterministicActorCritic,
+    make_deterministic_networks,
+)
+from cadence.algorithms.td3.config import TD3Config
+from cadence.algorithms.td3.smoothing import TargetPolicySmoothing
+from cadence.data.specs import Spec
+from cadence.networks.config import NetworkConfig
+
+__all__ = ["TD3Config", "TargetPolicySmoothing", "make_td3"]
+
+
+def make_td3(
+    config: TD3Config, observation_spec: Spec, action_spec: Spec, network_config: NetworkConfig
+) -> DeterministicActorCritic:
+    """TD3 as a `DeterministicActorCritic` composed of its three parts: an ensemble of
+    ``num_critics`` critics (bootstrapping from their minimum), `TargetPolicySmoothing`,
+    and actor and target updates every ``policy_delay`` critic updates."""
+    actor, critic = make_deterministic_networks(
+        observation_spec, action_spec, network_config, config.num_critics
+    )
+    return DeterministicActorCritic(
+        actor,
+        critic,
+        action_spec,
+        gamma=config.gamma,
+        tau=config.tau,
+        exploration_noise=config.exploration_noise,
+        actor_learning_rate=config.actor_learning_rate,
+        critic_learning_rate=config.critic_learning_rate,
+        policy_delay=config.policy_delay,
+        target_action_noise=TargetPolicySmoothing(
+            config.target_policy_noise, config.target_noise_clip
+        ),
+    )
