@@ -8,6 +8,7 @@ from typing import Any
 from cadence.algorithms.a2c import make_a2c
 from cadence.algorithms.algorithm import Algorithm
 from cadence.algorithms.ddpg import make_ddpg
+from cadence.algorithms.dqn import make_dqn
 from cadence.algorithms.ppo import make_ppo
 from cadence.algorithms.td3 import make_td3
 from cadence.data.specs import Spec
@@ -17,6 +18,7 @@ ALGORITHM_BUILDERS: dict[str, Callable[..., Algorithm]] = {
     "a2c": make_a2c,
     "td3": make_td3,
     "ddpg": make_ddpg,
+    "dqn": make_dqn,
 }
 
 

@@ -10,13 +10,14 @@ from attrs.validators import ge, instance_of, matches_re, optional
 
 from cadence.algorithms.a2c.config import A2CConfig
 from cadence.algorithms.ddpg.config import DDPGConfig
+from cadence.algorithms.dqn.config import DQNConfig
 from cadence.algorithms.ppo.config import PPOConfig
 from cadence.algorithms.td3.config import TD3Config
 from cadence.envs.config import EnvConfig
 from cadence.networks.config import NetworkConfig
 from cadence.trainer.config import TrainerConfig
 
-AlgorithmConfig = PPOConfig | A2CConfig | TD3Config | DDPGConfig
+AlgorithmConfig = PPOConfig | A2CConfig | TD3Config | DDPGConfig | DQNConfig
 
 # The config class of each algorithm, chosen by the ``algorithm.name`` key.
 # A new algorithm adds its class here and to the `AlgorithmConfig` union.
@@ -25,6 +26,7 @@ ALGORITHM_CONFIGS: dict[str, type[Any]] = {
     "a2c": A2CConfig,
     "td3": TD3Config,
     "ddpg": DDPGConfig,
+    "dqn": DQNConfig,
 }
 
 
