@@ -19,6 +19,7 @@ from cadence.data.specs import CompositeSpec, Spec
 from cadence.data.time_step import TimeStep
 
 _ALIGN = 64
+_CPU = torch.device("cpu")
 
 
 class ArrayLayout:
@@ -33,7 +34,10 @@ class ArrayLayout:
             size = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
             offset += -(-size // _ALIGN) * _ALIGN
         self.nbytes = max(offset, _ALIGN)
-        self._counts = [int(np.prod(shape, dtype=np.int64)) for _, shape, _ in fields]
+        self._placements = [
+            (tuple(shape), np.dtype(dtype), offset)
+            for (_, shape, dtype), offset in zip(fields, self.offsets, strict=True)
+        ]
 
     def views(self, memory: Any) -> dict[str, np.ndarray]:
         """Arrays over ``memory`` (anything supporting the buffer protocol), by name."""
@@ -43,11 +47,10 @@ class ArrayLayout:
 
     def view_list(self, memory: Any) -> list[np.ndarray]:
         """Arrays over ``memory`` in field order."""
+        # One constructor call per field: `read` makes these on every step.
         return [
-            np.frombuffer(memory, dtype=dtype, count=count, offset=offset).reshape(shape)
-            for (_, shape, dtype), offset, count in zip(
-                self.fields, self.offsets, self._counts, strict=True
-            )
+            np.ndarray(shape, dtype, buffer=memory, offset=offset)
+            for shape, dtype, offset in self._placements
         ]
 
 
@@ -156,11 +159,9 @@ class TimeStepBuffer:
 
     def read(self, device: torch.device | str = "cpu") -> TimeStep:
         """A torch `TimeStep` of all rows, copied out of the block (one memcpy)."""
-        copy = np.empty(self.layout.nbytes, dtype=np.uint8)
-        copy[:] = self._bytes
-        arrays = [torch.from_numpy(a) for a in self.layout.view_list(copy)]
-        time_step = self._assemble(arrays)
-        if torch.device(device).type != "cpu":
+        copy = self._bytes.copy()
+        time_step = self._assemble([torch.from_numpy(a) for a in self.layout.view_list(copy)])
+        if device != _CPU and torch.device(device).type != "cpu":
             time_step = time_step.to(device)
         return time_step
 
@@ -186,6 +187,12 @@ def _write_leaves(
     """Writes rows ``start, start + 1, ...`` of ``arrays`` (the leaves of one nest field)."""
     if flat:
         array = arrays[0]
+        try:
+            # One assignment converts the whole list: far cheaper than one per row.
+            array[start : start + len(values)] = values
+            return
+        except ValueError:  # rows that only broadcast to the row shape (e.g. a bare scalar)
+            pass
         for row, value in enumerate(values, start):
             array[row] = value
         return
@@ -205,7 +212,9 @@ def _leaves(nest: Nest, structure: Nest = None) -> list[Any]:
 def action_to_numpy(action: Nest) -> Nest:
     """A batched torch action nest as numpy arrays on the CPU (no copy when possible)."""
     if isinstance(action, torch.Tensor):
-        return action.detach().cpu().numpy()
+        if action.requires_grad or not action.is_cpu:
+            action = action.detach().cpu()
+        return action.numpy()
     if isinstance(action, dict):
         return {k: action_to_numpy(v) for k, v in action.items()}
     return np.asarray(action)

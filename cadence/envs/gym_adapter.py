@@ -52,6 +52,8 @@ class GymAdapter(PyEnvironment):
         self._tuple_obs = isinstance(env.observation_space, gym.spaces.Tuple)
         self._tuple_action = isinstance(env.action_space, gym.spaces.Tuple)
         self._scalar_discrete_action = isinstance(env.action_space, gym.spaces.Discrete)
+        # Actions `step` passes to the env as they are (see `_to_gym`).
+        self._plain_action = not (self._tuple_action or self._scalar_discrete_action)
         if env_info_keys is None:
             env_info_keys = self._probe_info_keys()
         self._info_keys = tuple(env_info_keys)
@@ -91,16 +93,24 @@ class GymAdapter(PyEnvironment):
         return TimeStep(_FIRST, 0.0, 1.0, observation, self._zero_action, self._env_id, info)
 
     def step(self, action: Nest) -> TimeStep:
-        # The hot path of every CPU back end: positional construction and no nest walks.
+        # The hot path of every CPU back end: positional construction, no nest walks, and
+        # the common cases (a Box or an integer action, a Box observation) inlined.
         if self._needs_reset:
             return self.reset()
-        observation, reward, terminated, truncated, info = self._env.step(self._to_gym(action))
+        if self._plain_action or isinstance(action, np.integer):
+            gym_action = action
+        else:
+            gym_action = self._to_gym(action)
+        observation, reward, terminated, truncated, info = self._env.step(gym_action)
         if terminated or truncated:
             step_type = _LAST
             self._needs_reset = True
         else:
             step_type = _MID
-        observation = self._convert_observation(observation)
+        if self._flat_obs_dtype is not None:
+            observation = np.asarray(observation, self._flat_obs_dtype)
+        else:
+            observation = self._convert_observation(observation)
         info = self._info_values(info) if self._info_keys else {}
         discount = 0.0 if terminated else 1.0
         return TimeStep(step_type, float(reward), discount, observation, action, self._env_id, info)
