@@ -1,4 +1,9 @@
-"""`Collector`: runs an algorithm's `rollout_step` in a batched environment."""
+"""`Collector`: runs an algorithm's `rollout_step` in a batched environment.
+
+With data transformers the algorithm sees transformed time steps, while each
+step keeps the raw one in ``untransformed``: the replay buffer stores raw steps
+and episode returns are those of the raw rewards.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +18,7 @@ from cadence.data.experience import Experience
 from cadence.data.nest import Nest, map_structure
 from cadence.data.time_step import TimeStep
 from cadence.envs.environment import Environment
+from cadence.transforms.transformer import DataTransformer
 
 
 class Collector:
@@ -23,16 +29,27 @@ class Collector:
         algorithm: provides `rollout_step` and `initial_state`.
         unroll_length: steps per environment per `unroll`.
         device: where the algorithm runs; time steps are moved there.
+        transformer: data transformers applied to every time step (training mode
+            updates their statistics); None for none.
     """
 
-    def __init__(self, env: Environment, algorithm: Algorithm, unroll_length: int, device: Any = "cpu"):
+    def __init__(
+        self,
+        env: Environment,
+        algorithm: Algorithm,
+        unroll_length: int,
+        device: Any = "cpu",
+        transformer: DataTransformer | None = None,
+    ):
         self.env = env
         self.algorithm = algorithm
         self.unroll_length = unroll_length
         self.device = torch.device(device)
+        self.transformer = transformer
         self.episode_stats = EpisodeStats(env.batch_size)
         self._time_step: TimeStep | None = None
         self._state: Nest = ()
+        self._transform_state: Nest = ()
 
     @torch.no_grad()
     def unroll(
@@ -46,14 +63,16 @@ class Collector:
         """
         act = self.algorithm.rollout_step if policy is None else policy
         if self._time_step is None:
-            self._time_step = self.env.reset().to(self.device)
+            if self.transformer is not None:
+                self._transform_state = self.transformer.initial_state(self.env.batch_size)
+            self._time_step = self._transform(self.env.reset().to(self.device))
             self._state = self.algorithm.initial_state(self.env.batch_size)
         initial_state = self._state
         time_steps, actions, infos = [self._time_step], [], []
         for _ in range(self.unroll_length):
             step = act(self._time_step, self._state)
             self._state = step.state
-            self._time_step = self.env.step(step.output).to(self.device)
+            self._time_step = self._transform(self.env.step(step.output).to(self.device))
             time_steps.append(self._time_step)
             actions.append(step.output)
             infos.append(step.info)
@@ -63,7 +82,8 @@ class Collector:
             info=_stack(infos),
             initial_state=initial_state,
         )
-        stats = self.episode_stats.update(experience.time_step[1:])
+        raw = experience.time_step.untransformed
+        stats = self.episode_stats.update((experience.time_step if raw is None else raw)[1:])
         return experience, stats
 
     @property
@@ -71,18 +91,31 @@ class Collector:
         return self.unroll_length * self.env.batch_size
 
     def state_dict(self) -> dict[str, Any]:
-        """The in-progress episode: current time step, recurrent state, episode sums."""
+        """The in-progress episode: current time step (and its raw form), recurrent and
+        transformer state, episode sums."""
         return {
             "time_step": None if self._time_step is None else _time_step_to_dict(self._time_step),
             "state": self._state,
+            "transform_state": self._transform_state,
             "episode_stats": self.episode_stats.state_dict(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         time_step = state["time_step"]
-        self._time_step = None if time_step is None else TimeStep(**time_step).to(self.device)
+        self._time_step = None if time_step is None else _time_step_from_dict(time_step)
+        if self._time_step is not None:
+            self._time_step = self._time_step.to(self.device)
         self._state = state["state"]
+        self._transform_state = state.get("transform_state", ())
         self.episode_stats.load_state_dict(state["episode_stats"])
+
+    def _transform(self, raw: TimeStep) -> TimeStep:
+        if self.transformer is None:
+            return raw
+        time_step, self._transform_state = self.transformer.transform_time_step(
+            raw, self._transform_state
+        )
+        return time_step.replace(untransformed=raw)
 
 
 def _stack(items: list[Nest]) -> Nest:
@@ -98,4 +131,14 @@ def _time_step_to_dict(time_step: TimeStep) -> dict[str, Any]:
         "prev_action": time_step.prev_action,
         "env_id": time_step.env_id,
         "env_info": time_step.env_info,
+        "untransformed": None
+        if time_step.untransformed is None
+        else _time_step_to_dict(time_step.untransformed),
     }
+
+
+def _time_step_from_dict(fields: dict[str, Any]) -> TimeStep:
+    fields = dict(fields)
+    untransformed = fields.pop("untransformed", None)
+    raw = None if untransformed is None else _time_step_from_dict(untransformed)
+    return TimeStep(**fields, untransformed=raw)

@@ -16,6 +16,7 @@ from cadence.algorithms.td3.config import TD3Config
 from cadence.envs.config import EnvConfig
 from cadence.networks.config import NetworkConfig
 from cadence.trainer.config import TrainerConfig
+from cadence.transforms.config import DataTransformersConfig
 
 AlgorithmConfig = PPOConfig | A2CConfig | TD3Config | DDPGConfig | DQNConfig
 
@@ -83,6 +84,11 @@ class ExperimentConfig:
         factory=TrainerConfig,
         validator=instance_of(TrainerConfig),
         metadata={"doc": "Training loop."},
+    )
+    data_transformers: DataTransformersConfig = field(
+        factory=DataTransformersConfig,
+        validator=instance_of(DataTransformersConfig),
+        metadata={"doc": "Data transformers applied to rollout steps and replayed minibatches."},
     )
     root_dir: str | None = field(
         default=None,

@@ -4,16 +4,31 @@ from __future__ import annotations
 
 import torch
 
-from cadence.algorithms.algorithm import Algorithm
+from cadence.algorithms.algorithm import Algorithm, AlgStep
+from cadence.data.nest import Nest
+from cadence.data.time_step import TimeStep
 from cadence.envs.environment import Environment
+from cadence.transforms.transformer import DataTransformer
 
 
 @torch.no_grad()
-def evaluate_episodes(algorithm: Algorithm, env: Environment, device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:
+def evaluate_episodes(
+    algorithm: Algorithm,
+    env: Environment,
+    device: torch.device | str = "cpu",
+    transformer: DataTransformer | None = None,
+) -> dict[str, torch.Tensor]:
     """Runs ``predict_step`` until every environment of ``env`` ends its first episode.
 
     Counting only the first episode of each environment keeps the estimate
     unbiased (short episodes are not over-represented).
+
+    Args:
+        algorithm: the policy.
+        env: the evaluation environments.
+        device: where the algorithm runs.
+        transformer: the training's data transformers, applied in eval mode (their
+            statistics frozen); returns are those of the raw rewards.
 
     Returns:
         ``{"return": [B], "length": [B]}`` plus ``"info/<key>": [B]`` with the
@@ -21,6 +36,7 @@ def evaluate_episodes(algorithm: Algorithm, env: Environment, device: torch.devi
     """
     was_training = algorithm.training
     algorithm.eval()
+    policy = TransformedPolicy(algorithm, transformer, env.batch_size)
     time_step = env.reset().to(device)
     state = algorithm.initial_state(env.batch_size)
     done = torch.zeros(env.batch_size, dtype=torch.bool, device=device)
@@ -28,7 +44,7 @@ def evaluate_episodes(algorithm: Algorithm, env: Environment, device: torch.devi
     lengths = torch.zeros(env.batch_size, dtype=torch.int64, device=device)
     final_info = {k: torch.zeros(env.batch_size, device=device) for k in time_step.env_info}
     while not bool(done.all()):
-        step = algorithm.predict_step(time_step, state)
+        step = policy.predict_step(time_step, state)
         state = step.state
         time_step = env.step(step.output).to(device)
         active = ~done
@@ -39,4 +55,26 @@ def evaluate_episodes(algorithm: Algorithm, env: Environment, device: torch.devi
             final_info[key] = torch.where(ended, value.float(), final_info[key])
         done |= ended
     algorithm.train(was_training)
+    policy.restore_mode()
     return {"return": returns, "length": lengths, **{f"info/{k}": v for k, v in final_info.items()}}
+
+
+class TransformedPolicy:
+    """``predict_step`` on transformed time steps, the transformer in eval mode until restored."""
+
+    def __init__(self, algorithm: Algorithm, transformer: DataTransformer | None, batch_size: int):
+        self.algorithm = algorithm
+        self.transformer = transformer
+        self._was_training = transformer is not None and transformer.training
+        self._state = None if transformer is None else transformer.initial_state(batch_size)
+        if transformer is not None:
+            transformer.eval()
+
+    def predict_step(self, time_step: TimeStep, state: Nest) -> AlgStep:
+        if self.transformer is not None:
+            time_step, self._state = self.transformer.transform_time_step(time_step, self._state)
+        return self.algorithm.predict_step(time_step, state)
+
+    def restore_mode(self) -> None:
+        if self.transformer is not None:
+            self.transformer.train(self._was_training)

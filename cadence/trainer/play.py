@@ -15,7 +15,9 @@ from cadence.algorithms.build import build_algorithm
 from cadence.envs.environment import Environment
 from cadence.envs.make import make_env
 from cadence.trainer.checkpoint import CheckpointManager
-from cadence.trainer.evaluation import evaluate_episodes
+from cadence.trainer.evaluation import TransformedPolicy, evaluate_episodes
+from cadence.transforms.build import make_data_transformer
+from cadence.transforms.transformer import DataTransformer
 
 logger = logging.getLogger(__name__)
 
@@ -31,17 +33,30 @@ class PlayResult:
     num_frames: int
 
 
-def load_policy(config: Any, run_dir: Path, env: Environment) -> Algorithm:
-    """The run's algorithm with the weights of its latest checkpoint."""
+def load_policy(
+    config: Any, run_dir: Path, env: Environment
+) -> tuple[Algorithm, DataTransformer | None]:
+    """The run's algorithm and data transformers (eval mode) from its latest checkpoint.
+
+    The transformers' statistics (normalizers) are the checkpoint's; the replay
+    side of HER and frame stacking is not needed to act.
+    """
     checkpoints = CheckpointManager(Path(run_dir) / "checkpoints")
     path = checkpoints.latest()
     if path is None:
         raise FileNotFoundError(f"{run_dir} has no checkpoint yet (checkpoints/LATEST is missing)")
-    algorithm = build_algorithm(config.algorithm, env.observation_spec, env.action_spec, config.network)
-    algorithm.load_state_dict(checkpoints.load(path)["algorithm"])
+    state = checkpoints.load(path)
+    transformer = make_data_transformer(config.data_transformers, env.observation_spec)
+    observation_spec = env.observation_spec
+    if transformer is not None:
+        transformer.load_state_dict(state["data_transformers"])
+        transformer.eval()
+        observation_spec = transformer.transformed_observation_spec(observation_spec)
+    algorithm = build_algorithm(config.algorithm, observation_spec, env.action_spec, config.network)
+    algorithm.load_state_dict(state["algorithm"])
     algorithm.eval()
     logger.info("loaded %s", path)
-    return algorithm
+    return algorithm, transformer
 
 
 def play(config: Any, run_dir: Path, episodes: int = 1, video_path: Path | None = None) -> PlayResult:
@@ -52,9 +67,9 @@ def play(config: Any, run_dir: Path, episodes: int = 1, video_path: Path | None 
     """
     env = _make_play_env(config, render=video_path is not None)
     try:
-        algorithm = load_policy(config, run_dir, env)
+        policy = TransformedPolicy(*load_policy(config, run_dir, env), batch_size=1)
         frames: list[np.ndarray] = []
-        returns, lengths = _run_episodes(algorithm, env, episodes, frames if video_path else None)
+        returns, lengths = _run_episodes(policy, env, episodes, frames if video_path else None)
     finally:
         env.close()
     if video_path is not None:
@@ -68,7 +83,8 @@ def evaluate(config: Any, run_dir: Path, episodes: int = 10) -> dict[str, float]
                    config.seed + PLAY_SEED_OFFSET, max_episode_steps=config.env.max_episode_steps,
                    env_kwargs=dict(config.env.env_kwargs or {}))
     try:
-        results = evaluate_episodes(load_policy(config, run_dir, env), env)
+        algorithm, transformer = load_policy(config, run_dir, env)
+        results = evaluate_episodes(algorithm, env, transformer=transformer)
     finally:
         env.close()
     returns = results["return"]
@@ -78,12 +94,12 @@ def evaluate(config: Any, run_dir: Path, episodes: int = 10) -> dict[str, float]
 
 @torch.no_grad()
 def _run_episodes(
-    algorithm: Algorithm, env: Environment, episodes: int, frames: list[np.ndarray] | None
+    policy: TransformedPolicy, env: Environment, episodes: int, frames: list[np.ndarray] | None
 ) -> tuple[list[float], list[int]]:
     returns: list[float] = []
     lengths: list[int] = []
     time_step = env.reset()
-    state = algorithm.initial_state(1)
+    state = policy.algorithm.initial_state(1)
     episode_return, episode_length = 0.0, 0
     while len(returns) < episodes:
         if frames is not None:
@@ -94,7 +110,7 @@ def _run_episodes(
             episode_return, episode_length = 0.0, 0
             if len(returns) == episodes:
                 break
-        step = algorithm.predict_step(time_step, state)
+        step = policy.predict_step(time_step, state)
         state = step.state
         time_step = env.step(step.output)
         if not time_step.is_first()[0]:

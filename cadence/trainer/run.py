@@ -15,10 +15,13 @@ from cadence.algorithms.on_policy import OnPolicyScheme, TrainingScheme
 from cadence.collect.unroll import Collector
 from cadence.envs.environment import Environment
 from cadence.envs.make import make_env
+from cadence.replay.buffer import ReplayBuffer
 from cadence.trainer.checkpoint import CheckpointManager
 from cadence.trainer.rng import seed_everything
 from cadence.trainer.snapshot import write_snapshot
 from cadence.trainer.trainer import Outcome, Trainer
+from cadence.transforms.build import make_data_transformer
+from cadence.transforms.transformer import DataTransformer
 
 logger = logging.getLogger(__name__)
 
@@ -59,10 +62,20 @@ def build_trainer(config: Any, run_dir: Path) -> Trainer:
     _configure_torch(trainer_config)
     seed_everything(config.seed)
     device = torch.device(trainer_config.device)
+    _check_transformers_fit(config)
     env = make_training_env(config, config.env.num_envs, config.seed)
-    algorithm = build_algorithm(config.algorithm, env.observation_spec, env.action_spec, config.network)
+    replay_buffer = make_training_replay_buffer(config, env.batch_size, device)
+    transformer = make_data_transformer(
+        config.data_transformers, env.observation_spec, replay_buffer
+    )
+    algorithm = build_algorithm(
+        config.algorithm, transformed_spec(transformer, env.observation_spec), env.action_spec,
+        config.network,
+    )
     algorithm.to(device)
-    collector = Collector(env, algorithm, trainer_config.unroll_length, device)
+    if transformer is not None:
+        transformer.to(device)
+    collector = Collector(env, algorithm, trainer_config.unroll_length, device, transformer)
 
     def make_eval_env(seed: int) -> Environment:
         backend = "serial" if config.env.backend == "parallel" else config.env.backend
@@ -72,7 +85,7 @@ def build_trainer(config: Any, run_dir: Path) -> Trainer:
         trainer_config,
         algorithm,
         collector,
-        make_scheme(config, algorithm, collector, env),
+        make_scheme(config, algorithm, collector, env, replay_buffer),
         make_eval_env,
         run_dir,
         eval_seed=config.seed + trainer_config.eval_seed_offset,
@@ -80,16 +93,55 @@ def build_trainer(config: Any, run_dir: Path) -> Trainer:
 
 
 def make_scheme(
-    config: Any, algorithm: Algorithm, collector: Collector, env: Environment
+    config: Any,
+    algorithm: Algorithm,
+    collector: Collector,
+    env: Environment,
+    replay_buffer: ReplayBuffer | None = None,
 ) -> TrainingScheme:
-    """The on-policy scheme, or the off-policy one for an algorithm config with ``off_policy``."""
+    """The on-policy scheme, or the off-policy one for an algorithm config with ``off_policy``.
+
+    The off-policy scheme trains on ``replay_buffer`` (a new one when None) and
+    applies the collector's data transformers to every replayed minibatch.
+    """
     off_policy = getattr(config.algorithm, "off_policy", None)
     if off_policy is None:
         return OnPolicyScheme(algorithm, collector)
-    replay_buffer = make_replay_buffer(
-        off_policy, env.batch_size, config.trainer.num_env_steps, collector.device
+    if replay_buffer is None:
+        replay_buffer = make_training_replay_buffer(config, env.batch_size, collector.device)
+    transformer = collector.transformer
+    transform = None if transformer is None else transformer.transform_sample
+    return OffPolicyScheme(
+        algorithm, collector, replay_buffer, off_policy, env.action_spec, transform=transform
     )
-    return OffPolicyScheme(algorithm, collector, replay_buffer, off_policy, env.action_spec)
+
+
+def make_training_replay_buffer(
+    config: Any, num_envs: int, device: torch.device | str
+) -> ReplayBuffer | None:
+    """The replay buffer of an off-policy ``config.algorithm``; None for on-policy ones."""
+    off_policy = getattr(config.algorithm, "off_policy", None)
+    if off_policy is None:
+        return None
+    return make_replay_buffer(off_policy, num_envs, config.trainer.num_env_steps, device)
+
+
+def transformed_spec(transformer: DataTransformer | None, observation_spec: Any) -> Any:
+    """The observation spec the algorithm sees: the env's, after the data transformers."""
+    if transformer is None:
+        return observation_spec
+    return transformer.transformed_observation_spec(observation_spec)
+
+
+def _check_transformers_fit(config: Any) -> None:
+    """Refuses HER for an on-policy algorithm (it relabels replayed samples only)."""
+    on_policy = getattr(config.algorithm, "off_policy", None) is None
+    if on_policy and "hindsight_experience" in config.data_transformers.names:
+        raise ValueError(
+            f"data_transformers: hindsight_experience relabels replayed samples, but "
+            f"{config.algorithm.name} is on-policy (no replay buffer); use an off-policy "
+            "algorithm or remove it"
+        )
 
 
 def make_training_env(config: Any, num_envs: int, seed: int, backend: str | None = None) -> Environment:

@@ -156,7 +156,9 @@ class Trainer:
         env = self.make_eval_env(self.eval_seed + self.counters["iteration"])
         try:
             with torch.random.fork_rng(devices=[]):
-                episodes = evaluate_episodes(self.algorithm, env, self.collector.device)
+                episodes = evaluate_episodes(
+                    self.algorithm, env, self.collector.device, self.collector.transformer
+                )
         finally:
             env.close()
         self.last_eval = {}
@@ -182,6 +184,7 @@ class Trainer:
             "algorithm": self.algorithm.state_dict(),
             "collector": self.collector.state_dict(),
             "scheme": self.scheme.state_dict(),
+            "data_transformers": _transformer_state(self.collector),
             "env": self._env_state(),
             "counters": dict(self.counters),
             "pending_metrics": {k: torch.cat(v) for k, v in self._pending.items()},
@@ -196,6 +199,8 @@ class Trainer:
         state = self.checkpoints.load(path, map_location=self.collector.device)
         self.algorithm.load_state_dict(state["algorithm"])
         self.scheme.load_state_dict(state["scheme"])
+        if self.collector.transformer is not None:
+            self.collector.transformer.load_state_dict(state["data_transformers"])
         self.counters.update(state["counters"])
         self._pending = {k: [v.cpu()] for k, v in state["pending_metrics"].items()}
         if state["env"] is not None:
@@ -226,6 +231,11 @@ class Trainer:
 
     def _latest_return(self) -> float | None:
         return self._latest_rollout_return
+
+
+def _transformer_state(collector: Collector) -> dict[str, Any]:
+    """The data transformers' statistics (normalizers), empty without transformers."""
+    return {} if collector.transformer is None else collector.transformer.state_dict()
 
 
 def _episode_metrics(prefix: str, key: str, values: torch.Tensor) -> dict[str, float]:

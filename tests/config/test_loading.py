@@ -17,6 +17,7 @@ NAMED = [
     "a2c_cartpole",
     "ddpg_pendulum",
     "ppo_cartpole",
+    "ppo_cartpole_normalized",
     "ppo_cartpole_pixels",
     "ppo_hopper",
     "ppo_pendulum",
