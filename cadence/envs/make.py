@@ -17,8 +17,10 @@ from cadence.envs.time_limit import TimeLimit
 Backend = Literal["serial", "thread", "parallel", "tensor", "auto"]
 BACKENDS = ("serial", "thread", "parallel", "tensor", "auto")
 
-# A step slower than this (seconds) is worth a worker process when there are cores to spare.
-_PARALLEL_STEP_COST = 40e-6
+# What a `ParallelEnvironment` step costs beyond its envs' own work (seconds): signalling
+# the workers, waiting for them to wake, copying the batch out of shared memory. Spreading
+# the envs over the workers must save more than this for "auto" to pick it.
+_PARALLEL_OVERHEAD_S = 100e-6
 
 
 class UnknownEnvironmentError(ValueError):
@@ -134,7 +136,7 @@ def make_env(
         for i in range(num_envs)
     ]
     if backend == "auto":
-        backend = _pick_cpu_backend(factories[0], num_envs)
+        backend = _pick_cpu_backend(factories[0], num_envs, num_workers)
     if backend == "serial":
         from cadence.envs.serial import SerialEnvironment
 
@@ -164,25 +166,35 @@ def check_env_id(name: str) -> None:
     )
 
 
-def _pick_cpu_backend(factory: GymEnvFactory, num_envs: int) -> Backend:
+def _pick_cpu_backend(
+    factory: GymEnvFactory, num_envs: int, num_workers: int | None = None
+) -> Backend:
+    """"parallel" where spreading the batch over worker processes saves more than it costs."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    if num_envs == 1 or (cores or 1) < 2:
+    workers = min(num_workers or cores or 1, num_envs)
+    if workers < 2:
         return "serial"
-    return "parallel" if _step_cost(factory) > _PARALLEL_STEP_COST else "serial"
+    saved = num_envs * _step_cost(factory) * (1 - 1 / workers)
+    return "parallel" if saved > _PARALLEL_OVERHEAD_S else "serial"
 
 
-def _step_cost(factory: GymEnvFactory, num_steps: int = 50) -> float:
-    """Seconds per step of one env, measured on a throwaway instance."""
+def _step_cost(factory: GymEnvFactory, num_steps: int = 50, warm_up: int = 5) -> float:
+    """CPU seconds per step of one env, measured on a throwaway instance.
+
+    CPU time rather than wall time, so that other busy processes do not make the
+    env look expensive; the first steps (Gymnasium's env checker) are not timed.
+    """
     env = factory.make_gym()
     try:
         env.reset(seed=0)
         env.action_space.seed(0)
-        actions = [env.action_space.sample() for _ in range(num_steps)]
-        start = time.perf_counter()
-        for action in actions:
+        actions = [env.action_space.sample() for _ in range(num_steps + warm_up)]
+        for i, action in enumerate(actions):
+            if i == warm_up:
+                start = time.thread_time()
             _, _, terminated, truncated, _ = env.step(action)
             if terminated or truncated:
                 env.reset()
-        return (time.perf_counter() - start) / num_steps
+        return (time.thread_time() - start) / num_steps
     finally:
         env.close()

@@ -1,12 +1,13 @@
 """`ParallelEnvironment`: worker processes stepping envs into one shared-memory batch.
 
 Each worker hosts a contiguous slice of the batch. Per step the parent writes the
-actions into shared memory, sends every worker a tiny "step" message, and blocks
-in `multiprocessing.connection.wait` on the pipes and the process sentinels until
-all of them answer; the workers write their rows of the time step straight into
-a pre-stacked `TimeStepBuffer` in shared memory, so the parent only copies one
-block out (no observation is ever pickled). Waiting on the sentinels turns a
-worker that dies into an error naming its env ids instead of a hang.
+actions into shared memory, writes one byte to every worker's pipe (see
+`cadence.envs.channel`), and blocks in ``poll`` on the pipes and the process
+sentinels until all of them answer with one byte; the workers write their rows of
+the time step straight into a pre-stacked `TimeStepBuffer` in shared memory, so
+the parent only copies one block out (nothing is pickled on the hot path).
+Waiting on the sentinels turns a worker that dies into an error naming its env
+ids instead of a hang.
 
 Workers start with ``"forkserver"`` by default: the server imports torch and
 cadence once, and every worker is forked from it in milliseconds, without
@@ -20,7 +21,7 @@ import functools
 import logging
 import multiprocessing as mp
 import os
-import pickle
+import select
 import signal
 import traceback
 from collections.abc import Callable, Sequence
@@ -41,15 +42,13 @@ from cadence.envs.buffer import (
     action_to_numpy,
     spec_fields,
 )
+from cadence.envs.channel import OK, STEP, Channel
 from cadence.envs.environment import Environment, PyEnvironment
 
 logger = logging.getLogger(__name__)
 
 StartMethod = Literal["forkserver", "spawn", "fork"]
 _ALIGN = 64
-# Pickled once: the per-step messages never change.
-_STEP = pickle.dumps(("step", None))
-_OK = pickle.dumps(("ok", None))
 _CLOSE_TIMEOUT_S = 5.0
 
 
@@ -113,7 +112,11 @@ class ParallelEnvironment(Environment):
         self._num_envs = len(env_fns)
         self._slices = split_evenly(self._num_envs, num_workers or available_cores())
         self._processes: list[Any] = []
-        self._conns: list[Connection] = []
+        self._channels: list[Channel] = []
+        # Every worker's pipe and sentinel, registered once: `select.poll` is one system
+        # call, where `multiprocessing.connection.wait` builds a selector per call.
+        self._poller = select.poll() if hasattr(select, "poll") else None
+        self._owners: dict[int, tuple[int, bool]] = {}  # fd -> (worker, is its sentinel)
         self._shm: SharedMemory | None = None
         try:
             self._start_workers(env_fns, start_method)
@@ -163,7 +166,7 @@ class ParallelEnvironment(Environment):
 
     def step(self, action: Nest) -> TimeStep:
         self._write_actions(action_to_numpy(action))
-        self._broadcast(_STEP)
+        self._broadcast(STEP)
         return self._buffer.read(self._device)
 
     def render(self, env_index: int = 0) -> np.ndarray | None:
@@ -190,7 +193,7 @@ class ParallelEnvironment(Environment):
         if getattr(self, "_closed", True):
             return
         self._closed = True
-        _stop_workers(self._processes, self._conns)
+        _stop_workers(self._processes, self._channels)
         self._release_shared_memory()
 
     # -- start-up ---------------------------------------------------------------------------
@@ -213,7 +216,8 @@ class ParallelEnvironment(Environment):
             process.start()
             child_conn.close()  # so that a dead worker reads as EOF on our end
             self._processes.append(process)
-            self._conns.append(parent_conn)
+            self._channels.append(Channel(parent_conn))
+            self._watch(worker)
         logger.debug(
             "started %d %s env workers for %d envs", len(self._slices), start_method, self._num_envs
         )
@@ -265,12 +269,15 @@ class ParallelEnvironment(Environment):
         self._request(dict.fromkeys(range(self.num_workers), message))
 
     def _request(self, messages: dict[int, Any]) -> list[Any]:
-        """Sends each worker its message, then returns the replies in worker order."""
+        """Sends each worker its message (`STEP` or an object), then returns the replies in worker order."""
         self._check_usable()
         for worker, message in messages.items():
-            payload = message if isinstance(message, bytes) else pickle.dumps(message)
+            channel = self._channels[worker]
             try:
-                self._conns[worker].send_bytes(payload)
+                if message is STEP:
+                    channel.send_op(STEP)
+                else:
+                    channel.send(message)
             except OSError:
                 pass  # a dead worker's pipe: `_gather` sees its EOF and reports the death
         return self._gather(messages)
@@ -285,14 +292,11 @@ class ParallelEnvironment(Environment):
         replies: dict[int, Any] = {}
         errors: list[EnvironmentWorkerError] = []
         while waiting:
-            conns = {self._conns[w]: w for w in waiting}
-            sentinels = {self._processes[w].sentinel: w for w in waiting}
-            for ready in wait([*conns, *sentinels]):
-                worker = conns[ready] if ready in conns else sentinels[ready]
+            for worker, by_sentinel in self._ready(waiting):
                 if worker not in waiting:
                     continue  # both its pipe and its sentinel were ready
                 waiting.discard(worker)
-                status, replies[worker] = self._receive(worker)
+                status, replies[worker] = self._receive(worker, by_sentinel)
                 if status == "error":
                     errors.append(replies[worker])
         if errors:
@@ -301,17 +305,45 @@ class ParallelEnvironment(Environment):
             raise errors[0]
         return [replies[w] for w in sorted(replies)]
 
-    def _receive(self, worker: int) -> tuple[str, Any]:
-        conn = self._conns[worker]
+    def _ready(self, waiting: set[int]) -> list[tuple[int, bool]]:
+        """Blocks until some of ``waiting`` can be read: ``(worker, by its sentinel)`` pairs."""
+        if self._poller is not None:
+            ready = [self._owners[fd] for fd, _ in self._poller.poll()]
+            if any(worker in waiting for worker, _ in ready):
+                return ready
+            # Only workers outside this request are ready (one died since it answered):
+            # wait on the others alone rather than spin.
+        channels = {self._channels[w].conn: w for w in waiting}
+        sentinels = {self._processes[w].sentinel: w for w in waiting}
+        return [
+            (channels[r], False) if r in channels else (sentinels[r], True)
+            for r in wait([*channels, *sentinels])
+        ]
+
+    def _receive(self, worker: int, by_sentinel: bool = False) -> tuple[str, Any]:
+        channel = self._channels[worker]
         try:
-            if conn.poll():
-                status, payload = conn.recv()
+            # A worker may have answered just before it exited; else it died mid-request.
+            if not by_sentinel or channel.poll():
+                op, message = channel.receive()
+                if op == OK:
+                    return "ok", None
+                status, payload = message
                 if status == "error":
                     return status, self._worker_error(worker, *payload)
                 return status, payload
         except (EOFError, OSError):
             pass
         return "error", self._death_error(worker)
+
+    def _watch(self, worker: int) -> None:
+        """Registers ``worker``'s pipe and sentinel with the poller."""
+        if self._poller is None:
+            return
+        pipe, sentinel = self._channels[worker].fd, self._processes[worker].sentinel
+        for fd, is_sentinel in ((pipe, False), (sentinel, True)):
+            self._owners[fd] = (worker, is_sentinel)
+            self._poller.register(fd, select.POLLIN)
 
     def _worker_error(
         self, worker: int, env_index: int | None, text: str, tb: str
@@ -426,11 +458,11 @@ def _describe_exit(exitcode: int | None) -> str:
     return f"exit code {exitcode}"
 
 
-def _stop_workers(processes: list[Any], conns: list[Connection]) -> None:
+def _stop_workers(processes: list[Any], channels: list[Channel]) -> None:
     """Asks every worker to close its envs and exit; kills the ones that do not."""
-    for conn in conns:
+    for channel in channels:
         try:
-            conn.send_bytes(pickle.dumps(("close", None)))
+            channel.send(("close", None))
         except (OSError, ValueError):  # the worker is gone already
             pass
     for process in processes:
@@ -439,8 +471,8 @@ def _stop_workers(processes: list[Any], conns: list[Connection]) -> None:
             logger.warning("env worker %s did not exit; killing it", process.name)
             process.kill()
             process.join()
-    for conn in conns:
-        conn.close()
+    for channel in channels:
+        channel.close()
 
 
 # -- the worker process ---------------------------------------------------------------------
@@ -462,14 +494,15 @@ def _worker_main(
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     torch.set_num_threads(1)
     envs: list[PyEnvironment] = []
+    channel = Channel(conn)
     try:
         reply, envs = _attempt(lambda: _build(env_fns))
         if envs is None:
-            conn.send(reply)
+            channel.send(reply)
             return
         first = envs[0]
-        conn.send(("ok", (first.observation_spec, first.action_spec, first.env_info_spec)))
-        _serve(conn, envs, start)
+        channel.send(("ok", (first.observation_spec, first.action_spec, first.env_info_spec)))
+        _serve(channel, envs, start)
     except (EOFError, OSError):
         pass  # the parent went away: nobody is left to report to
     finally:
@@ -480,12 +513,13 @@ def _worker_main(
                 logger.exception("closing an env in worker %d failed", worker)
 
 
-def _serve(conn: Connection, envs: list[PyEnvironment], start: int) -> None:
+def _serve(channel: Channel, envs: list[PyEnvironment], start: int) -> None:
     """Answers the parent's requests until "close"."""
     shared: dict[str, Any] = {}
     try:
         while True:
-            command, arg = pickle.loads(conn.recv_bytes())
+            op, message = channel.receive()
+            command, arg = ("step", None) if op == STEP else message
             if command == "close":
                 return
             offset = arg if command == "render" else 0
@@ -493,8 +527,10 @@ def _serve(conn: Connection, envs: list[PyEnvironment], start: int) -> None:
                 functools.partial(_handle, command, arg, envs, start, shared), offset
             )
             # `is None`: comparing the tuples would compare a reply's array (a frame) elementwise.
-            done = reply[0] == "ok" and reply[1] is None
-            conn.send_bytes(_OK if done else pickle.dumps(reply))
+            if reply[0] == "ok" and reply[1] is None:
+                channel.send_op(OK)
+            else:
+                channel.send(reply)
     finally:
         _detach(shared)
 
