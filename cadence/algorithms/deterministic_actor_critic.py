@@ -64,6 +64,16 @@ class DeterministicActorCritic(Algorithm):
 
     Raises:
         ValueError: the action spec is not bounded, continuous and 1-D.
+
+    >>> action_spec = BoundedTensorSpec((1,), minimum=-2.0, maximum=2.0)
+    >>> actor, critic = make_deterministic_networks(
+    ...     BoundedTensorSpec((3,), minimum=-8.0, maximum=8.0), action_spec, NetworkConfig(), 2)
+    >>> algorithm = DeterministicActorCritic(
+    ...     actor, critic, action_spec, gamma=0.99, tau=0.005, exploration_noise=0.1,
+    ...     actor_learning_rate=1e-3, critic_learning_rate=1e-3, policy_delay=2)
+    >>> algorithm.to_env_action(torch.tensor([[-1.0], [0.5]]))
+    tensor([[-2.],
+            [ 1.]])
     """
 
     def __init__(
