@@ -270,8 +270,9 @@ def main(argv: list[str] | None = None) -> int:
         budget = Budget(min(args.steps, 10_000), 0.1, 1, warmup_seconds=0.05)
     columns = tuple(args.columns)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    print(f"env steps/s, random policy, best of {budget.repeats} round(s) of <= {budget.max_seconds} s"
-          f" | {cores} cores, load {os.getloadavg()[0]:.1f}, torch {torch.__version__}"
+    print(f"env steps/s, random policy, best of {budget.repeats} round(s) of"
+          f" <= {budget.max_seconds} s | {cores} cores, load {os.getloadavg()[0]:.1f},"
+          f" torch {torch.__version__}"
           f" ({torch.get_num_threads()} threads), gymnasium {gym.__version__}")
     print(f"{'env x num_envs':<22}" + "".join(f"{c:>11}" for c in COLUMNS))
     table: Table = {}

@@ -269,7 +269,7 @@ class ParallelEnvironment(Environment):
         self._request(dict.fromkeys(range(self.num_workers), message))
 
     def _request(self, messages: dict[int, Any]) -> list[Any]:
-        """Sends each worker its message (`STEP` or an object), then returns the replies in worker order."""
+        """Sends each worker its message (`STEP` or an object); returns the replies in order."""
         self._check_usable()
         for worker, message in messages.items():
             channel = self._channels[worker]
