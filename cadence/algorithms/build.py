@@ -10,6 +10,7 @@ from cadence.algorithms.algorithm import Algorithm
 from cadence.algorithms.ddpg import make_ddpg
 from cadence.algorithms.dqn import make_dqn
 from cadence.algorithms.ppo import make_ppo
+from cadence.algorithms.sac import make_sac
 from cadence.algorithms.td3 import make_td3
 from cadence.data.specs import Spec
 
@@ -19,6 +20,7 @@ ALGORITHM_BUILDERS: dict[str, Callable[..., Algorithm]] = {
     "td3": make_td3,
     "ddpg": make_ddpg,
     "dqn": make_dqn,
+    "sac": make_sac,
 }
 
 

@@ -12,13 +12,14 @@ from cadence.algorithms.a2c.config import A2CConfig
 from cadence.algorithms.ddpg.config import DDPGConfig
 from cadence.algorithms.dqn.config import DQNConfig
 from cadence.algorithms.ppo.config import PPOConfig
+from cadence.algorithms.sac.config import SACConfig
 from cadence.algorithms.td3.config import TD3Config
 from cadence.envs.config import EnvConfig
 from cadence.networks.config import NetworkConfig
 from cadence.trainer.config import TrainerConfig
 from cadence.transforms.config import DataTransformersConfig
 
-AlgorithmConfig = PPOConfig | A2CConfig | TD3Config | DDPGConfig | DQNConfig
+AlgorithmConfig = PPOConfig | A2CConfig | TD3Config | DDPGConfig | DQNConfig | SACConfig
 
 # The config class of each algorithm, chosen by the ``algorithm.name`` key.
 # A new algorithm adds its class here and to the `AlgorithmConfig` union.
@@ -28,6 +29,7 @@ ALGORITHM_CONFIGS: dict[str, type[Any]] = {
     "td3": TD3Config,
     "ddpg": DDPGConfig,
     "dqn": DQNConfig,
+    "sac": SACConfig,
 }
 
 

@@ -1,0 +1,253 @@
+"""`SACAlgorithm`: soft actor-critic (Haarnoja et al. 2018, https://arxiv.org/abs/1801.01290,
+https://arxiv.org/abs/1812.05905), continuous or discrete by the action spec.
+
+One `update` is one fused step: the critic, actor and temperature losses come out of a
+single forward pass and are minimised with a single backward pass, which is possible
+because their gradients never mix:
+
+- the TD target is computed without gradient (target critics, next actions);
+- the actor loss evaluates the critics with *detached* parameters, so its gradient
+  reaches the actions (and through them the policy) but never the critics;
+- the critic loss takes the stored actions, so its gradient never reaches the policy;
+- the temperature loss takes the detached log-probabilities, so only log(alpha) moves.
+
+The critics are one batched ensemble (`CriticEnsemble`), the optimizers are fused Adam,
+the target update is one ``_foreach_lerp_``, and nothing syncs with ``.item()``; the
+forward/backward can additionally be compiled with ``torch.compile``.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import math
+from typing import Any
+
+import torch
+from torch import nn
+from torch.func import functional_call
+
+from cadence.algorithms.algorithm import Algorithm, AlgStep, LossInfo
+from cadence.algorithms.sac import loss as sac_loss
+from cadence.data.nest import Nest, map_structure
+from cadence.data.specs import DiscreteTensorSpec, Spec
+from cadence.data.time_step import StepType, TimeStep
+from cadence.replay.buffer import ReplaySample
+
+logger = logging.getLogger(__name__)
+
+Batch = dict[str, Any]
+"""A minibatch of ``[N]`` transitions: ``observation``, ``action``, ``reward``, ``discount``,
+``next_observation`` and ``weight`` (0 for masked samples, else the importance weight)."""
+
+
+class SACAlgorithm(Algorithm):
+    """SAC with an ensemble of critics, Polyak-averaged target critics and a learned temperature.
+
+    Args:
+        actor: observations to a `TanhNormal` (continuous) or `Categorical` (discrete) policy.
+        critic: a `CriticEnsemble` ``(obs, action) -> [E, N]`` or a `DiscreteCriticEnsemble`
+            ``obs -> [E, N, A]``; its deep copy becomes the target critic.
+        action_spec: the env's action spec; a `DiscreteTensorSpec` selects discrete SAC.
+        gamma: discount factor.
+        tau: Polyak rate of the target critics.
+        actor_learning_rate, critic_learning_rate, alpha_learning_rate: Adam step sizes.
+        initial_alpha: the entropy temperature at the start.
+        autotune_alpha: learn alpha towards ``target_entropy`` (else it stays fixed).
+        target_entropy: the entropy alpha aims at.
+        compile_mode: ``torch.compile`` mode of the loss forward/backward, or ``"off"``.
+
+    >>> from cadence.algorithms.sac import SACConfig, make_sac
+    >>> from cadence.data.specs import BoundedTensorSpec, TensorSpec
+    >>> from cadence.networks import NetworkConfig
+    >>> sac = make_sac(SACConfig(), TensorSpec((3,)), BoundedTensorSpec((1,), minimum=-2.0,
+    ...                maximum=2.0), NetworkConfig(hidden_sizes=(32, 32), activation="relu"))
+    >>> sorted(sac.optimizers())
+    ['actor', 'alpha', 'critic']
+    """
+
+    def __init__(
+        self,
+        actor: nn.Module,
+        critic: nn.Module,
+        action_spec: Spec,
+        *,
+        gamma: float,
+        tau: float,
+        actor_learning_rate: float,
+        critic_learning_rate: float,
+        alpha_learning_rate: float,
+        initial_alpha: float,
+        autotune_alpha: bool,
+        target_entropy: float,
+        compile_mode: str = "off",
+    ):
+        super().__init__()
+        self.actor = actor
+        self.critic = critic
+        self.target_critic = copy.deepcopy(critic).requires_grad_(False)
+        self.log_alpha = nn.Parameter(
+            torch.tensor(math.log(initial_alpha)), requires_grad=autotune_alpha
+        )
+        self.discrete = isinstance(action_spec, DiscreteTensorSpec)
+        self.gamma = gamma
+        self.tau = tau
+        self.target_entropy = float(target_entropy)
+        self.autotune_alpha = autotune_alpha
+        self._optimizers = {
+            "actor": _adam(self.actor.parameters(), actor_learning_rate),
+            "critic": _adam(self.critic.parameters(), critic_learning_rate),
+        }
+        if autotune_alpha:
+            self._optimizers["alpha"] = _adam([self.log_alpha], alpha_learning_rate)
+        self._critic_names = [name for name, _ in self.critic.named_parameters()]
+        self._online = list(self.critic.parameters())
+        self._target = list(self.target_critic.parameters())
+        self.compile_mode = compile_mode
+        self._losses_fn = self._losses if compile_mode == "off" else None
+
+    def optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        return self._optimizers
+
+    def set_progress(self, fraction: float) -> None:
+        """SAC has no schedule; the trainer's progress is ignored."""
+
+    # ------------------------------------------------------------------ acting
+    def predict_step(self, time_step: TimeStep, state: Nest) -> AlgStep:
+        """The policy's mode: the squashed mean, or the most probable discrete action."""
+        return AlgStep(output=self.actor(time_step.observation).mode, state=state)
+
+    def rollout_step(self, time_step: TimeStep, state: Nest) -> AlgStep:
+        return AlgStep(output=self.actor(time_step.observation).sample(), state=state, info={})
+
+    # ---------------------------------------------------------------- training
+    @torch.no_grad()
+    def preprocess_experience(self, sample: ReplaySample) -> Batch:
+        """One-step transitions from ``[N, 2]`` windows.
+
+        ``reward``/``discount`` at index 1 belong to the action at index 0 (DESIGN §2);
+        a window whose first step is LAST crosses an episode boundary (its action was
+        ignored by the auto-reset) and gets weight 0.
+        """
+        time_step = sample.time_step
+        valid = time_step.step_type[:, 0] != StepType.LAST
+        return {
+            "observation": map_structure(lambda x: x[:, 0], time_step.observation),
+            "action": map_structure(lambda x: x[:, 0], sample.action),
+            "reward": time_step.reward[:, 1].float(),
+            "discount": time_step.discount[:, 1].float(),
+            "next_observation": map_structure(lambda x: x[:, 1], time_step.observation),
+            "weight": valid.float() * sample.weights.float(),
+        }
+
+    def train_step(self, inputs: Batch, state: Nest = ()) -> AlgStep:
+        """The critics' values, the TD target and the policy terms of one minibatch."""
+        alpha = self.log_alpha.exp().detach()
+        with torch.no_grad():
+            target = sac_loss.soft_td_target(
+                inputs["reward"], inputs["discount"],
+                self._next_value(inputs["next_observation"], alpha), self.gamma,
+            )
+        info = self._discrete_terms(inputs) if self.discrete else self._continuous_terms(inputs)
+        weight = inputs["weight"]
+        info.update(target=target, alpha=alpha, weight=weight, count=weight.sum().clamp_min(1.0))
+        return AlgStep(output=(), state=state, info=info)
+
+    def calc_loss(self, info: dict[str, torch.Tensor]) -> LossInfo:
+        return self._loss_terms(info)[0]
+
+    def update(self, inputs: Batch) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        """train_step -> calc_loss -> one backward -> every optimizer steps -> target update.
+
+        Returns:
+            the logged terms and ``[N]`` priorities (mean |TD error| over the critics).
+        """
+        loss, extra, priorities = self._run_losses(inputs)
+        for optimizer in self._optimizers.values():
+            optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        for optimizer in self._optimizers.values():
+            optimizer.step()
+        self.after_update()
+        return extra, priorities
+
+    @torch.no_grad()
+    def after_update(self) -> None:
+        """Moves the target critics ``tau`` of the way to the online ones (one fused op)."""
+        torch._foreach_lerp_(self._target, self._online, self.tau)
+
+    # --------------------------------------------------------------- internals
+    def _next_value(self, next_observation: Nest, alpha: torch.Tensor) -> torch.Tensor:
+        """The soft value ``[N]`` of the next observations under the target critics."""
+        distribution = self.actor(next_observation)
+        if self.discrete:
+            q = self.target_critic(next_observation).min(0).values
+            return sac_loss.expected_soft_value(q, distribution.logits, alpha)
+        action, log_prob = distribution.rsample_with_log_prob()
+        q = self.target_critic(next_observation, action).min(0).values
+        return sac_loss.soft_value(q, log_prob, alpha)
+
+    def _continuous_terms(self, inputs: Batch) -> dict[str, torch.Tensor]:
+        observation = inputs["observation"]
+        q = self.critic(observation, inputs["action"])
+        action, log_prob = self.actor(observation).rsample_with_log_prob()
+        detached = {name: p.detach() for name, p in zip(self._critic_names, self._online, strict=True)}
+        q_pi = functional_call(self.critic, detached, (observation, action)).min(0).values
+        return {"q": q, "log_prob": log_prob, "q_pi": q_pi}
+
+    def _discrete_terms(self, inputs: Batch) -> dict[str, torch.Tensor]:
+        q_all = self.critic(inputs["observation"])
+        q = q_all.gather(-1, inputs["action"].long()[None, :, None].expand(q_all.shape[0], -1, 1))
+        log_probs = self.actor(inputs["observation"]).logits
+        # The actor's expectation over actions needs no extra critic pass: the values of
+        # every action are already here, and detaching them keeps the critics out of it.
+        return {"q": q.squeeze(-1), "log_probs": log_probs, "q_pi": q_all.detach().min(0).values}
+
+    def _loss_terms(self, info: dict[str, torch.Tensor]) -> tuple[LossInfo, torch.Tensor]:
+        weight, count, alpha = info["weight"], info["count"], info["alpha"]
+        critic, priorities = sac_loss.critic_loss(info["q"], info["target"], weight, count)
+        if self.discrete:
+            actor = sac_loss.discrete_actor_loss(info["log_probs"], info["q_pi"], alpha, weight, count)
+            log_prob = (info["log_probs"].exp() * info["log_probs"]).sum(-1)
+        else:
+            actor = sac_loss.actor_loss(info["log_prob"], info["q_pi"], alpha, weight, count)
+            log_prob = info["log_prob"]
+        terms = {"loss/critic": critic, "loss/actor": actor}
+        if self.autotune_alpha:
+            terms["loss/alpha"] = sac_loss.alpha_loss(
+                self.log_alpha, log_prob.detach(), self.target_entropy, weight, count
+            )
+        with torch.no_grad():
+            extra = {
+                "train/alpha": alpha,
+                "train/entropy": -sac_loss.weighted_mean(log_prob, weight, count),
+                "train/q": sac_loss.weighted_mean(info["q"].mean(0), weight, count),
+                "train/td_error": sac_loss.weighted_mean(priorities, weight, count),
+            }
+        return LossInfo(sum(terms.values()), {**terms, **extra}), priorities
+
+    def _losses(self, inputs: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor]:
+        loss_info, priorities = self._loss_terms(self.train_step(inputs).info)
+        return loss_info.loss, loss_info.extra, priorities.detach()
+
+    def _run_losses(self, inputs: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor], Any]:
+        if self._losses_fn is not None:
+            return self._losses_fn(inputs)
+        compiled = torch.compile(self._losses, mode=self.compile_mode, dynamic=False)
+        try:
+            result = compiled(inputs)
+        except Exception as error:  # noqa: BLE001 - any backend failure falls back to eager
+            logger.warning("torch.compile of the SAC update failed (%s); training eagerly", error)
+            self._losses_fn = self._losses
+            return self._losses(inputs)
+        self._losses_fn = compiled
+        return result
+
+
+def _adam(params: Any, learning_rate: float) -> torch.optim.Adam:
+    """Adam with the fused kernel (one call for all tensors), foreach where fused is unsupported."""
+    params = list(params)
+    try:
+        return torch.optim.Adam(params, lr=learning_rate, fused=True)
+    except (RuntimeError, ValueError):
+        return torch.optim.Adam(params, lr=learning_rate, foreach=True)
