@@ -7,10 +7,13 @@ done; measured in every row, as the reference each batch is compared with),
 Gymnasium's ``SyncVectorEnv`` and ``AsyncVectorEnv`` (default shared memory), and
 cadence's ``serial``, ``thread`` and ``parallel`` back ends and its tensor-native
 env where one exists. Every implementation of a row is built and warmed up
-first, then timed in ``--repeats`` interleaved rounds and its best round is kept,
-so that load from other processes disturbs every column of a row alike; the
-ratios below compare columns of one row. On a machine shared with other jobs,
-compare ratios, not absolute rates, and repeat a run that looks noisy.
+first, then timed in ``--repeats`` interleaved rounds and its median round is
+kept, so that load from other processes disturbs every column of a row alike
+and one lucky (or unlucky) round decides nothing; the ratios below compare
+columns of one row. On a machine shared with other jobs, compare ratios, not
+absolute rates, and repeat a run that looks noisy: worker processes wait for a
+core after every step, so a busy machine hurts ``parallel`` and ``gym async``
+far more than the in-process columns.
 
     python benchmarks/env_throughput.py            # the full table, a few minutes
     python benchmarks/env_throughput.py --quick    # a smoke run, well under a minute
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -128,18 +132,23 @@ class Budget:
     warmup_seconds: float
 
 
-def time_round(runner: Runner, budget: Budget) -> float:
-    """Env steps/s of one timed round: chunks of batch steps until a budget is spent."""
+def time_round(runner: Runner, budget: Budget) -> tuple[float, float]:
+    """Env steps per second of one timed round, of wall time and of this process's CPU time.
+
+    The round runs chunks of batch steps until a budget is spent.
+    """
     chunk = max(1, 256 // runner.batch_size)
     max_batch_steps = max(chunk, budget.max_env_steps // runner.batch_size)
     done = 0
-    start = time.perf_counter()
+    cpu_start, start = time.process_time(), time.perf_counter()
     while done < max_batch_steps:
         runner.run(chunk)
         done += chunk
         if time.perf_counter() - start >= budget.max_seconds:
             break
-    return done * runner.batch_size / (time.perf_counter() - start)
+    steps = done * runner.batch_size
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
+    return steps / wall, steps / max(cpu, 1e-9)
 
 
 def warm_up(runner: Runner, seconds: float) -> None:
@@ -164,20 +173,25 @@ def build_row(name: str, num_envs: int, seed: int, columns: tuple[str, ...]) -> 
     return {column: makers[column]() for column in columns if column in makers}
 
 
-def measure_row(runners: dict[str, Runner], budget: Budget) -> dict[str, float]:
-    """The best of ``budget.repeats`` interleaved rounds per implementation, in env steps/s."""
+def measure_row(
+    runners: dict[str, Runner], budget: Budget
+) -> tuple[dict[str, float], dict[str, float]]:
+    """Medians of ``budget.repeats`` interleaved rounds per implementation: env steps per
+    second of wall time, and per second of this process's CPU time."""
     for runner in runners.values():
         warm_up(runner, budget.warmup_seconds)
-    best = dict.fromkeys(runners, 0.0)
+    rounds: dict[str, list[tuple[float, float]]] = {column: [] for column in runners}
     for _ in range(budget.repeats):
         for column, runner in runners.items():
-            best[column] = max(best[column], time_round(runner, budget))
-    return best
+            rounds[column].append(time_round(runner, budget))
+    wall = {column: statistics.median(r for r, _ in rates) for column, rates in rounds.items()}
+    cpu = {column: statistics.median(r for _, r in rates) for column, rates in rounds.items()}
+    return wall, cpu
 
 
 def run_row(
     name: str, num_envs: int, seed: int, budget: Budget, columns: tuple[str, ...]
-) -> dict[str, float]:
+) -> tuple[dict[str, float], dict[str, float]]:
     runners: dict[str, Runner] = {}
     try:
         runners = build_row(name, num_envs, seed, columns)
@@ -249,8 +263,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--steps", type=int, default=100_000,
                         help="max env steps per timed round (a round also stops at --seconds)")
-    parser.add_argument("--seconds", type=float, default=0.25, help="max seconds per timed round")
-    parser.add_argument("--repeats", type=int, default=4, help="timed rounds; the best is kept")
+    # Many short rounds: each column is sampled all through the row's time, so bursts of
+    # load from other processes land on every column alike.
+    parser.add_argument("--seconds", type=float, default=0.05, help="max seconds per timed round")
+    parser.add_argument("--repeats", type=int, default=15, help="timed rounds; the median is kept")
     parser.add_argument("--envs", type=int, nargs="+", default=[1, 8, 32], help="batch sizes")
     parser.add_argument("--envs-names", nargs="+", default=["CartPole-v1", "HalfCheetah-v5"])
     parser.add_argument("--tensor-envs", type=int, default=4096,
@@ -258,7 +274,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--columns", nargs="+", choices=COLUMNS, default=list(COLUMNS))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quick", action="store_true",
-                        help="a smoke run: 1 and 8 envs, one short round each")
+                        help="a smoke run: batches of at most 8 envs, 3 short rounds each")
     return parser.parse_args(argv)
 
 
@@ -267,28 +283,44 @@ def main(argv: list[str] | None = None) -> int:
     budget = Budget(args.steps, args.seconds, args.repeats, warmup_seconds=0.2)
     if args.quick:
         args.envs = [n for n in args.envs if n <= 8] or [1]
-        budget = Budget(min(args.steps, 10_000), 0.1, 1, warmup_seconds=0.05)
+        budget = Budget(min(args.steps, 10_000), 0.05, 3, warmup_seconds=0.05)
     columns = tuple(args.columns)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    print(f"env steps/s, random policy, best of {budget.repeats} round(s) of"
+    print(f"env steps/s, random policy, median of {budget.repeats} round(s) of"
           f" <= {budget.max_seconds} s | {cores} cores, load {os.getloadavg()[0]:.1f},"
           f" torch {torch.__version__}"
           f" ({torch.get_num_threads()} threads), gymnasium {gym.__version__}")
     print(f"{'env x num_envs':<22}" + "".join(f"{c:>11}" for c in COLUMNS))
     table: Table = {}
+    cpu_table: Table = {}  # per CPU second of this process: meaningful for in-process columns
     rows = [(name, n) for name in args.envs_names for n in args.envs]
     if args.tensor_envs and "tensor" in columns and has_tensor_env("CartPole-v1"):
         rows.append(("CartPole-v1", args.tensor_envs))
     start = time.perf_counter()
     for name, num_envs in rows:
         row_columns = columns if num_envs in args.envs else ("tensor",)
-        table[(name, num_envs)] = run_row(name, num_envs, args.seed, budget, row_columns)
-        print_row(f"{name} x{num_envs}", table[(name, num_envs)])
+        row = (name, num_envs)
+        table[row], cpu_table[row] = run_row(name, num_envs, args.seed, budget, row_columns)
+        print_row(f"{name} x{num_envs}", table[row])
     print(f"\n(total {time.perf_counter() - start:.0f} s, load {os.getloadavg()[0]:.1f})"
           " Bars, as ratios of columns of one row of this run:")
     for bar in bars(table, args.tensor_envs):
         print(bar.line())
+    print_cpu_check(cpu_table)
     return 0
+
+
+def print_cpu_check(cpu_table: Table) -> None:
+    """The CartPole bar again in CPU time, which other processes' load barely moves.
+
+    Only columns that step in this process count (``parallel`` and ``gym async`` do
+    their work in child processes).
+    """
+    cartpole = ("CartPole-v1", 32)
+    value = ratio(cpu_table, cartpole, ("serial", "thread"), "gym loop")
+    if value is not None:
+        print("  In CPU time of this process (robust to load from other processes):"
+              f" in-process back end x32 / gym loop, CartPole-v1: {value:.2f}x")
 
 
 if __name__ == "__main__":
