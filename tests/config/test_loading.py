@@ -16,6 +16,7 @@ from cadence.config.loading import NAMED_CONFIG_DIR
 NAMED = [
     "a2c_cartpole",
     "ddpg_pendulum",
+    "dqn_cartpole",
     "dqn_her_bitflip",
     "ppo_cartpole",
     "ppo_cartpole_normalized",
