@@ -1,8 +1,9 @@
 """`ActorCriticAlgorithm`: the on-policy actor-critic shared by PPO and A2C.
 
 PPO and A2C differ only in their loss and their update schedule, so both are
-this one algorithm composed with a different loss (`PPOLoss`, `A2CLoss`) and
-different ``num_epochs``/``mini_batch_size``: no subclass switches anything off.
+this one algorithm composed with a different loss (`PPOLoss`, `A2CLoss`) and a
+different update schedule (``num_updates_per_train_iter`` passes over each unroll in
+minibatches of ``mini_batch_size``, DESIGN §5): no subclass switches anything off.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ class ActorCriticAlgorithm(Algorithm):
         learning_rate: the initial learning rate.
         lr_schedule: ``"linear"`` anneals it to 0 as training progresses.
         max_grad_norm: global gradient-norm clipping threshold.
-        num_epochs: passes over each unroll.
+        num_updates_per_train_iter: passes over each unroll (PPO's epochs).
         mini_batch_size: samples per minibatch (``None``: the whole unroll).
         target_kl: stop the epochs early when the approximate KL exceeds it.
     """
@@ -52,7 +53,7 @@ class ActorCriticAlgorithm(Algorithm):
         learning_rate: float,
         lr_schedule: Literal["constant", "linear"] = "constant",
         max_grad_norm: float = 0.5,
-        num_epochs: int = 1,
+        num_updates_per_train_iter: int = 1,
         mini_batch_size: int | None = None,
         target_kl: float | None = None,
     ):
@@ -64,7 +65,7 @@ class ActorCriticAlgorithm(Algorithm):
         self.learning_rate = learning_rate
         self.lr_schedule = lr_schedule
         self.max_grad_norm = max_grad_norm
-        self.num_epochs = num_epochs
+        self.num_updates_per_train_iter = num_updates_per_train_iter
         self.mini_batch_size = mini_batch_size
         self.target_kl = target_kl
         self._optimizer = optimizer(self.network.parameters())

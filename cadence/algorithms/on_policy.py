@@ -22,7 +22,7 @@ class ExperienceSource(Protocol):
 class OnPolicyAlgorithm(Protocol):
     """What `OnPolicyScheme` needs of an algorithm beyond the `Algorithm` contract."""
 
-    num_epochs: int
+    num_updates_per_train_iter: int
     mini_batch_size: int | None
 
     def preprocess_experience(self, experience: Experience) -> dict[str, Nest]: ...
@@ -79,7 +79,7 @@ class OnPolicyScheme:
         mini_batch_size = self.algorithm.mini_batch_size or num_samples
         totals: dict[str, torch.Tensor] = {}
         num_updates = 0
-        for _ in range(self.algorithm.num_epochs):
+        for _ in range(self.algorithm.num_updates_per_train_iter):
             permutation = torch.randperm(num_samples, device=batch["advantage"].device)
             for start in range(0, num_samples, mini_batch_size):
                 indices = permutation[start : start + mini_batch_size]

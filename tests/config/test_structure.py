@@ -100,7 +100,7 @@ def test_validator_comparing_fields_is_reported_on_its_section():
 
 
 def test_close_matches_prefers_siblings_and_same_leaf_elsewhere():
-    keys = ["env.num_envs", "algorithm.num_epochs", "algorithm.learning_rate"]
+    keys = ["env.num_envs", "algorithm.num_updates_per_train_iter", "algorithm.learning_rate"]
     assert close_matches("algorithm.learnin_rate", keys) == ["algorithm.learning_rate"]
     assert close_matches("algorithm.num_envs", keys)[0] == "env.num_envs"
     assert close_matches("algorithm.zzz", keys) == []

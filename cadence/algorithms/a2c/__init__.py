@@ -29,7 +29,7 @@ def make_a2c(
         learning_rate=config.learning_rate,
         lr_schedule=config.lr_schedule,
         max_grad_norm=config.max_grad_norm,
-        num_epochs=1,
+        num_updates_per_train_iter=1,
         mini_batch_size=None,
     )
 

@@ -29,7 +29,7 @@ def make_ppo(
         learning_rate=config.learning_rate,
         lr_schedule=config.lr_schedule,
         max_grad_norm=config.max_grad_norm,
-        num_epochs=config.num_epochs,
+        num_updates_per_train_iter=config.num_updates_per_train_iter,
         mini_batch_size=config.mini_batch_size,
         target_kl=config.target_kl,
     )

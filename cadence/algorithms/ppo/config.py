@@ -36,8 +36,10 @@ class PPOConfig:
     max_grad_norm: float = field(
         default=0.5, validator=gt(0), metadata={"doc": "Global gradient-norm clipping threshold."}
     )
-    num_epochs: int = field(
-        default=4, validator=ge(1), metadata={"doc": "Passes over each unroll per training iteration."}
+    num_updates_per_train_iter: int = field(
+        default=4,
+        validator=ge(1),
+        metadata={"doc": "Passes (epochs) over each unroll per training iteration."},
     )
     mini_batch_size: int = field(
         default=128, validator=ge(1), metadata={"doc": "Steps per minibatch (of unroll_length * num_envs)."}

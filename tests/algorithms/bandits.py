@@ -1,0 +1,53 @@
+"""A one-step contextual bandit for fast actor-critic tests.
+
+Each episode shows a context c in {0, 1} (as a one-hot vector, an 8x8 image
+whose top or bottom half is lit, or a Dict of both) and ends after one action.
+Discrete actions earn 1 when the action equals c; continuous actions in [-3, 3] earn
+``-(a - target(c))**2`` with targets -0.5 and 0.5.
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+
+CONTINUOUS_TARGETS = (-0.5, 0.5)
+
+
+class ContextBandit(gym.Env):
+    def __init__(self, observation: str = "vector", action: str = "discrete"):
+        self.observation_kind = observation
+        self.action_kind = action
+        vector = gym.spaces.Box(0.0, 1.0, (2,), np.float32)
+        image = gym.spaces.Box(0, 255, (1, 8, 8), np.uint8)
+        self.observation_space = {
+            "vector": vector,
+            "image": image,
+            "dict": gym.spaces.Dict({"vector": vector, "image": image}),
+        }[observation]
+        self.action_space = (
+            gym.spaces.Discrete(2)
+            if action == "discrete"
+            else gym.spaces.Box(-3.0, 3.0, (1,), np.float32)
+        )
+        self._context = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self._context = int(self.np_random.integers(2))
+        return self._observe(), {}
+
+    def step(self, action):
+        if self.action_kind == "discrete":
+            reward = float(int(action) == self._context)
+        else:
+            reward = -float((np.asarray(action).item() - CONTINUOUS_TARGETS[self._context]) ** 2)
+        return self._observe(), reward, True, False, {}
+
+    def _observe(self):
+        vector = np.eye(2, dtype=np.float32)[self._context]
+        image = np.zeros((1, 8, 8), np.uint8)
+        image[0, 4 * self._context : 4 * self._context + 4] = 255
+        return {"vector": vector, "image": image, "dict": {"vector": vector, "image": image}}[
+            self.observation_kind
+        ]

@@ -1,0 +1,273 @@
+"""ActorCriticAlgorithm: step functions, GAE preprocessing, optimizer state, and
+learning a one-step bandit with PPO and A2C (discrete and continuous actions,
+vector, image and Dict observations)."""
+
+from __future__ import annotations
+
+import functools
+import io
+
+import pytest
+import torch
+from bandits import ContextBandit  # tests/algorithms/bandits.py
+
+from cadence.algorithms.a2c import A2CConfig, make_a2c
+from cadence.algorithms.on_policy import OnPolicyScheme
+from cadence.algorithms.ppo import PPOConfig, make_ppo
+from cadence.algorithms.returns import generalized_advantage_estimation
+from cadence.collect import Collector
+from cadence.data.experience import Experience
+from cadence.data.specs import BoundedTensorSpec, DiscreteTensorSpec, TensorSpec
+from cadence.data.time_step import StepType, TimeStep
+from cadence.envs import make_env
+from cadence.networks import NetworkConfig
+
+F, M, L = int(StepType.FIRST), int(StepType.MID), int(StepType.LAST)
+NETWORK = NetworkConfig(hidden_sizes=(32,), cnn="small", share_encoder=True)
+
+
+VECTOR = TensorSpec((3,))
+TWO_ACTIONS = DiscreteTensorSpec((), torch.int64, 2)
+
+
+def _ppo(observation_spec=VECTOR, action_spec=TWO_ACTIONS, **config):
+    return make_ppo(PPOConfig(**config), observation_spec, action_spec, NETWORK)
+
+
+def _time_steps(step_types, rewards, discounts, observations):
+    steps = torch.tensor(step_types)
+    return TimeStep(
+        step_type=steps,
+        reward=torch.tensor(rewards),
+        discount=torch.tensor(discounts),
+        observation=observations,
+        prev_action=torch.zeros(steps.shape, dtype=torch.int64),
+        env_id=torch.arange(steps.shape[1]).expand(steps.shape),
+    )
+
+
+def test_preprocess_drops_ignored_actions_and_matches_gae():
+    torch.manual_seed(0)
+    algorithm = _ppo(gamma=0.9, gae_lambda=0.8)
+    # [T + 1 = 4, B = 2]; env 1 terminates at t = 1, env 0 is cut by a time limit at t = 2.
+    time_step = _time_steps(
+        [[F, F], [M, L], [L, F], [F, M]],
+        [[0.0, 0.0], [1.0, 2.0], [3.0, 0.0], [0.0, 5.0]],
+        [[1.0, 1.0], [1.0, 0.0], [1.0, 1.0], [1.0, 1.0]],
+        torch.randn(4, 2, 3),
+    )
+    actions = torch.tensor([[0, 1], [1, 0], [0, 1]])
+    experience = Experience(time_step, actions, {"action": actions, "log_prob": torch.randn(3, 2)})
+    batch = algorithm.preprocess_experience(experience)
+    with torch.no_grad():
+        value = algorithm.network.value(time_step.observation.flatten(0, 1)).reshape(4, 2)
+    advantage = generalized_advantage_estimation(
+        time_step.reward, time_step.discount, time_step.step_type, value, 0.9, 0.8
+    )
+    # Kept (t, b): every step but the two LAST ones (t=1, b=1) and (t=2, b=0), row-major.
+    kept = [(0, 0), (0, 1), (1, 0), (2, 1)]
+    assert batch["advantage"].tolist() == pytest.approx([advantage[t, b].item() for t, b in kept])
+    assert batch["return"].tolist() == pytest.approx(
+        [advantage[t, b].item() + value[t, b].item() for t, b in kept]
+    )
+    assert batch["action"].tolist() == [actions[t, b].item() for t, b in kept]
+    assert torch.equal(
+        batch["observation"], torch.stack([time_step.observation[t, b] for t, b in kept])
+    )
+    # By hand for env 0 at t = 1: the time-limit LAST at t = 2 bootstraps from its value.
+    assert batch["advantage"][2].item() == pytest.approx(
+        3.0 + 0.9 * value[2, 0] - value[1, 0], abs=1e-5
+    )
+
+
+def test_rollout_explores_predict_takes_the_mode_and_continuous_actions_are_clipped():
+    torch.manual_seed(0)
+    spec = BoundedTensorSpec((1,), torch.float32, -1.0, 1.0)
+    algorithm = _ppo(action_spec=spec)
+    with torch.no_grad():
+        algorithm.network.action_head.mean.bias.fill_(5.0)  # far outside the bounds
+    time_step = _time_steps([[F] * 64], [[0.0] * 64], [[1.0] * 64], torch.zeros(1, 64, 3))[0]
+    rollout = algorithm.rollout_step(time_step, ())
+    raw = rollout.info["action"]
+    assert raw.shape == (64, 1) and raw.std() > 0.5  # sampled with log std 0
+    assert torch.equal(rollout.output, raw.clamp(-1.0, 1.0))
+    distribution = algorithm.network.distribution(time_step.observation)
+    assert torch.allclose(
+        rollout.info["log_prob"], distribution.log_prob(raw)
+    )  # of the unclipped action
+    predicted = algorithm.predict_step(time_step, ())
+    assert torch.equal(predicted.output, torch.ones(64, 1))  # mode 5 clipped to 1
+    assert torch.equal(algorithm.predict_step(time_step, ()).output, predicted.output)
+
+
+def test_linear_schedule_anneals_the_learning_rate():
+    linear, constant = (
+        _ppo(learning_rate=1e-3, lr_schedule="linear"),
+        _ppo(learning_rate=1e-3, lr_schedule="constant"),
+    )
+    for algorithm in (linear, constant):
+        algorithm.set_progress(0.25)
+    assert linear.optimizers()["actor_critic"].param_groups[0]["lr"] == pytest.approx(7.5e-4)
+    assert constant.optimizers()["actor_critic"].param_groups[0]["lr"] == pytest.approx(1e-3)
+    linear.set_progress(1.5)
+    assert linear.optimizers()["actor_critic"].param_groups[0]["lr"] == 0.0
+
+
+def test_state_dict_holds_the_optimizer_and_continues_identically():
+    torch.manual_seed(0)
+    inputs = {
+        "observation": torch.randn(16, 3),
+        "action": torch.randint(0, 2, (16,)),
+        "old_log_prob": torch.full((16,), -0.7),
+        "advantage": torch.randn(16),
+        "return": torch.randn(16),
+        "old_value": torch.zeros(16),
+    }
+
+    def step(algorithm):
+        info = algorithm.train_step(inputs, ()).info
+        algorithm.apply_gradients(algorithm.calc_loss(info).loss)
+
+    first = _ppo()
+    step(first)
+    buffer = io.BytesIO()
+    torch.save(first.state_dict(), buffer)  # as a checkpoint does: no tensor shared with `first`
+    buffer.seek(0)
+    state = torch.load(buffer, weights_only=True)
+    assert state["optim/actor_critic"]["state"], "Adam moments are part of the state"
+    second = _ppo()
+    second.load_state_dict(state)
+    step(first)
+    step(second)
+    for (name, a), b in zip(first.state_dict().items(), second.state_dict().values(), strict=True):
+        if not name.startswith("optim/"):
+            assert torch.equal(a, b), name
+
+
+class _FixedSource:
+    """Hands out the same unroll every time (an `ExperienceSource`)."""
+
+    def __init__(self, experience):
+        self.experience = experience
+        self.num_env_steps_per_unroll = experience.unroll_length * experience.batch_size
+
+    def unroll(self):
+        return self.experience, {"return": torch.zeros(0), "length": torch.zeros(0)}
+
+
+def _fixed_experience(num_steps=6, batch_size=4):
+    torch.manual_seed(1)
+    steps = [[M] * batch_size for _ in range(num_steps + 1)]
+    time_step = _time_steps(
+        steps,
+        [[1.0] * batch_size] * (num_steps + 1),
+        [[1.0] * batch_size] * (num_steps + 1),
+        torch.randn(num_steps + 1, batch_size, 3),
+    )
+    actions = torch.randint(0, 2, (num_steps, batch_size))
+    return Experience(
+        time_step,
+        actions,
+        {"action": actions, "log_prob": torch.full((num_steps, batch_size), -0.69)},
+    )
+
+
+def _record_minibatches(algorithm):
+    """Tags every sample with its index and records the indices each minibatch holds."""
+    seen = []
+    preprocess, train_step = algorithm.preprocess_experience, algorithm.train_step
+
+    def tagged(experience):
+        batch = preprocess(experience)
+        batch["sample_id"] = torch.arange(batch["advantage"].shape[0])
+        return batch
+
+    def recording(inputs, state):
+        seen.append(inputs["sample_id"].tolist())
+        return train_step(inputs, state)
+
+    algorithm.preprocess_experience, algorithm.train_step = tagged, recording
+    return seen
+
+
+def test_each_pass_visits_every_sample_once_in_minibatches():
+    algorithm = _ppo(num_updates_per_train_iter=3, mini_batch_size=5)
+    seen = _record_minibatches(algorithm)
+    metrics, _ = OnPolicyScheme(algorithm, _FixedSource(_fixed_experience())).train_iter()
+    assert metrics["train/num_updates"] == 3 * 5  # 24 samples: minibatches of 5, 5, 5, 5, 4
+    for epoch in range(3):
+        minibatches = seen[epoch * 5 : (epoch + 1) * 5]
+        assert [len(m) for m in minibatches] == [5, 5, 5, 5, 4]
+        assert sorted(i for m in minibatches for i in m) == list(range(24))
+    assert seen[0] != seen[5], "each pass shuffles anew"
+    assert {"loss/policy", "loss/value", "loss/entropy", "loss/total", "train/grad_norm"} <= set(
+        metrics
+    )
+
+
+def test_target_kl_stops_the_passes_early():
+    algorithm = _ppo(
+        num_updates_per_train_iter=4, mini_batch_size=8, target_kl=1e-12, learning_rate=1e-2
+    )
+    metrics, _ = OnPolicyScheme(algorithm, _FixedSource(_fixed_experience())).train_iter()
+    assert metrics["train/num_updates"] == 3  # one pass of 24 / 8, then the KL is over the target
+
+
+def test_a2c_takes_one_step_on_the_whole_unroll():
+    algorithm = make_a2c(A2CConfig(), VECTOR, TWO_ACTIONS, NETWORK)
+    seen = _record_minibatches(algorithm)
+    metrics, _ = OnPolicyScheme(algorithm, _FixedSource(_fixed_experience())).train_iter()
+    assert metrics["train/num_updates"] == 1 and [len(m) for m in seen] == [24]
+
+
+def _train_on_bandit(make, config, observation, action, iterations):
+    torch.manual_seed(0)
+    env = make_env(functools.partial(ContextBandit, observation, action), 8, "serial", seed=0)
+    try:
+        algorithm = make(config, env.observation_spec, env.action_spec, NETWORK)
+        collector = Collector(env, algorithm, unroll_length=16)
+        scheme = OnPolicyScheme(algorithm, collector)
+        for _ in range(iterations):
+            scheme.train_iter()
+        time_step = env.reset()
+        with torch.no_grad():
+            time_step = env.step(algorithm.predict_step(time_step, ()).output)
+        return time_step.reward
+    finally:
+        env.close()
+
+
+# The image and Dict variants of each algorithm run a CNN: only one of them is in the fast set.
+PPO_CASES = [
+    ("vector", "discrete"),
+    ("vector", "continuous"),
+    ("image", "discrete"),
+    pytest.param("image", "continuous", marks=pytest.mark.slow),
+    pytest.param("dict", "discrete", marks=pytest.mark.slow),
+    pytest.param("dict", "continuous", marks=pytest.mark.slow),
+]
+A2C_CASES = [
+    ("vector", "discrete"),
+    ("vector", "continuous"),
+    pytest.param("image", "discrete", marks=pytest.mark.slow),
+    pytest.param("image", "continuous", marks=pytest.mark.slow),
+]
+
+
+def _assert_solved(reward, action):
+    if action == "discrete":
+        assert reward.min().item() == 1.0, reward
+    else:
+        assert reward.min().item() > -0.02, reward  # |a - target| < 0.14 in every env
+
+
+@pytest.mark.parametrize(("observation", "action"), PPO_CASES)
+def test_ppo_learns_a_contextual_bandit(observation, action):
+    config = PPOConfig(learning_rate=3e-3, lr_schedule="constant", mini_batch_size=32, gamma=0.0)
+    _assert_solved(_train_on_bandit(make_ppo, config, observation, action, iterations=25), action)
+
+
+@pytest.mark.parametrize(("observation", "action"), A2C_CASES)
+def test_a2c_learns_a_contextual_bandit(observation, action):
+    config = A2CConfig(learning_rate=3e-3, optimizer="adam", gamma=0.0, normalize_advantages=True)
+    _assert_solved(_train_on_bandit(make_a2c, config, observation, action, iterations=80), action)
