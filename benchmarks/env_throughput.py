@@ -13,9 +13,10 @@ and one lucky (or unlucky) round decides nothing; the ratios below compare
 columns of one row. On a machine shared with other jobs, compare ratios, not
 absolute rates, and repeat a run that looks noisy: worker processes wait for a
 core after every step, so a busy machine hurts ``parallel`` and ``gym async``
-far more than the in-process columns.
+far more than the in-process columns. The CartPole bar is also given in this
+process's CPU time, which such load barely moves.
 
-    python benchmarks/env_throughput.py            # the full table, a few minutes
+    python benchmarks/env_throughput.py            # the full table, about 1.5 minutes
     python benchmarks/env_throughput.py --quick    # a smoke run, well under a minute
 """
 
