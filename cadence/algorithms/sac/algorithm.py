@@ -21,6 +21,7 @@ from __future__ import annotations
 import copy
 import logging
 import math
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -104,7 +105,8 @@ class SACAlgorithm(Algorithm):
         self._online = list(self.critic.parameters())
         self._target = list(self.target_critic.parameters())
         self.compile_mode = compile_mode
-        self._losses_fn = self._losses if compile_mode == "off" else None
+        self._losses_fn = _compiled(self._losses, compile_mode)
+        self._step_fn = _compiled(self._step, compile_mode)
 
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:
         return self._optimizers
@@ -162,14 +164,18 @@ class SACAlgorithm(Algorithm):
         Returns:
             the logged terms and ``[N]`` priorities (mean |TD error| over the critics).
         """
-        loss, extra, priorities = self._run_losses(inputs)
+        loss, extra, priorities = self._losses_fn(inputs)
         for optimizer in self._optimizers.values():
             optimizer.zero_grad(set_to_none=True)
         loss.backward()
+        self._step_fn()
+        return extra, priorities
+
+    def _step(self) -> None:
+        """Every optimizer steps, then the targets follow (`after_update`)."""
         for optimizer in self._optimizers.values():
             optimizer.step()
         self.after_update()
-        return extra, priorities
 
     @torch.no_grad()
     def after_update(self) -> None:
@@ -230,18 +236,28 @@ class SACAlgorithm(Algorithm):
         loss_info, priorities = self._loss_terms(self.train_step(inputs).info)
         return loss_info.loss, loss_info.extra, priorities.detach()
 
-    def _run_losses(self, inputs: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor], Any]:
-        if self._losses_fn is not None:
-            return self._losses_fn(inputs)
-        compiled = torch.compile(self._losses, mode=self.compile_mode, dynamic=False)
+
+class _CompiledWithFallback:
+    """``torch.compile(fn)``, or ``fn`` itself for good once compiling it has failed."""
+
+    def __init__(self, fn: Callable[..., Any], mode: str):
+        self.fn = fn
+        self.compiled: Callable[..., Any] | None = torch.compile(fn, mode=mode, dynamic=False)
+
+    def __call__(self, *args: Any) -> Any:
+        if self.compiled is None:
+            return self.fn(*args)
         try:
-            result = compiled(inputs)
+            return self.compiled(*args)
         except Exception as error:  # noqa: BLE001 - any backend failure falls back to eager
-            logger.warning("torch.compile of the SAC update failed (%s); training eagerly", error)
-            self._losses_fn = self._losses
-            return self._losses(inputs)
-        self._losses_fn = compiled
-        return result
+            logger.warning("torch.compile of %s failed (%s); running it eagerly", self.fn.__name__, error)
+            self.compiled = None
+            return self.fn(*args)
+
+
+def _compiled(fn: Callable[..., Any], mode: str) -> Callable[..., Any]:
+    """``fn`` compiled with ``mode`` (falling back to eager on failure), or ``fn`` for ``"off"``."""
+    return fn if mode == "off" else _CompiledWithFallback(fn, mode)
 
 
 def _adam(params: Any, learning_rate: float) -> torch.optim.Adam:
