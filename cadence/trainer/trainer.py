@@ -207,8 +207,12 @@ class Trainer:
             self.collector.env.set_state(state["env"])
             self.collector.load_state_dict(state["collector"])
         else:
-            logger.warning("the checkpoint holds no environment state: the environments start new episodes")
-            self.collector.episode_stats.load_state_dict(state["collector"]["episode_stats"])
+            # The collector starts from env.reset() and fresh episode sums: the sums of the
+            # checkpoint's episodes would otherwise be carried into the new ones.
+            logger.warning(
+                "the checkpoint holds no environment state (the environment could not be "
+                "pickled): the environments are reset and start new episodes"
+            )
         set_rng_state(state["rng"])
         logger.info("resumed from %s (iteration %d)", path, self.counters["iteration"])
         return True
