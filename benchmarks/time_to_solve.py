@@ -71,6 +71,16 @@ def _sb3_dqn_cartpole(seed: int):
 DQN_BUDGET = 100_000
 
 
+def _sb3_sac_pendulum(seed: int):
+    from stable_baselines3 import SAC
+    from stable_baselines3.common.env_util import make_vec_env
+
+    env = make_vec_env("Pendulum-v1", n_envs=1, seed=seed)
+    # rl-baselines3-zoo hyperparams/sac.yml, Pendulum-v1: learning_rate 1e-3, the rest SB3's
+    # defaults (batch 256, [256, 256], one update per env step, 100 random steps, auto alpha).
+    return SAC("MlpPolicy", env, learning_rate=1e-3, seed=seed, device="cpu")
+
+
 def _linear(initial: float) -> Callable[[float], float]:
     return lambda progress_remaining: progress_remaining * initial
 
@@ -78,6 +88,7 @@ def _linear(initial: float) -> Callable[[float], float]:
 TASKS = {
     "ppo_cartpole": Task("ppo_cartpole", "CartPole-v1", 475.0, 300_000, _sb3_ppo_cartpole),
     "dqn_cartpole": Task("dqn_cartpole", "CartPole-v1", 475.0, DQN_BUDGET, _sb3_dqn_cartpole),
+    "sac_pendulum": Task("sac_pendulum", "Pendulum-v1", -200.0, 20_000, _sb3_sac_pendulum),
 }
 
 
@@ -148,8 +159,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--eval-every", type=int, default=2048, help="env steps between evaluations (both sides)")
     parser.add_argument("--skip-sb3", action="store_true")
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch threads (both sides)")
     args = parser.parse_args(argv)
-    torch.set_num_threads(max(1, (os.cpu_count() or 1)))
+    torch.set_num_threads(max(1, args.threads))
     task = TASKS[args.task]
     rows: dict[str, list[Result]] = {"cadence": [], "sb3": []}
     for seed in args.seeds:
