@@ -35,7 +35,7 @@ def cartpole_run(tmp_path_factory):
 def pixel_run(tmp_path_factory):
     """A briefly trained pixel run: its Gymnasium env plays in a ThreadEnvironment."""
     root = tmp_path_factory.mktemp("pixels") / "run"
-    overrides = [*TINY, "env.max_episode_steps=12", "env.backend=serial", "+env.env_kwargs.size=16"]
+    overrides = [*TINY, "env.max_episode_steps=12", "env.backend=serial", "env.env_kwargs.size=16"]
     config = load_config("ppo_cartpole_pixels", overrides, root_dir=root)
     train(config, to_yaml(config))
     return config, root
