@@ -53,11 +53,9 @@ class CartPoleDynamics:
         self.observation_spec = BoundedTensorSpec((4,), torch.float32, -high, high)
         self.action_spec = DiscreteTensorSpec((), torch.int64, 2)
 
-    def initial_state(self, batch_size: int, generator: torch.Generator) -> torch.Tensor:
-        u = torch.rand(
-            4, batch_size, generator=generator, dtype=self.dtype, device=generator.device
-        )
-        return u.mul_(2 * RESET_BOUND).sub_(RESET_BOUND)
+    def initial_state(self, uniform: torch.Tensor) -> torch.Tensor:
+        """Gymnasium's reset distribution, ``U[-0.05, 0.05]`` per component, from ``U[0, 1)``."""
+        return uniform.mul(2 * RESET_BOUND).sub_(RESET_BOUND)
 
     def step(
         self, state: torch.Tensor, action: torch.Tensor
@@ -131,7 +129,7 @@ def make_cartpole(
 
     Args:
         num_envs: the batch size.
-        seed: seeds the batch's reset-state generator.
+        seed: env ``i`` is seeded ``seed + i`` (see `TensorEnvironment`).
         device: where the envs run.
         max_episode_steps: the time limit (default Gymnasium's 500).
         dtype: the physical state's dtype.

@@ -10,18 +10,25 @@ with no host synchronisation and no per-env Python:
   action passed for it is ignored;
 - termination gives LAST with discount 0; reaching ``max_episode_steps`` without
   terminating gives LAST with discount 1 (termination wins when both happen);
-- seeding and `get_state`/`set_state` of everything, the RNG included.
+- seeding and `get_state`/`set_state` of everything, the episode counters included.
 
-Seeding: one ``torch.Generator`` on the env's device, seeded with ``seed``, draws
-the reset states of the whole batch (row ``i`` gets the ``i``-th slice of each
-draw), so env ``i`` and env ``j`` follow different streams and the same
-``(seed, num_envs)`` gives identical streams. This replaces DESIGN §3's "env ``i``
-is seeded ``seed + i``", which needs one generator per env: here env ``i``'s
-episodes depend on ``seed``, ``i`` and ``num_envs`` (and the device's generator
-kind), and do not reproduce a Gymnasium env seeded ``seed + i``. Fresh reset
-states are drawn for every row on every step (and used only where a row resets)
-so that the stream never depends on which rows reset and no step needs to ask
-the device how many did.
+Seeding (DESIGN §3): env ``i`` of the batch is seeded ``seed + i``. Each env
+counts the episodes it has started, and the reset state of its episode ``e``
+is drawn from ``U[0, 1)`` numbers that are a pure function of ``(seed + i, e)``:
+the outputs ``e * k`` .. ``e * k + k - 1`` of a SplitMix64 stream keyed by
+``seed + i`` (``k = state_size``; see `cadence.envs.tensor.seeding`). So env
+``i``'s episodes depend neither on the batch size nor on when the other rows
+reset, env ``i`` of a batch seeded ``s`` replays env ``j`` of a batch seeded
+``s + i - j``, and the same seed gives the same start states on every device.
+`reset` starts a new episode in every row (it does not replay episode 0). The
+numbers differ from those a Gymnasium env seeded ``seed + i`` draws (NumPy's
+PCG64); the reset distribution is the same.
+
+On the CPU only the rows that reset compute their start states, in NumPy (a
+step resets a handful of rows, so the cost is per operation, and NumPy's are
+cheaper than torch's); on an accelerator every row computes them every step in
+torch and a ``where`` keeps the resetting rows', so that no step asks the
+device how many rows reset. Both give the same numbers.
 
 On the CPU, batches up to `SINGLE_THREAD_MAX_ENVS` step on the calling thread
 alone: ATen forks its vectorised math (``sin``, ``cos``, ``exp``) into OpenMP
@@ -39,6 +46,7 @@ import torch
 from cadence.data.specs import TensorSpec
 from cadence.data.time_step import StepType, TimeStep
 from cadence.envs.environment import Environment
+from cadence.envs.tensor import seeding
 
 _FIRST, _MID, _LAST = int(StepType.FIRST), int(StepType.MID), int(StepType.LAST)
 # ATen's grain size: below it, ordinary element-wise CPU ops never fork into threads either.
@@ -71,8 +79,13 @@ class TensorDynamics(Protocol):
     def max_episode_steps(self) -> int:
         """Gymnasium's registered time limit for this family."""
 
-    def initial_state(self, batch_size: int, generator: torch.Generator) -> torch.Tensor:
-        """``[state_size, batch_size]`` reset states drawn on ``generator``'s device."""
+    def initial_state(self, uniform: torch.Tensor) -> torch.Tensor:
+        """Reset states ``[state_size, R]`` made from ``uniform`` ``[state_size, R]``.
+
+        ``uniform`` holds independent ``U[0, 1)`` numbers in the dynamics' dtype, on
+        the envs' device; a family whose reset needs another distribution derives
+        it from them (e.g. by its inverse CDF). The result must be a fresh tensor.
+        """
 
     def step(
         self, state: torch.Tensor, action: torch.Tensor
@@ -98,7 +111,7 @@ class TensorEnvironment(Environment):
     Args:
         dynamics: the env family's physics.
         num_envs: the batch size.
-        seed: seeds the batch's reset-state generator (see the module docstring).
+        seed: env ``i`` is seeded ``seed + i`` (see the module docstring).
         device: where the envs run and time steps are delivered.
         max_episode_steps: the time limit; ``None`` uses ``dynamics.max_episode_steps``.
 
@@ -125,9 +138,13 @@ class TensorEnvironment(Environment):
         self._num_envs = num_envs
         self._device = torch.device(device)
         self._max_episode_steps = int(limit)
-        self._generator = torch.Generator(device=self._device)
-        self._generator.manual_seed(seed)
         self._env_id = torch.arange(num_envs, device=self._device)
+        self._streams = seeding.EpisodeStreams(
+            self._env_id + seed, dynamics.state_size, dynamics.dtype
+        )
+        # Episodes each env has started: episode e of env i starts from uniforms (seed + i, e).
+        self._episodes = torch.zeros(num_envs, dtype=torch.int64, device=self._device)
+        self._reset_by_index = self._streams.supports_numpy
         self._action_shape = (num_envs, *dynamics.action_spec.shape)
         self._state = torch.zeros(
             dynamics.state_size, num_envs, dtype=dynamics.dtype, device=self._device
@@ -167,7 +184,8 @@ class TensorEnvironment(Environment):
         return self._state.T.clone(memory_format=torch.contiguous_format)
 
     def reset(self) -> TimeStep:
-        self._state = self._dynamics.initial_state(self._num_envs, self._generator)
+        self._state = self._initial_states(self._env_id)
+        self._episodes.add_(1)
         self._episode_steps = torch.zeros_like(self._episode_steps)
         self._needs_reset = torch.zeros_like(self._needs_reset)
         first = torch.full((self._num_envs,), _FIRST, dtype=torch.int64, device=self._device)
@@ -201,8 +219,7 @@ class TensorEnvironment(Environment):
         action = self._check_action(action)
         resetting = self._needs_reset
         next_state, reward, terminated = self._dynamics.step(self._state, action)
-        fresh = self._dynamics.initial_state(self._num_envs, self._generator)
-        self._state = torch.where(resetting, fresh, next_state)
+        self._state = self._reset_rows(next_state, resetting)
         # The counters are private (get_state copies them), so update them in place.
         self._episode_steps.add_(1).masked_fill_(resetting, 0)
         terminated.masked_fill_(resetting, False)
@@ -216,6 +233,28 @@ class TensorEnvironment(Environment):
             prev_action=action.masked_fill(_expand_rows(resetting, action), 0),
             env_id=self._env_id.clone(),
         )
+
+    def _reset_rows(self, state: torch.Tensor, resetting: torch.Tensor) -> torch.Tensor:
+        """``state`` ``[state_size, B]`` with the ``resetting`` rows ``[B]`` in fresh episodes."""
+        if not self._reset_by_index:
+            state = torch.where(resetting, self._initial_states(self._env_id), state)
+            self._episodes.add_(resetting)
+            return state
+        # The CPU path, in NumPy: each op here is on a handful of rows, so its cost is
+        # per operation, and a NumPy operation costs a fraction of a torch one.
+        rows = np.flatnonzero(resetting.numpy())
+        if rows.size:
+            episodes = self._episodes.numpy()  # a view: the counters advance in place
+            uniform = self._streams.uniforms_numpy(rows, episodes[rows])
+            episodes[rows] += 1
+            fresh = self._dynamics.initial_state(torch.from_numpy(uniform))
+            state.index_copy_(1, torch.from_numpy(rows), fresh)
+        return state
+
+    def _initial_states(self, rows: torch.Tensor) -> torch.Tensor:
+        """The start states ``[state_size, R]`` of the next episode of envs ``rows`` ``[R]``."""
+        uniform = self._streams.uniforms(rows, self._episodes[rows])
+        return self._dynamics.initial_state(uniform)
 
     def set_physical_state(self, state: torch.Tensor) -> None:
         """Puts every env in physical state ``state`` ``[B, state_size]`` mid-episode.
@@ -237,16 +276,21 @@ class TensorEnvironment(Environment):
         return self._dynamics.render(self._state[:, env_index].cpu().numpy())
 
     def get_state(self) -> dict[str, torch.Tensor]:
-        """Copies, on the CPU, of the states ``[B, state_size]``, step counters, reset flags and the RNG."""
+        """Copies, on the CPU, of the states ``[B, state_size]``, step, reset and episode counters."""
         return {
             "state": self._state.T.cpu().clone(memory_format=torch.contiguous_format),
             "episode_steps": self._episode_steps.cpu().clone(),
             "needs_reset": self._needs_reset.cpu().clone(),
-            "generator": self._generator.get_state(),
+            "episodes": self._episodes.cpu().clone(),
         }
 
     def set_state(self, state: dict[str, torch.Tensor]) -> None:
         """Restores a `get_state` snapshot; the next `step` continues exactly from it."""
+        if "episodes" not in state:
+            raise ValueError(
+                "the snapshot has no 'episodes' counters (it predates per-env seeding); "
+                "start the envs afresh with reset() instead of restoring it"
+            )
         expected = (self._num_envs, self._dynamics.state_size)
         if tuple(state["state"].shape) != expected:
             raise ValueError(
@@ -259,7 +303,7 @@ class TensorEnvironment(Environment):
         )
         self._episode_steps = state["episode_steps"].to(self._device, copy=True)
         self._needs_reset = state["needs_reset"].to(self._device, copy=True)
-        self._generator.set_state(state["generator"])
+        self._episodes = state["episodes"].to(self._device, copy=True)
 
     def _check_action(self, action: torch.Tensor) -> torch.Tensor:
         if tuple(action.shape) != self._action_shape:

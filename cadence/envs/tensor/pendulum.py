@@ -47,14 +47,11 @@ class PendulumDynamics:
         self.observation_spec = BoundedTensorSpec((3,), torch.float32, -high, high)
         self.action_spec = BoundedTensorSpec((1,), torch.float32, -MAX_TORQUE, MAX_TORQUE)
 
-    def initial_state(self, batch_size: int, generator: torch.Generator) -> torch.Tensor:
-        u = torch.rand(
-            2, batch_size, generator=generator, dtype=self.dtype, device=generator.device
-        )
-        high = torch.tensor(
-            [[RESET_ANGLE], [RESET_SPEED]], dtype=self.dtype, device=generator.device
-        )
-        return u.mul_(2 * high).sub_(high)
+    def initial_state(self, uniform: torch.Tensor) -> torch.Tensor:
+        """Gymnasium's reset distribution (``th ~ U[-pi, pi]``, ``thdot ~ U[-1, 1]``) from ``U[0, 1)``."""
+        theta = uniform[0].mul(2 * RESET_ANGLE).sub_(RESET_ANGLE)
+        theta_dot = uniform[1].mul(2 * RESET_SPEED).sub_(RESET_SPEED)
+        return torch.stack((theta, theta_dot))
 
     def step(
         self, state: torch.Tensor, action: torch.Tensor
@@ -120,7 +117,7 @@ def make_pendulum(
 
     Args:
         num_envs: the batch size.
-        seed: seeds the batch's reset-state generator.
+        seed: env ``i`` is seeded ``seed + i`` (see `TensorEnvironment`).
         device: where the envs run.
         max_episode_steps: the time limit (default Gymnasium's 200).
         dtype: the physical state's dtype.

@@ -9,7 +9,7 @@ import torch
 
 from cadence.data.specs import DiscreteTensorSpec, spec_from_space
 from cadence.envs.make import make_env
-from cadence.envs.tensor import CartPoleDynamics, make_cartpole
+from cadence.envs.tensor import make_cartpole
 
 NUM_ENVS = 8
 
@@ -87,7 +87,9 @@ def test_time_step_shapes_and_dtypes():
 
 
 def test_reset_distribution_is_gymnasiums():
-    state = CartPoleDynamics().initial_state(20000, torch.Generator().manual_seed(0))
+    env = make_cartpole(20000, seed=0)
+    env.reset()  # start states from the per-env seeded streams
+    state = env.physical_state.T
     assert state.shape == (4, 20000)
     assert state.min() >= -0.05 and state.max() < 0.05
     # Uniform on [-0.05, 0.05]: mean 0, standard deviation 0.1 / sqrt(12).

@@ -10,7 +10,7 @@ import torch
 
 from cadence.data.specs import BoundedTensorSpec, spec_from_space
 from cadence.envs.make import make_env
-from cadence.envs.tensor import PendulumDynamics, make_pendulum
+from cadence.envs.tensor import make_pendulum
 from cadence.envs.tensor.pendulum import angle_normalize
 
 NUM_ENVS = 6
@@ -89,7 +89,9 @@ def test_time_step_shapes_and_dtypes():
 
 
 def test_reset_distribution_is_gymnasiums():
-    state = PendulumDynamics().initial_state(20000, torch.Generator().manual_seed(0))
+    env = make_pendulum(20000, seed=0)
+    env.reset()  # start states from the per-env seeded streams
+    state = env.physical_state.T
     theta, theta_dot = state
     assert theta.min() >= -math.pi and theta.max() < math.pi
     assert theta_dot.min() >= -1.0 and theta_dot.max() < 1.0
