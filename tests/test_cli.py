@@ -1,7 +1,8 @@
 """Tests of the ``cadence`` command line: list, train, play, eval and --use-snapshot.
 
-Commands run in-process through `main`; the trainer and play modules are
-replaced by fakes that record their arguments, so no test trains anything.
+Most commands run in-process through `main` with the trainer and play modules
+replaced by fakes that record their arguments; the tests at the end run every
+command for real on a tiny run, and a few run the console command as a process.
 """
 
 from __future__ import annotations
@@ -87,7 +88,7 @@ def test_list_shows_every_named_config_with_its_description(capsys):
     code, out, _ = _run(capsys, "list")
     assert code == 0
     lines = out.splitlines()
-    assert len(lines) == len(list_configs()) == 5
+    assert len(lines) == len(list_configs()) >= 5
     for line, (name, description) in zip(lines, list_configs().items(), strict=True):
         assert line.split()[0] == name and line.endswith(description)
 
@@ -97,7 +98,7 @@ def test_train_help_lists_keys_with_docs_and_values(capsys, fake_train):
     assert code == 0
     assert "usage: cadence train" in out
     assert "  env.num_envs=8  (int)\n      Environments stepped together as one batch." in out
-    assert "  algorithm.learning_rate=0.00025  (float)" in out
+    assert "  algorithm.learning_rate=0.0005  (float)" in out
     assert fake_train == []
 
 
@@ -243,7 +244,14 @@ def test_use_snapshot_without_snapshot_fails(capsys, run_dir, restore_cadence):
     assert code == 2 and "has no snapshot.tar.gz" in err
 
 
-def test_console_entry_point_exits_2_without_creating_the_run_dir(tmp_path):
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("algorithm.no_such_key=1", "algorithm.no_such_key: unknown key"),
+        ("env.num_envs=-3", "env.num_envs=-3: must be >= 1"),
+    ],
+)
+def test_console_entry_point_exits_2_without_creating_the_run_dir(tmp_path, override, message):
     # The real process: exit status, stderr, and Hydra leaving the cwd alone.
     result = subprocess.run(
         [
@@ -252,7 +260,7 @@ def test_console_entry_point_exits_2_without_creating_the_run_dir(tmp_path):
             "cadence.cli",
             "train",
             "ppo_cartpole",
-            "algorithm.no_such_key=1",
+            override,
             "--root-dir",
             "run",
         ],
@@ -262,7 +270,7 @@ def test_console_entry_point_exits_2_without_creating_the_run_dir(tmp_path):
         timeout=120,
     )
     assert result.returncode == 2
-    assert "algorithm.no_such_key: unknown key" in result.stderr and result.stdout == ""
+    assert message in result.stderr and result.stdout == ""
     assert list(tmp_path.iterdir()) == []
 
 
@@ -280,3 +288,84 @@ def test_missing_checkpoint_is_reported_without_a_traceback(
     monkeypatch.setattr(sys.modules["cadence.trainer.play"], "evaluate", no_checkpoint)
     code, _, err = _run(capsys, "eval", str(run_dir))
     assert code == 1 and "has no checkpoint yet" in err
+
+
+# ---------------------------------------------------------------------------------------
+# Every command for real (no fakes): a tiny run trained by `cadence train`, then played,
+# filmed, evaluated and played again from its own code snapshot.
+
+TINY_RUN = [
+    "env.num_envs=2",
+    "env.max_episode_steps=25",
+    "trainer.unroll_length=8",
+    "trainer.num_env_steps=32",
+    "trainer.num_eval_episodes=2",
+    "trainer.progress_bar=off",
+    "algorithm.mini_batch_size=8",
+]
+
+
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cli") / "run"
+    assert main(["train", "ppo_cartpole", "--root-dir", str(root), *TINY_RUN]) == 0
+    return root
+
+
+def test_real_train_writes_a_complete_run(trained_run):
+    assert (trained_run / "COMPLETE").exists()
+    assert (trained_run / "snapshot.tar.gz").exists()
+    config = from_yaml((trained_run / "config.yaml").read_text())
+    assert config.trainer.num_env_steps == 32 and config.root_dir == str(trained_run)
+
+
+def test_real_play_prints_returns_and_writes_one_frame_per_step(capsys, trained_run, tmp_path):
+    import imageio.v2 as imageio
+
+    video = tmp_path / "out.mp4"
+    code, out, err = _run(
+        capsys, "play", str(trained_run), "--episodes", "2", "--video", str(video)
+    )
+    assert code == 0, err
+    lengths = [
+        int(line.rsplit(" ", 1)[1]) for line in out.splitlines() if line.startswith("episode")
+    ]
+    assert len(lengths) == 2 and all(1 <= n <= 25 for n in lengths)
+    frames = sum(lengths) + 2  # each episode's FIRST step and one per action
+    assert f"wrote {frames} frames to {video}" in out
+    with imageio.get_reader(video, "ffmpeg") as reader:
+        assert sum(1 for _ in reader) == frames
+
+
+def test_real_eval_prints_the_mean_over_the_episodes(capsys, trained_run):
+    code, out, err = _run(capsys, "eval", str(trained_run), "--episodes", "3")
+    assert code == 0, err
+    assert out.startswith("return ") and "over 3 episodes" in out
+
+
+def test_real_play_use_snapshot_imports_the_runs_own_code(trained_run):
+    # Its own process: --use-snapshot replaces the cadence modules of the interpreter.
+    script = (
+        "import sys\n"
+        "from cadence.cli import main\n"
+        f"code = main(['play', {str(trained_run)!r}, '--use-snapshot'])\n"
+        "import cadence.trainer.play\n"
+        "print('PLAYED FROM', cadence.trainer.play.__file__)\n"
+        "sys.exit(code)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr
+    assert "episode 1: return" in result.stdout
+    [cache] = trained_run.glob(".snapshot-*")
+    played_from = Path(result.stdout.split("PLAYED FROM ", 1)[1].strip())
+    assert played_from.is_relative_to(cache)
+
+
+def test_real_list_runs_as_a_console_command():
+    result = subprocess.run(
+        [sys.executable, "-m", "cadence.cli", "list"], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0
+    assert {line.split()[0] for line in result.stdout.splitlines()} == set(list_configs())

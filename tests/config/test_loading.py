@@ -45,7 +45,7 @@ def test_named_configs_choose_env_and_algorithm():
     cartpole = load_config("ppo_cartpole")
     assert (cartpole.env.name, cartpole.env.backend, cartpole.env.num_envs) == (
         "CartPole-v1",
-        "auto",
+        "serial",
         8,
     )
     assert cartpole.trainer.unroll_length == 32
