@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import difflib
 import os
 import time
@@ -77,6 +78,12 @@ class GymEnvFactory:
         if self.max_episode_steps is not None:
             env = TimeLimit(env, self.max_episode_steps)
         return env
+
+    def with_seed_offset(self, offset: int) -> GymEnvFactory:
+        """This recipe with the env seeded ``seed + env_id + offset`` (for a restarted worker)."""
+        clone = copy.copy(self)
+        clone.seed = self.seed + offset
+        return clone
 
 
 def make_env(
