@@ -1,7 +1,9 @@
-"""`ParallelEnvironment`: errors from workers, dead workers, state, rendering, actions."""
+"""`ParallelEnvironment`: errors from workers, restarted dead workers, state, rendering, actions."""
 
 from __future__ import annotations
 
+import functools
+import logging
 import os
 import signal
 
@@ -9,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from cadence.data.time_step import StepType
 from cadence.envs import (
     EnvironmentWorkerError,
     GymEnvFactory,
@@ -17,6 +20,7 @@ from cadence.envs import (
     make_env,
 )
 from cadence.envs.parallel import split_evenly
+from cadence.envs.worker_pool import RestartBudget
 from cadence.testing import FailingEnv, ImageEnv
 
 
@@ -65,27 +69,165 @@ def test_a_failing_constructor_names_the_env_and_leaves_no_worker():
     assert "Worker traceback" in str(error.value)
 
 
-@pytest.mark.timeout(60)
-def test_a_killed_worker_gives_a_clear_error_not_a_hang():
-    env = make_env("CartPole-v1", 4, "parallel", num_workers=2)
+def _kill(env: ParallelEnvironment, worker: int) -> None:
+    victim = env.processes[worker]
+    os.kill(victim.pid, signal.SIGKILL)
+    victim.join(timeout=10)
+
+
+def _alternating(t: int, num_envs: int = 4) -> torch.Tensor:
+    """Actions that keep CartPole's poles up for a while: no episode ends by itself."""
+    return torch.full((num_envs,), t % 2, dtype=torch.int64)
+
+
+@pytest.mark.timeout(120)
+def test_a_killed_worker_is_restarted_and_its_episodes_end_with_last(caplog):
+    reference = make_env("CartPole-v1", 4, "serial", seed=0)
+    expected = [reference.reset()] + [reference.step(_alternating(t)) for t in range(6)]
+    # A restarted worker's envs are seeded seed + env_id + restarts * num_envs.
+    reseeded = make_env("CartPole-v1", 4, "serial", seed=0 + 1 * 4).reset()
+    with make_env("CartPole-v1", 4, "parallel", seed=0, num_workers=2) as env:
+        steps = [env.reset()] + [env.step(_alternating(t)) for t in range(3)]
+        old_pid = env.processes[1].pid
+        _kill(env, 1)
+        with caplog.at_level(logging.WARNING, logger="cadence.envs.parallel"):
+            steps += [env.step(_alternating(t)) for t in range(3, 6)]
+        assert env.restarts == [0, 1]
+        assert env.processes[1].is_alive() and env.processes[1].pid != old_pid
+    cut, restarted = steps[4], steps[5]
+    # The cut episodes end with LAST, discount 1 (truncated, not terminated), reward 0,
+    # the last observation those envs delivered, and the action just passed.
+    assert cut.step_type[2:].tolist() == [StepType.LAST] * 2
+    assert cut.discount[2:].tolist() == [1.0, 1.0] and cut.reward[2:].tolist() == [0.0, 0.0]
+    assert cut.observation[2:].equal(steps[3].observation[2:])
+    assert cut.prev_action[2:].tolist() == [1, 1] and cut.env_id.tolist() == [0, 1, 2, 3]
+    # Then a FIRST from a reset, reseeded: not a replay of the run's first episodes.
+    assert restarted.step_type[2:].tolist() == [StepType.FIRST] * 2
+    assert restarted.prev_action[2:].tolist() == [0, 0]
+    assert restarted.observation[2:].equal(reseeded.observation[2:])
+    assert not restarted.observation[2:].equal(steps[0].observation[2:])
+    assert steps[6].step_type[2:].tolist() == [StepType.MID] * 2
+    # The other worker's envs step on as if nothing had happened.
+    for want, got in zip(expected, steps, strict=True):
+        assert got.step_type[:2].equal(want.step_type[:2])
+        assert got.observation[:2].equal(want.observation[:2])
+    (record,) = [r for r in caplog.records if "died" in r.getMessage()]
+    assert record.levelno == logging.WARNING
+    message = record.getMessage()
+    assert "env worker 1" in message and "ids 2..3" in message and "SIGKILL" in message
+
+
+@pytest.mark.timeout(120)
+def test_a_worker_killed_after_its_episodes_ended_resets_them_at_once():
+    with make_env("CartPole-v1", 4, "parallel", seed=0, num_workers=2, max_episode_steps=2) as env:
+        env.reset()
+        env.step(_alternating(0))
+        ended = env.step(_alternating(1))
+        assert ended.step_type.tolist() == [StepType.LAST] * 4
+        _kill(env, 0)
+        after = env.step(_alternating(2))
+    # Every episode had ended: no second LAST, the dead worker's envs start over at once.
+    assert after.step_type.tolist() == [StepType.FIRST] * 4
+
+
+@pytest.mark.timeout(120)
+def test_a_worker_dying_during_get_state_is_restarted_and_cuts_its_episodes_next_step():
+    with make_env("CartPole-v1", 4, "parallel", seed=0, num_workers=2) as env:
+        last = env.reset()
+        _kill(env, 0)
+        with pytest.raises(EnvironmentWorkerError, match="call get_state again") as error:
+            env.get_state()
+        assert error.value.died and error.value.restarted and error.value.env_ids == [0, 1]
+        assert len(env.get_state()) == 4  # the replacement answers
+        cut = env.step(_alternating(0))
+        assert cut.step_type.tolist() == [StepType.LAST] * 2 + [StepType.MID] * 2
+        assert cut.observation[:2].equal(last.observation[:2])
+        assert env.step(_alternating(1)).step_type[:2].tolist() == [StepType.FIRST] * 2
+
+
+@pytest.mark.timeout(120)
+def test_deaths_beyond_the_restart_budget_raise_a_clear_error_not_a_hang():
+    env = ParallelEnvironment(
+        [GymEnvFactory("CartPole-v1", i, 0) for i in range(4)],
+        num_workers=2,
+        max_worker_restarts=2,
+    )
+    action = torch.zeros(4, dtype=torch.int64)
     try:
         env.reset()
-        victim = env.processes[1]
-        os.kill(victim.pid, signal.SIGKILL)
-        victim.join(timeout=10)
-        action = torch.zeros(4, dtype=torch.int64)
+        for _ in range(2):
+            _kill(env, 1)
+            env.step(action)
+        _kill(env, 1)
         with pytest.raises(EnvironmentWorkerError) as error:
             env.step(action)
-        assert error.value.died
+        assert error.value.died and not error.value.restarted
         assert error.value.env_ids == [2, 3]
         message = str(error.value)
-        assert "env worker 1" in message and "ids 2..3" in message
-        assert "SIGKILL" in message
+        assert "env worker 1" in message and "ids 2..3" in message and "SIGKILL" in message
+        assert "after 2 restarts" in message and "max_worker_restarts=2" in message
         with pytest.raises(RuntimeError, match="unusable since a worker died"):
             env.step(action)
     finally:
         env.close()  # must not hang either
     assert not any(p.is_alive() for p in env.processes)
+
+
+class _KillsWhenRebuilt:
+    """Builds CartPole env ``env_id``; its reseeded copies (a restarted worker's) kill their process."""
+
+    def __init__(self, env_id: int, rebuilt: bool = False):
+        self.env_id = env_id
+        self.rebuilt = rebuilt
+
+    def __call__(self):
+        if self.rebuilt:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return GymEnvFactory("CartPole-v1", self.env_id, seed=0)()
+
+    def with_seed_offset(self, offset: int) -> _KillsWhenRebuilt:
+        return _KillsWhenRebuilt(self.env_id, rebuilt=True)
+
+
+@pytest.mark.timeout(120)
+def test_replacements_that_die_while_built_use_up_the_budget_then_fail(caplog):
+    env = ParallelEnvironment(
+        [_KillsWhenRebuilt(i) for i in range(4)], num_workers=2, max_worker_restarts=3
+    )
+    try:
+        env.reset()
+        _kill(env, 1)
+        with caplog.at_level(logging.WARNING, logger="cadence.envs.parallel"):
+            with pytest.raises(EnvironmentWorkerError, match="after 3 restarts") as error:
+                env.step(torch.zeros(4, dtype=torch.int64))
+    finally:
+        env.close()
+    assert error.value.env_ids == [2, 3]
+    assert len([r for r in caplog.records if "restarting it" in r.getMessage()]) == 3
+
+
+@pytest.mark.timeout(120)
+def test_a_worker_that_dies_while_the_environment_is_built_fails_clearly():
+    factories = [GymEnvFactory(functools.partial(os._exit, 3), i, seed=0) for i in range(2)]
+    with pytest.raises(EnvironmentWorkerError) as error:
+        ParallelEnvironment(factories, num_workers=2)
+    assert error.value.died and not error.value.restarted
+    message = str(error.value)
+    assert "exit code 3" in message and "while the environment was being built" in message
+
+
+def test_restart_budget_counts_restarts_per_worker_within_the_window():
+    now = [0.0]
+    budget = RestartBudget(max_restarts=2, window_s=10.0, clock=lambda: now[0])
+    assert budget.spend(0) and budget.spend(0) and not budget.spend(0)
+    assert budget.spend(1)  # each worker has its own
+    now[0] = 9.9
+    assert not budget.spend(0)
+    now[0] = 10.0  # the first two restarts left the window
+    assert budget.spend(0) and budget.spend(0) and not budget.spend(0)
+    assert not RestartBudget(max_restarts=0, window_s=1.0).spend(0)
+    with pytest.raises(ValueError, match="max_restarts >= 0 and window_s > 0"):
+        RestartBudget(max_restarts=1, window_s=0.0)
 
 
 @pytest.mark.timeout(120)

@@ -1,0 +1,293 @@
+"""The worker side of `ParallelEnvironment`: one process hosting a contiguous slice of the batch.
+
+A worker builds its envs from their picklable factories, reports their specs,
+attaches to the shared-memory block the parent created, then serves requests
+until "close". A step is one byte each way (see `cadence.envs.channel`): the
+actions are read from shared memory and the time steps written there, each
+worker into its own rows. An exception in an env is sent to the parent with
+the env's index and the worker's traceback; the worker then goes on serving.
+
+A worker that replaces one that died starts with every env *fresh*: the next
+step resets it instead of stepping it. A ``("step", skip)`` request leaves the
+envs listed in ``skip`` alone (fresh, their rows unwritten): the parent ends
+their cut episodes with LAST rows of its own first.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import signal
+import traceback
+from collections.abc import Callable, Sequence
+from multiprocessing.connection import Connection
+from multiprocessing.shared_memory import SharedMemory
+from typing import Any
+
+import numpy as np
+import torch
+
+from cadence.data.nest import Nest
+from cadence.data.specs import CompositeSpec, Spec
+from cadence.data.time_step import TimeStep
+from cadence.envs.buffer import ArrayLayout, TimeStepBuffer, action_row, spec_fields
+from cadence.envs.channel import OK, STEP, Channel
+from cadence.envs.environment import PyEnvironment
+
+logger = logging.getLogger(__name__)
+
+_ALIGN = 64
+
+
+def worker_main(
+    conn: Connection,
+    worker: int,
+    start: int,
+    env_fns: list[Callable[[], PyEnvironment]],
+    fresh: bool = False,
+) -> None:
+    """A worker's life: build the envs, report their specs, then serve requests until "close".
+
+    Args:
+        conn: the worker's end of its pipe.
+        worker: the worker's index (for log messages).
+        start: the batch index of its first env.
+        env_fns: the factories of its envs, in batch order.
+        fresh: whether it replaces a worker that died (its envs reset on their next step).
+    """
+    # Ctrl-C goes to the whole process group; the parent alone decides when workers stop.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    torch.set_num_threads(1)
+    envs: list[PyEnvironment] = []
+    channel = Channel(conn)
+    try:
+        reply, envs = _attempt(lambda: _build(env_fns))
+        if envs is None:
+            channel.send(reply)
+            return
+        first = envs[0]
+        channel.send(("ok", (first.observation_spec, first.action_spec, first.env_info_spec)))
+        _serve(channel, envs, start, set(range(len(envs))) if fresh else set())
+    except (EOFError, OSError):
+        pass  # the parent went away: nobody is left to report to
+    finally:
+        for env in envs or ():
+            try:
+                env.close()
+            except Exception:  # noqa: BLE001 - closing is best effort on the way out
+                logger.exception("closing an env in worker %d failed", worker)
+
+
+def _serve(channel: Channel, envs: list[PyEnvironment], start: int, fresh: set[int]) -> None:
+    """Answers the parent's requests until "close"."""
+    shared: dict[str, Any] = {"fresh": fresh}
+    try:
+        while True:
+            op, message = channel.receive()
+            command, arg = ("step", None) if op == STEP else message
+            if command == "close":
+                return
+            offset = arg if command == "render" else 0
+            reply, _ = _attempt(
+                functools.partial(_handle, command, arg, envs, start, shared), offset
+            )
+            # `is None`: comparing the tuples would compare a reply's array (a frame) elementwise.
+            if reply[0] == "ok" and reply[1] is None:
+                channel.send_op(OK)
+            else:
+                channel.send(reply)
+    finally:
+        _detach(shared)
+
+
+def _detach(shared: dict[str, Any]) -> None:
+    """Drops the views of the shared block, then unmaps it.
+
+    Left to the interpreter's exit, the mapping would be closed while views still
+    exist and print a ``BufferError`` from every worker.
+    """
+    shm = shared.pop("shm", None)
+    shared.clear()
+    if shm is not None:
+        try:
+            shm.close()
+        except BufferError:  # a view is still referenced somewhere; exit unmaps it anyway
+            pass
+
+
+def _handle(
+    command: str, arg: Any, envs: list[PyEnvironment], start: int, shared: dict[str, Any]
+) -> Any:
+    """Runs one request; "step" and "reset" write this worker's rows of the shared buffer."""
+    if command == "step":
+        rows = slice(start, start + len(envs))
+        if arg is None and not shared["fresh"]:  # the hot path: every env steps
+            actions = action_rows(shared["actions"], rows)
+            return shared["buffer"].write_rows(start, _each(envs, _step, actions))
+        return _step_some(envs, start, shared, skip=set(arg or ()))
+    if command == "reset":
+        shared["fresh"].clear()
+        return shared["buffer"].write_rows(start, _each(envs, _reset, [None] * len(envs)))
+    if command == "attach":
+        return shared.update(_attach(envs[0], *arg))
+    if command == "render":
+        return _each([envs[arg]], _render, [None])[0]
+    if command == "get_state":
+        return _each(envs, _get_state, [None] * len(envs))
+    if command == "set_state":
+        shared["fresh"].clear()  # the restored states say themselves which envs reset next
+        return _each(envs, _set_state, arg)
+    raise ValueError(f"unknown worker command {command!r}")
+
+
+def _step_some(
+    envs: list[PyEnvironment], start: int, shared: dict[str, Any], skip: set[int]
+) -> None:
+    """Steps the envs not in ``skip``, resetting the fresh ones; writes only their rows."""
+    fresh: set[int] = shared["fresh"]
+    actions = action_rows(shared["actions"], slice(start, start + len(envs)))
+    for index, (env, action) in enumerate(zip(envs, actions, strict=True)):
+        if index in skip:
+            continue
+        try:
+            time_step = env.reset() if index in fresh else env.step(action)
+        except Exception as exc:
+            raise _EnvFailed(index) from exc
+        fresh.discard(index)
+        shared["buffer"].write(start + index, time_step)
+
+
+def _attach(env: PyEnvironment, shm_name: str, batch_size: int) -> dict[str, Any]:
+    # Keep `shm` referenced: the views are only valid while its mapping is open.
+    shm = SharedMemory(name=shm_name)
+    buffer, actions = shared_views(
+        shm, env.observation_spec, env.action_spec, env.env_info_spec, batch_size
+    )
+    return {"shm": shm, "buffer": buffer, "actions": actions}
+
+
+# -- the shared-memory block (the same in the parent and the workers) ----------------------
+
+
+def shared_views(
+    shm: SharedMemory,
+    observation_spec: Spec,
+    action_spec: Spec,
+    env_info_spec: CompositeSpec,
+    batch_size: int,
+) -> tuple[TimeStepBuffer, dict[str, np.ndarray]]:
+    """The time step buffer and the action arrays over ``shm``."""
+    buffer = TimeStepBuffer(
+        observation_spec, action_spec, env_info_spec, batch_size, memory=shm.buf
+    )
+    actions = action_layout_for(action_spec, batch_size).views(
+        shm.buf[aligned(buffer.layout.nbytes) :]
+    )
+    return buffer, actions
+
+
+def action_layout_for(action_spec: Spec, batch_size: int) -> ArrayLayout:
+    """The shared-memory layout of a batch of actions; fields are named by leaf path."""
+    fields = spec_fields("action", action_spec, batch_size)
+    return ArrayLayout(
+        [
+            (name.removeprefix("action").removeprefix("/"), shape, dtype)
+            for name, shape, dtype in fields
+        ]
+    )
+
+
+def aligned(nbytes: int) -> int:
+    """``nbytes`` rounded up to the block's alignment."""
+    return -(-nbytes // _ALIGN) * _ALIGN
+
+
+def action_rows(actions: dict[str, np.ndarray], rows: slice) -> list[Nest]:
+    """Rows of the shared actions, copied out (envs may keep what they are given)."""
+    if list(actions) == [""]:
+        return list(actions[""][rows].copy())
+    nested: dict[str, Any] = {}
+    for path, array in actions.items():
+        *parents, key = path.split("/")
+        node = nested
+        for parent in parents:
+            node = node.setdefault(parent, {})
+        node[key] = array[rows].copy()
+    return [action_row(nested, row) for row in range(rows.stop - rows.start)]
+
+
+# -- running env code and reporting its failures --------------------------------------------
+
+
+class _EnvFailed(Exception):
+    """Raised in a worker when env ``index`` (of the worker's slice) raised; the cause is its error."""
+
+    def __init__(self, index: int):
+        super().__init__(index)
+        self.index = index
+
+
+def _attempt(fn: Callable[[], Any], offset: int = 0) -> tuple[tuple[str, Any], Any]:
+    """Runs ``fn``; returns the reply for the parent and the result (``None`` on failure).
+
+    A failure's reply is ``("error", (env index or None, "Type: message", traceback))``.
+    """
+    try:
+        result = fn()
+    except _EnvFailed as failed:
+        return ("error", _describe_error(failed.__cause__, failed.index + offset)), None
+    except Exception as exc:  # noqa: BLE001 - every failure is the parent's to raise
+        return ("error", _describe_error(exc, None)), None
+    return ("ok", result), result
+
+
+def _describe_error(
+    exc: BaseException | None, env_index: int | None
+) -> tuple[int | None, str, str]:
+    text = f"{type(exc).__name__}: {exc}"
+    return env_index, text, "".join(traceback.format_exception(exc))
+
+
+def _build(env_fns: list[Callable[[], PyEnvironment]]) -> list[PyEnvironment]:
+    envs: list[PyEnvironment] = []
+    try:
+        for fn in env_fns:
+            envs.append(fn())
+    except Exception as exc:
+        for env in envs:
+            env.close()
+        raise _EnvFailed(len(envs)) from exc
+    return envs
+
+
+def _each(
+    envs: list[PyEnvironment], fn: Callable[[PyEnvironment, Any], Any], args: Sequence[Any]
+) -> list[Any]:
+    """``[fn(env, arg) ...]``, raising `_EnvFailed` with the index of the env that raised."""
+    results: list[Any] = []
+    try:
+        for env, arg in zip(envs, args, strict=True):
+            results.append(fn(env, arg))
+    except Exception as exc:
+        raise _EnvFailed(len(results)) from exc
+    return results
+
+
+def _step(env: PyEnvironment, action: Nest) -> TimeStep:
+    return env.step(action)
+
+
+def _reset(env: PyEnvironment, _: Any) -> TimeStep:
+    return env.reset()
+
+
+def _render(env: PyEnvironment, _: Any) -> np.ndarray | None:
+    return env.render()
+
+
+def _get_state(env: PyEnvironment, _: Any) -> Any:
+    return env.get_state()
+
+
+def _set_state(env: PyEnvironment, state: Any) -> None:
+    env.set_state(state)

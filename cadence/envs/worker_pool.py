@@ -1,0 +1,221 @@
+"""`WorkerPool`: worker processes with one pipe each, and waiting on their replies or deaths.
+
+The transport under `ParallelEnvironment`, which knows nothing of envs: start a
+worker, send each worker a message (a one-byte `STEP` or a pickled object, see
+`cadence.envs.channel`), and block until every addressed worker has answered or
+died. Waiting covers both the pipes and the process sentinels, so a worker that
+dies mid-request is reported, never waited for forever. `RestartBudget` bounds
+how often a worker may be replaced.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import select
+import signal
+import time
+from collections.abc import Callable, Iterable
+from multiprocessing.connection import wait
+from typing import Any
+
+from cadence.envs.channel import OK, STEP, Channel
+
+logger = logging.getLogger(__name__)
+
+_CLOSE_TIMEOUT_S = 5.0
+Reply = tuple[str, Any]  # ("ok", payload) or ("error", what the worker sent)
+
+
+class WorkerPool:
+    """``num_workers`` worker processes, each reached through its own pipe.
+
+    Args:
+        context: a ``multiprocessing`` context (its start method starts the workers).
+        num_workers: the number of worker slots.
+    """
+
+    def __init__(self, context: Any, num_workers: int):
+        self._context = context
+        self.processes: list[Any] = [None] * num_workers
+        self._channels: list[Channel | None] = [None] * num_workers
+        # Every worker's pipe and sentinel, registered once: `select.poll` is one system
+        # call, where `multiprocessing.connection.wait` builds a selector per call.
+        self._poller = select.poll() if hasattr(select, "poll") else None
+        self._owners: dict[int, tuple[int, bool]] = {}  # fd -> (worker, is its sentinel)
+
+    def spawn(self, worker: int, target: Callable[..., None], args: tuple[Any, ...]) -> None:
+        """Starts ``target(conn, *args)`` as worker ``worker``, replacing a dead one there."""
+        if self._channels[worker] is not None:
+            self._retire(worker)
+        parent_conn, child_conn = self._context.Pipe()
+        process = self._context.Process(
+            target=target,
+            args=(child_conn, *args),
+            name=f"cadence-env-worker-{worker}",
+            daemon=True,  # multiprocessing terminates daemons when the parent exits
+        )
+        process.start()
+        child_conn.close()  # so that a dead worker reads as EOF on our end
+        self.processes[worker] = process
+        self._channels[worker] = Channel(parent_conn)
+        self._watch(worker)
+
+    def request(self, messages: dict[int, Any]) -> tuple[dict[int, Reply], set[int]]:
+        """Sends each worker its message (`STEP` or an object); waits for all of them.
+
+        Returns:
+            The replies by worker, and the workers that died instead of replying.
+        """
+        for worker, message in messages.items():
+            channel = self._channels[worker]
+            try:
+                if message is STEP:
+                    channel.send_op(STEP)
+                else:
+                    channel.send(message)
+            except OSError:
+                pass  # a dead worker's pipe: `gather` sees its EOF and reports the death
+        return self.gather(messages)
+
+    def gather(self, workers: Iterable[int]) -> tuple[dict[int, Reply], set[int]]:
+        """Waits (blocking, not spinning) for a reply or the death of each of ``workers``."""
+        waiting = set(workers)
+        replies: dict[int, Reply] = {}
+        dead: set[int] = set()
+        while waiting:
+            for worker, by_sentinel in self._ready(waiting):
+                if worker not in waiting:
+                    continue  # both its pipe and its sentinel were ready
+                waiting.discard(worker)
+                reply = self._receive(worker, by_sentinel)
+                if reply is None:
+                    dead.add(worker)
+                else:
+                    replies[worker] = reply
+        return replies, dead
+
+    def reap(self, worker: int) -> str:
+        """Waits for dead ``worker`` to be gone; returns how it died (``"killed by signal SIGKILL"``)."""
+        process = self.processes[worker]
+        process.join(timeout=1.0)
+        return describe_exit(process.exitcode)
+
+    def stop(self) -> None:
+        """Asks every worker to exit (``("close", None)``); kills the ones that do not."""
+        for channel in self._channels:
+            try:
+                if channel is not None:
+                    channel.send(("close", None))
+            except (OSError, ValueError):  # the worker is gone already
+                pass
+        for process in self.processes:
+            if process is None:
+                continue
+            process.join(timeout=_CLOSE_TIMEOUT_S)
+            if process.exitcode is None:
+                logger.warning("env worker %s did not exit; killing it", process.name)
+                process.kill()
+                process.join()
+        for channel in self._channels:
+            if channel is not None:
+                channel.close()
+
+    def _ready(self, waiting: set[int]) -> list[tuple[int, bool]]:
+        """Blocks until some of ``waiting`` can be read: ``(worker, by its sentinel)`` pairs."""
+        if self._poller is not None:
+            ready = [self._owners[fd] for fd, _ in self._poller.poll()]
+            if any(worker in waiting for worker, _ in ready):
+                return ready
+            # Only workers outside this request are ready (one died since it answered):
+            # wait on the others alone rather than spin.
+        channels = {self._channels[w].conn: w for w in waiting}
+        sentinels = {self.processes[w].sentinel: w for w in waiting}
+        return [
+            (channels[r], False) if r in channels else (sentinels[r], True)
+            for r in wait([*channels, *sentinels])
+        ]
+
+    def _receive(self, worker: int, by_sentinel: bool) -> Reply | None:
+        """``worker``'s reply, or ``None`` if it died."""
+        channel = self._channels[worker]
+        try:
+            # A worker may have answered just before it exited; else it died mid-request.
+            if not by_sentinel or channel.poll():
+                op, message = channel.receive()
+                return ("ok", None) if op == OK else message
+        except (EOFError, OSError):
+            pass
+        return None
+
+    def _watch(self, worker: int) -> None:
+        """Registers ``worker``'s pipe and sentinel with the poller."""
+        if self._poller is None:
+            return
+        pipe, sentinel = self._channels[worker].fd, self.processes[worker].sentinel
+        for fd, is_sentinel in ((pipe, False), (sentinel, True)):
+            self._owners[fd] = (worker, is_sentinel)
+            self._poller.register(fd, select.POLLIN)
+
+    def _retire(self, worker: int) -> None:
+        """Forgets dead ``worker``'s pipe and sentinel (before their fds can be reused)."""
+        if self._poller is not None:
+            for fd in (self._channels[worker].fd, self.processes[worker].sentinel):
+                self._poller.unregister(fd)
+                del self._owners[fd]
+        self._channels[worker].close()
+        self._channels[worker] = None
+
+
+class RestartBudget:
+    """At most ``max_restarts`` restarts of each worker within any ``window_s`` seconds.
+
+    >>> budget = RestartBudget(max_restarts=1, window_s=60.0)
+    >>> budget.spend(0), budget.spend(0), budget.spend(1)
+    (True, False, True)
+    """
+
+    def __init__(
+        self, max_restarts: int, window_s: float, clock: Callable[[], float] = time.monotonic
+    ):
+        if max_restarts < 0 or window_s <= 0:
+            raise ValueError(
+                f"need max_restarts >= 0 and window_s > 0, got {max_restarts} and {window_s}"
+            )
+        self.max_restarts = max_restarts
+        self.window_s = window_s
+        self._clock = clock
+        self._times: dict[int, collections.deque[float]] = collections.defaultdict(
+            collections.deque
+        )
+
+    def spend(self, worker: int) -> bool:
+        """Records a restart of ``worker`` if the budget allows one; returns whether it did."""
+        now, times = self._clock(), self._times[worker]
+        while times and now - times[0] >= self.window_s:
+            times.popleft()
+        if len(times) >= self.max_restarts:
+            return False
+        times.append(now)
+        return True
+
+    def recent(self, worker: int) -> int:
+        """The restarts of ``worker`` recorded within the window (as of the last `spend`)."""
+        return len(self._times[worker])
+
+
+def available_cores() -> int:
+    """The number of cores this process may run on."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def describe_exit(exitcode: int | None) -> str:
+    """How a process ended, from its ``exitcode``."""
+    if exitcode is None:
+        return "still running but its pipe broke"
+    if exitcode < 0:
+        return f"killed by signal {signal.Signals(-exitcode).name}"
+    return f"exit code {exitcode}"
