@@ -50,8 +50,24 @@ class EnsembleLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         flat = x.reshape(x.shape[0], -1, x.shape[-1])
-        out = torch.baddbmm(self.bias, flat, self.weight)
+        if torch.compiler.is_compiling():
+            out = self._compiled_forward(flat)
+        else:
+            out = torch.baddbmm(self.bias, flat, self.weight)
         return out.reshape(*x.shape[:-1], out.shape[-1])
+
+    def _compiled_forward(self, flat: torch.Tensor) -> torch.Tensor:
+        """The same values in ops that inductor fuses with their neighbours.
+
+        Why: a compiled ``baddbmm`` first copies the broadcast bias into a fresh ``[E, N, out]``
+        tensor, a full extra pass; after a ``bmm`` the bias add fuses into the following
+        activation. A width-1 layer (a critic's output) as a multiply-and-sum fuses its
+        forward into one reduction and its backward into the activation's backward, where a
+        ``[N, 256] x [256, 1]`` matmul and its transposed backward are mostly overhead.
+        """
+        if self.weight.shape[-1] == 1:
+            return (flat * self.weight.transpose(1, 2)).sum(-1, keepdim=True) + self.bias
+        return torch.bmm(flat, self.weight) + self.bias
 
 
 class EnsembleLayerNorm(nn.Module):

@@ -106,7 +106,6 @@ class SACAlgorithm(Algorithm):
         self._target = list(self.target_critic.parameters())
         self.compile_mode = compile_mode
         self._losses_fn = _compiled(self._losses, compile_mode)
-        self._step_fn = _compiled(self._step, compile_mode)
 
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:
         return self._optimizers
@@ -168,7 +167,7 @@ class SACAlgorithm(Algorithm):
         for optimizer in self._optimizers.values():
             optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        self._step_fn()
+        self._step()
         return extra, priorities
 
     def _step(self) -> None:
