@@ -2,18 +2,14 @@
 started again with the same command ends with the same metrics as an
 uninterrupted run with the same seed."""
 
-import os
 import signal
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 
+from cadence.testing.resume import cli_train_command, comparable_metrics, signal_after_checkpoint
 from cadence.trainer.metrics import read_metrics
-
-TIMING_KEYS = ("wall_time", "train_time")
 
 OVERRIDES = [
     "trainer.num_env_steps=12288",  # 48 iterations of 8 envs x 32 steps
@@ -26,11 +22,7 @@ OVERRIDES = [
 
 
 def _command(root: Path, config: str = "ppo_cartpole") -> list[str]:
-    return [sys.executable, "-m", "cadence.cli", "train", config, "--root-dir", str(root), *OVERRIDES]
-
-
-def _comparable(records: list[dict]) -> list[dict]:
-    return [{k: v for k, v in r.items() if k not in TIMING_KEYS and not k.startswith("perf/")} for r in records]
+    return cli_train_command(config, root, OVERRIDES)
 
 
 def _latest_iteration(root: Path) -> int:
@@ -38,24 +30,21 @@ def _latest_iteration(root: Path) -> int:
     return int(latest.read_text()) if latest.exists() else 0
 
 
-def _start_and_signal(root: Path, sig: int, after_iteration: int) -> subprocess.Popen:
-    process = subprocess.Popen(_command(root), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 120
-    while _latest_iteration(root) < after_iteration:
-        assert process.poll() is None, process.stderr.read().decode()
-        assert time.monotonic() < deadline, "no checkpoint within 120 s"
-        time.sleep(0.01)
-    process.send_signal(sig)
-    process.wait(timeout=120)
-    return process
+def _start_and_signal(root: Path, sig: int, after_iteration: int):
+    return signal_after_checkpoint(_command(root), root, sig, after_iteration, timeout_s=120)
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory) -> list[dict]:
+def uninterrupted_root(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("uninterrupted") / "run"
     subprocess.run(_command(root), check=True, capture_output=True, timeout=600)
     assert (root / "COMPLETE").exists()
-    return read_metrics(root)
+    return root
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(uninterrupted_root) -> list[dict]:
+    return read_metrics(uninterrupted_root)
 
 
 def test_kill_9_then_restart_matches_an_uninterrupted_run(tmp_path, uninterrupted):
@@ -65,7 +54,7 @@ def test_kill_9_then_restart_matches_an_uninterrupted_run(tmp_path, uninterrupte
     assert not (root / "COMPLETE").exists(), "the run finished before it could be killed"
     subprocess.run(_command(root), check=True, capture_output=True, timeout=600)
     assert (root / "COMPLETE").exists()
-    assert _comparable(read_metrics(root)) == _comparable(uninterrupted)
+    assert comparable_metrics(read_metrics(root)) == comparable_metrics(uninterrupted)
 
 
 def test_sigusr1_checkpoints_exits_0_and_resumes_exactly(tmp_path, uninterrupted):
@@ -76,14 +65,13 @@ def test_sigusr1_checkpoints_exits_0_and_resumes_exactly(tmp_path, uninterrupted
     interrupted_at = _latest_iteration(root)
     assert 3 <= interrupted_at < 48
     subprocess.run(_command(root), check=True, capture_output=True, timeout=600)
-    assert _comparable(read_metrics(root)) == _comparable(uninterrupted)
+    assert comparable_metrics(read_metrics(root)) == comparable_metrics(uninterrupted)
 
 
-def test_a_complete_run_is_not_trained_again(tmp_path, uninterrupted):
-    root = tmp_path / "run"
-    subprocess.run(_command(root), check=True, capture_output=True, timeout=600)
+def test_a_complete_run_is_not_trained_again(uninterrupted_root):
+    root = uninterrupted_root
     before = (root / "metrics.jsonl").read_text()
     result = subprocess.run(_command(root), capture_output=True, text=True, timeout=600)
     assert result.returncode == 0
-    assert "complete" in (result.stdout + result.stderr).lower()
+    assert f"{root}: already complete" in result.stdout
     assert (root / "metrics.jsonl").read_text() == before
