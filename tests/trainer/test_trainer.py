@@ -17,6 +17,7 @@ import pytest
 from gymnasium.envs.classic_control.cartpole import CartPoleEnv
 
 from cadence.config import load_config, to_yaml
+from cadence.testing.resume import comparable_metrics
 from cadence.trainer.checkpoint import CheckpointManager
 from cadence.trainer.metrics import read_metrics
 from cadence.trainer.run import build_trainer, train
@@ -122,17 +123,6 @@ def _run_preempted_after(trainer, iterations):
         trainer.collector.env.close()
 
 
-def _comparable(records):
-    return [
-        {
-            k: v
-            for k, v in r.items()
-            if k not in ("wall_time", "train_time") and not k.startswith("perf/")
-        }
-        for r in records
-    ]
-
-
 RESUME = ["trainer.num_env_steps=96", "trainer.eval_interval=3", "trainer.checkpoint_interval=0"]
 
 
@@ -155,8 +145,8 @@ def test_a_preempted_run_resumes_its_episodes_in_every_backend(tmp_path, backend
     assert not (tmp_path / "b" / "COMPLETE").exists()
     assert train(resumed) == "complete"
     expected, actual = (
-        _comparable(read_metrics(tmp_path / "a")),
-        _comparable(read_metrics(tmp_path / "b")),
+        comparable_metrics(read_metrics(tmp_path / "a")),
+        comparable_metrics(read_metrics(tmp_path / "b")),
     )
     assert [r["iteration"] for r in actual] == list(range(1, 7))
     assert actual == expected

@@ -9,6 +9,7 @@ import torch
 
 from cadence.config import load_config
 from cadence.envs.suites import BIT_FLIP_ID
+from cadence.testing.resume import comparable_metrics
 from cadence.trainer.metrics import read_metrics
 from cadence.trainer.play import evaluate, load_policy, play
 from cadence.trainer.run import build_trainer, train
@@ -80,18 +81,9 @@ def test_a_run_resumed_from_a_checkpoint_continues_exactly(tmp_path):
     shutil.rmtree(resumed / "checkpoints" / "00000008")
     (resumed / "checkpoints" / "LATEST").write_text("00000004")
     train(_config(resumed))
-
-    def comparable(root):
-        return [
-            {
-                k: v
-                for k, v in record.items()
-                if k not in ("wall_time", "train_time") and not k.startswith("perf/")
-            }
-            for record in read_metrics(root)
-        ]
-
-    assert comparable(resumed) == comparable(uninterrupted)
+    assert comparable_metrics(read_metrics(resumed)) == comparable_metrics(
+        read_metrics(uninterrupted)
+    )
 
 
 def test_is_success_of_a_goal_env_reaches_the_success_rates(tmp_path):

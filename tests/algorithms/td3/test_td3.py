@@ -3,8 +3,6 @@ target updates, its config, and a smoke run of the named config."""
 
 from __future__ import annotations
 
-import shutil
-
 import pytest
 import torch
 from torch import nn
@@ -15,6 +13,7 @@ from cadence.config import ConfigError, load_config
 from cadence.data.specs import BoundedTensorSpec
 from cadence.data.time_step import StepType
 from cadence.networks.config import NetworkConfig
+from cadence.testing.resume import check_exact_resume
 from cadence.trainer.metrics import read_metrics
 from cadence.trainer.run import train
 
@@ -165,20 +164,5 @@ def test_a_resumed_run_continues_exactly_with_the_policy_delay_phase_kept(tmp_pa
         "algorithm.off_policy.num_updates_per_train_iter=5",
         "network.hidden_sizes=[16,16]",
     ]
-    uninterrupted = tmp_path / "uninterrupted"
-    train(load_config("td3_pendulum", [f"root_dir={uninterrupted}", *overrides]))
-    resumed = tmp_path / "resumed"
-    shutil.copytree(uninterrupted, resumed)
-    (resumed / "COMPLETE").unlink()
-    shutil.rmtree(resumed / "checkpoints" / "00000008")
-    (resumed / "checkpoints" / "LATEST").write_text("00000004")
-    train(load_config("td3_pendulum", [f"root_dir={resumed}", *overrides]))
-
-    def comparable(root):
-        return [
-            {k: v for k, v in record.items() if "time" not in k and not k.startswith("perf/")}
-            for record in read_metrics(root)
-        ]
-
-    assert sum("loss/actor" in record for record in comparable(uninterrupted)) >= 4
-    assert comparable(resumed) == comparable(uninterrupted)
+    run = check_exact_resume("td3_pendulum", overrides, tmp_path, stop_after=4)
+    assert sum("loss/actor" in record for record in run.records) >= 4

@@ -1,0 +1,259 @@
+"""Exact-resume checks for any named config (DESIGN §8, test kind 4).
+
+A run stopped after its checkpoint at iteration N and resumed to the end must log
+the same metrics and end with the same algorithm and training-scheme state
+(networks, optimizers, replay buffer, counters of updates) as an uninterrupted run
+with the same seed. `check_exact_resume` does the whole check for one named config;
+the pieces are public so a test can stop a run another way (a real ``SIGKILL`` with
+`signal_after_checkpoint`) and still compare with `comparable_metrics`,
+`final_state` and `assert_equal_nests`.
+
+>>> overrides = ["env.num_envs=2", "trainer.unroll_length=16", "trainer.num_env_steps=128",
+...              "trainer.checkpoint_interval=2", "trainer.progress_bar=off"]
+>>> run = check_exact_resume("ppo_cartpole", overrides, tmp_path, stop_after=2)  # doctest: +SKIP
+>>> run.records[-1]["iteration"]  # doctest: +SKIP
+4
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import torch
+
+from cadence.config import load_config
+from cadence.trainer.checkpoint import CheckpointManager
+from cadence.trainer.metrics import read_metrics
+from cadence.trainer.run import train
+from cadence.trainer.trainer import Outcome, Trainer
+
+__all__ = [
+    "ResumedRun",
+    "SimulatedCrash",
+    "assert_equal_nests",
+    "check_exact_resume",
+    "cli_train_command",
+    "comparable_metrics",
+    "final_state",
+    "signal_after_checkpoint",
+    "stop_and_resume",
+    "train_named",
+]
+
+TIMING_KEYS = ("wall_time", "train_time")
+"""Metric keys that measure time, hence differ between two runs of one seed (as ``perf/*``)."""
+
+
+class SimulatedCrash(Exception):
+    """Stands for the process dying at the start of an iteration."""
+
+
+@dataclasses.dataclass
+class ResumedRun:
+    """What `check_exact_resume` found, for further algorithm-specific assertions.
+
+    Attributes:
+        records: the resumed run's ``metrics.jsonl`` records, in order.
+        state: the resumed run's final checkpoint.
+        reference_state: the uninterrupted run's final checkpoint.
+    """
+
+    records: list[dict[str, Any]]
+    state: dict[str, Any]
+    reference_state: dict[str, Any]
+
+
+def comparable_metrics(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The records without what measures time (`TIMING_KEYS` and ``perf/*``)."""
+    return [
+        {k: v for k, v in r.items() if k not in TIMING_KEYS and not k.startswith("perf/")}
+        for r in records
+    ]
+
+
+def final_state(run_dir: Path) -> dict[str, Any]:
+    """The latest checkpoint of the run in ``run_dir``, loaded on the CPU."""
+    manager = CheckpointManager(Path(run_dir) / "checkpoints")
+    return manager.load(manager.latest())
+
+
+def assert_equal_nests(a: Any, b: Any, where: str = "") -> None:
+    """Checks that two nests of dicts, lists, tensors and plain values are exactly equal.
+
+    Args:
+        a: a nest, e.g. a checkpoint's ``state["algorithm"]``.
+        b: the nest it must equal (same keys, lengths, tensors ``torch.equal``).
+        where: the path of ``a`` in its container, for the message.
+
+    Raises:
+        AssertionError: naming the path of the first leaf or key set that differs.
+    """
+    if isinstance(a, dict):
+        if a.keys() != b.keys():
+            raise AssertionError(f"{where}: keys differ: {sorted(a)} vs {sorted(b)}")
+        for key in a:
+            assert_equal_nests(a[key], b[key], f"{where}/{key}")
+    elif isinstance(a, (list, tuple)):
+        if len(a) != len(b):
+            raise AssertionError(f"{where}: lengths differ: {len(a)} vs {len(b)}")
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            assert_equal_nests(x, y, f"{where}/{i}")
+    elif isinstance(a, torch.Tensor):
+        if not torch.equal(a, b):
+            raise AssertionError(f"{where}: tensors differ")
+    elif a != b:
+        raise AssertionError(f"{where}: {a!r} != {b!r}")
+
+
+def train_named(config_name: str, run_dir: Path, overrides: Sequence[str] = ()) -> Outcome | None:
+    """Trains the named config with ``overrides`` in ``run_dir`` (resuming a run there)."""
+    return train(load_config(config_name, [*overrides, f"root_dir={run_dir}"]))
+
+
+@contextlib.contextmanager
+def _crash_after(iterations: int) -> Iterator[None]:
+    # Patched on the class: `train` builds its Trainer where a test cannot reach it.
+    calls = []
+    original = Trainer._iteration
+
+    def dies_after(self, *args, **kwargs):
+        calls.append(None)
+        if len(calls) > iterations:
+            raise SimulatedCrash
+        return original(self, *args, **kwargs)
+
+    with mock.patch.object(Trainer, "_iteration", dies_after):
+        yield
+
+
+def stop_and_resume(
+    config_name: str, run_dir: Path, overrides: Sequence[str], stop_after: int
+) -> None:
+    """Trains until a crash at the start of iteration ``stop_after + 1``, then resumes to the end.
+
+    Args:
+        config_name: a named config (`cadence.config.list_configs`).
+        run_dir: the run directory (new).
+        overrides: config overrides; ``trainer.checkpoint_interval`` must divide ``stop_after``.
+        stop_after: the iteration after whose checkpoint the run dies.
+
+    Raises:
+        AssertionError: the stopped run's latest checkpoint is not ``stop_after``, it was
+            marked complete, or the resumed run did not complete.
+    """
+    run_dir = Path(run_dir)
+    with _crash_after(stop_after):
+        try:
+            train_named(config_name, run_dir, overrides)
+        except SimulatedCrash:
+            pass
+        else:
+            raise AssertionError(
+                f"the run ended before iteration {stop_after + 1}; raise its budget"
+            )
+    latest = (run_dir / "checkpoints" / "LATEST").read_text()
+    if latest != f"{stop_after:08d}":
+        raise AssertionError(
+            f"the stopped run's latest checkpoint is {latest}, not {stop_after}: "
+            "make trainer.checkpoint_interval divide stop_after"
+        )
+    if (run_dir / "COMPLETE").exists():
+        raise AssertionError("a run that died was marked COMPLETE")
+    train_named(config_name, run_dir, overrides)
+    if not (run_dir / "COMPLETE").exists():
+        raise AssertionError("the resumed run did not complete")
+
+
+def check_exact_resume(
+    config_name: str, overrides: Sequence[str], work_dir: Path, stop_after: int
+) -> ResumedRun:
+    """Checks that stopping after iteration ``stop_after`` and resuming changes nothing.
+
+    Trains ``config_name`` uninterrupted in ``work_dir/uninterrupted``, and stopped at
+    ``stop_after`` then resumed (`stop_and_resume`) in ``work_dir/resumed``; the two
+    must log the same metrics (bar timings) and end with equal ``scheme`` and
+    ``algorithm`` checkpoint state.
+
+    Args:
+        config_name: a named config (`cadence.config.list_configs`).
+        overrides: config overrides shared by both runs (keep the runs small).
+        work_dir: an empty directory for the two runs.
+        stop_after: the iteration after whose checkpoint the run dies.
+
+    Returns:
+        The resumed run's records and both final states.
+
+    Raises:
+        AssertionError: naming the first metric record or state entry that differs.
+    """
+    uninterrupted, resumed = Path(work_dir) / "uninterrupted", Path(work_dir) / "resumed"
+    train_named(config_name, uninterrupted, overrides)
+    stop_and_resume(config_name, resumed, overrides, stop_after)
+    records, reference = read_metrics(resumed), read_metrics(uninterrupted)
+    for i, (got, want) in enumerate(
+        zip(comparable_metrics(records), comparable_metrics(reference), strict=False)
+    ):
+        if got != want:
+            raise AssertionError(f"metrics record {i} differs after resume: {got} vs {want}")
+    if len(records) != len(reference):
+        raise AssertionError(
+            f"{len(records)} metrics records after resume, {len(reference)} without"
+        )
+    state, reference_state = final_state(resumed), final_state(uninterrupted)
+    assert_equal_nests(state["scheme"], reference_state["scheme"], "scheme")
+    assert_equal_nests(state["algorithm"], reference_state["algorithm"], "algorithm")
+    return ResumedRun(records, state, reference_state)
+
+
+def cli_train_command(config_name: str, run_dir: Path, overrides: Sequence[str]) -> list[str]:
+    """The ``cadence train`` command line of a named config, for a separate process."""
+    return [
+        sys.executable, "-m", "cadence.cli", "train", config_name, "--root-dir", str(run_dir),
+        *overrides,
+    ]  # fmt: skip
+
+
+def signal_after_checkpoint(
+    command: Sequence[str],
+    run_dir: Path,
+    sig: int = signal.SIGKILL,
+    after_iteration: int = 1,
+    timeout_s: float = 300.0,
+) -> subprocess.Popen:
+    """Starts ``command``, sends it ``sig`` once it checkpointed ``after_iteration``, waits.
+
+    Args:
+        command: a training command line (`cli_train_command`) writing to ``run_dir``.
+        run_dir: its run directory, watched for ``checkpoints/LATEST``.
+        sig: the signal (``SIGKILL`` for a crash, ``SIGUSR1`` for pre-emption).
+        after_iteration: the iteration the latest checkpoint must reach first.
+        timeout_s: how long to wait for that checkpoint (and for the exit, capped at 120 s).
+
+    Returns:
+        The exited process (its ``stderr`` is a pipe).
+
+    Raises:
+        AssertionError: the process exited, or no such checkpoint came within ``timeout_s``.
+    """
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    latest = Path(run_dir) / "checkpoints" / "LATEST"
+    deadline = time.monotonic() + timeout_s
+    while not latest.exists() or int(latest.read_text() or 0) < after_iteration:
+        if process.poll() is not None:
+            raise AssertionError(f"the run exited first: {process.stderr.read().decode()}")
+        if time.monotonic() >= deadline:
+            process.kill()
+            raise AssertionError(f"no checkpoint of iteration {after_iteration} in {timeout_s} s")
+        time.sleep(0.005)
+    process.send_signal(sig)
+    process.wait(timeout=min(timeout_s, 120.0))
+    return process
