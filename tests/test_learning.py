@@ -5,42 +5,35 @@
 
 import pytest
 
-from cadence.config import load_config
-from cadence.trainer.metrics import read_metrics
-from cadence.trainer.run import train
+from cadence.testing.learning import train_to_bar
 
 pytestmark = pytest.mark.slow
 
 
-def _best_eval_return(name: str, tmp_path, overrides: list[str]) -> float:
-    config = load_config(name, [f"root_dir={tmp_path / 'run'}", "trainer.progress_bar=off", *overrides])
-    train(config)
-    returns = [r["eval/episode_return"] for r in read_metrics(tmp_path / "run") if r.get("eval/episode_return") is not None]
-    assert returns, "no evaluation was logged"
-    return max(returns)
+def _best_eval_return(name: str, tmp_path, bar: float, overrides: list[str]) -> float:
+    return train_to_bar(name, tmp_path / "run", bar, overrides).best_return
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_ppo_cartpole_solves_within_its_default_budget(tmp_path, seed):
-    assert _best_eval_return("ppo_cartpole", tmp_path, [f"seed={seed}", "trainer.stop_at_eval_return=475"]) >= 475
+    assert _best_eval_return("ppo_cartpole", tmp_path, 475, [f"seed={seed}"]) >= 475
 
 
 def test_ci_budget_ppo_cartpole_solves(tmp_path):
-    assert _best_eval_return("ppo_cartpole", tmp_path, ["seed=0", "trainer.stop_at_eval_return=475"]) >= 475
+    assert _best_eval_return("ppo_cartpole", tmp_path, 475, ["seed=0"]) >= 475
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_a2c_cartpole_solves_within_its_default_budget(tmp_path, seed):
-    assert _best_eval_return("a2c_cartpole", tmp_path, [f"seed={seed}", "trainer.stop_at_eval_return=475"]) >= 475
+    assert _best_eval_return("a2c_cartpole", tmp_path, 475, [f"seed={seed}"]) >= 475
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_ppo_pendulum_reaches_minus_300_within_200k_steps(tmp_path, seed):
-    overrides = [f"seed={seed}", "trainer.num_env_steps=200000", "trainer.stop_at_eval_return=-300"]
-    assert _best_eval_return("ppo_pendulum", tmp_path, overrides) >= -300
+    overrides = [f"seed={seed}", "trainer.num_env_steps=200000"]
+    assert _best_eval_return("ppo_pendulum", tmp_path, -300, overrides) >= -300
 
 
 def test_ppo_cartpole_pixels_solves_within_its_default_budget(tmp_path):
     # CPU-heavy: seed 0 first reached 500 at 112k env steps, ~30 min on 2 busy cores.
-    overrides = ["seed=0", "trainer.stop_at_eval_return=475"]
-    assert _best_eval_return("ppo_cartpole_pixels", tmp_path, overrides) >= 475
+    assert _best_eval_return("ppo_cartpole_pixels", tmp_path, 475, ["seed=0"]) >= 475

@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from cadence.config import load_config
-from cadence.trainer.metrics import read_metrics
-from cadence.trainer.run import train
+from cadence.testing.learning import train_to_bar
 
 pytestmark = pytest.mark.slow
 
@@ -19,18 +17,8 @@ BUDGET = 100_000
 
 def _env_steps_to_bar(tmp_path, seed: int) -> int | None:
     """Trains dqn_cartpole until an evaluation reaches the bar; the env steps it took."""
-    overrides = [
-        f"seed={seed}",
-        f"trainer.num_env_steps={BUDGET}",
-        f"trainer.stop_at_eval_return={BAR}",
-        "trainer.progress_bar=off",
-        f"root_dir={tmp_path / 'run'}",
-    ]
-    train(load_config("dqn_cartpole", overrides))
-    evaluations = [r for r in read_metrics(tmp_path / "run") if r.get("eval/episode_return")]
-    assert evaluations, "no evaluation was logged"
-    solved = [r["env_steps"] for r in evaluations if r["eval/episode_return"] >= BAR]
-    return solved[0] if solved else None
+    overrides = [f"seed={seed}", f"trainer.num_env_steps={BUDGET}"]
+    return train_to_bar("dqn_cartpole", tmp_path / "run", BAR, overrides).env_steps_to(BAR)
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])

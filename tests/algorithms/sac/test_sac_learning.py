@@ -6,29 +6,22 @@
 
 import pytest
 
-from cadence.config import load_config
-from cadence.trainer.metrics import read_metrics
-from cadence.trainer.run import train
+from cadence.testing.learning import train_to_bar
 
 pytestmark = pytest.mark.slow
 
 
-def _best_eval_return(name: str, tmp_path, overrides: list[str]) -> float:
-    config = load_config(name, [f"root_dir={tmp_path / 'run'}", "trainer.progress_bar=off", *overrides])
-    assert config.trainer.num_env_steps == 20_000
-    train(config)
-    records = read_metrics(tmp_path / "run")
-    returns = [r["eval/episode_return"] for r in records if r.get("eval/episode_return") is not None]
-    assert returns, "no evaluation was logged"
-    return max(returns)
+def _best_eval_return(tmp_path, seed: int) -> float:
+    """Trains sac_pendulum with its 20k-step budget until an evaluation reaches -200."""
+    curve = train_to_bar("sac_pendulum", tmp_path / "run", -200, [f"seed={seed}"])
+    assert curve.budget == 20_000
+    return curve.best_return
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_sac_pendulum_reaches_minus_200_within_20k_steps(tmp_path, seed):
-    overrides = [f"seed={seed}", "trainer.stop_at_eval_return=-200"]
-    assert _best_eval_return("sac_pendulum", tmp_path, overrides) >= -200
+    assert _best_eval_return(tmp_path, seed) >= -200
 
 
 def test_ci_budget_sac_pendulum_reaches_minus_200(tmp_path):
-    overrides = ["seed=0", "trainer.stop_at_eval_return=-200"]
-    assert _best_eval_return("sac_pendulum", tmp_path, overrides) >= -200
+    assert _best_eval_return(tmp_path, seed=0) >= -200

@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from cadence.config import load_config
-from cadence.trainer.metrics import read_metrics
-from cadence.trainer.run import train
+from cadence.testing.learning import train_to_bar
 
 # A single run takes 1-3 minutes on a free CPU core; the limit leaves room for a busy machine.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
@@ -21,17 +19,8 @@ BUDGET = 20_000
 def first_env_steps_at_bar(name: str, tmp_path, seed: int) -> int | None:
     """Trains ``name`` for ``BUDGET`` env steps (stopping at ``BAR``); the env steps of the
     first evaluation at or above ``BAR``, or None."""
-    overrides = [
-        f"root_dir={tmp_path / 'run'}",
-        "trainer.progress_bar=off",
-        f"seed={seed}",
-        f"trainer.num_env_steps={BUDGET}",
-        f"trainer.stop_at_eval_return={BAR}",
-    ]
-    train(load_config(name, overrides))
-    evals = [r for r in read_metrics(tmp_path / "run") if r.get("eval/episode_return") is not None]
-    assert evals, "no evaluation was logged"
-    return next((r["env_steps"] for r in evals if r["eval/episode_return"] >= BAR), None)
+    overrides = [f"seed={seed}", f"trainer.num_env_steps={BUDGET}"]
+    return train_to_bar(name, tmp_path / "run", BAR, overrides).env_steps_to(BAR)
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
