@@ -94,7 +94,7 @@ class Collector:
         """The in-progress episode: current time step (and its raw form), recurrent and
         transformer state, episode sums."""
         return {
-            "time_step": None if self._time_step is None else _time_step_to_dict(self._time_step),
+            "time_step": None if self._time_step is None else self._time_step.to_dict(),
             "state": self._state,
             "transform_state": self._transform_state,
             "episode_stats": self.episode_stats.state_dict(),
@@ -102,7 +102,7 @@ class Collector:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         time_step = state["time_step"]
-        self._time_step = None if time_step is None else _time_step_from_dict(time_step)
+        self._time_step = None if time_step is None else TimeStep.from_dict(time_step)
         if self._time_step is not None:
             self._time_step = self._time_step.to(self.device)
         self._state = state["state"]
@@ -120,25 +120,3 @@ class Collector:
 
 def _stack(items: list[Nest]) -> Nest:
     return map_structure(lambda *xs: torch.stack(xs), *items)
-
-
-def _time_step_to_dict(time_step: TimeStep) -> dict[str, Any]:
-    return {
-        "step_type": time_step.step_type,
-        "reward": time_step.reward,
-        "discount": time_step.discount,
-        "observation": time_step.observation,
-        "prev_action": time_step.prev_action,
-        "env_id": time_step.env_id,
-        "env_info": time_step.env_info,
-        "untransformed": None
-        if time_step.untransformed is None
-        else _time_step_to_dict(time_step.untransformed),
-    }
-
-
-def _time_step_from_dict(fields: dict[str, Any]) -> TimeStep:
-    fields = dict(fields)
-    untransformed = fields.pop("untransformed", None)
-    raw = None if untransformed is None else _time_step_from_dict(untransformed)
-    return TimeStep(**fields, untransformed=raw)

@@ -90,6 +90,32 @@ class TimeStep:
     def replace(self, **changes: Any) -> TimeStep:
         return dataclasses.replace(self, **changes)
 
+    def to_dict(self, untransformed: bool = True) -> dict[str, Any]:
+        """The fields as a plain dict, leaves shared (for replay rows and checkpoints).
+
+        Args:
+            untransformed: whether to include ``untransformed`` (None, or itself such a
+                dict); replay rows leave it out, as the stored step is already the raw one.
+
+        Returns:
+            ``{"step_type", "reward", "discount", "observation", "prev_action", "env_id",
+            "env_info"}``, plus ``"untransformed"`` if asked.
+        """
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        raw = fields.pop("untransformed")
+        if untransformed:
+            fields["untransformed"] = None if raw is None else raw.to_dict()
+        return fields
+
+    @staticmethod
+    def from_dict(fields: dict[str, Any]) -> TimeStep:
+        """The inverse of `to_dict`; ``untransformed`` may be missing, None or such a dict."""
+        fields = dict(fields)
+        untransformed = fields.pop("untransformed", None)
+        if isinstance(untransformed, dict):
+            untransformed = TimeStep.from_dict(untransformed)
+        return TimeStep(**fields, untransformed=untransformed)
+
     @staticmethod
     def stack(steps: Sequence[TimeStep], dim: int = 0) -> TimeStep:
         """Stacks time steps leaf-wise along a new dimension ``dim``."""

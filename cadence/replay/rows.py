@@ -37,22 +37,9 @@ def experience_rows(experience: Experience) -> dict[str, Any]:
     raw = time_step.untransformed if time_step.untransformed is not None else time_step
     steps = experience.unroll_length
     return {
-        "time_step": map_structure(lambda x: x[:steps], time_step_fields(raw)),
+        "time_step": map_structure(lambda x: x[:steps], raw.to_dict(untransformed=False)),
         "action": experience.action,
         "info": experience.info,
-    }
-
-
-def time_step_fields(time_step: TimeStep) -> dict[str, Any]:
-    """The stored fields of ``time_step`` (all but ``untransformed``)."""
-    return {
-        "step_type": time_step.step_type,
-        "reward": time_step.reward,
-        "discount": time_step.discount,
-        "observation": time_step.observation,
-        "prev_action": time_step.prev_action,
-        "env_id": time_step.env_id,
-        "env_info": time_step.env_info,
     }
 
 
@@ -62,7 +49,4 @@ def time_step_from_rows(rows: Nest) -> TimeStep:
     A data transformer may have added ``untransformed`` (the raw fields, a dict of
     the same form) to the rows of a replayed sample; it becomes a `TimeStep` too.
     """
-    fields = dict(rows["time_step"])
-    if isinstance(fields.get("untransformed"), dict):
-        fields["untransformed"] = TimeStep(**fields["untransformed"])
-    return TimeStep(**fields)
+    return TimeStep.from_dict(rows["time_step"])
