@@ -23,7 +23,7 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from torch import nn
@@ -310,6 +310,53 @@ def make_deterministic_networks(
     )
     return actor, critic
 
+
+
+class SharedHyperparameters(Protocol):
+    """The knobs every deterministic actor-critic config has (`DDPGConfig`, `TD3Config`)."""
+
+    gamma: float
+    tau: float
+    exploration_noise: float
+    actor_learning_rate: float
+    critic_learning_rate: float
+
+
+def make_deterministic_actor_critic(
+    config: SharedHyperparameters,
+    observation_spec: Spec,
+    action_spec: Spec,
+    network_config: NetworkConfig,
+    num_critics: int = 1,
+    **variant: Any,
+) -> DeterministicActorCritic:
+    """Networks and a `DeterministicActorCritic` from the hyperparameters DDPG and TD3 share.
+
+    Args:
+        config: the algorithm's config (gamma, tau, exploration noise, learning rates).
+        observation_spec: the (transformed) observation spec.
+        action_spec: the env's bounded continuous action spec, shape ``(A,)``.
+        network_config: the network section.
+        num_critics: critics in the ensemble.
+        **variant: what sets a variant apart (``policy_delay``, ``target_action_noise``).
+
+    Returns:
+        The algorithm, its networks freshly initialized.
+    """
+    actor, critic = make_deterministic_networks(
+        observation_spec, action_spec, network_config, num_critics
+    )
+    return DeterministicActorCritic(
+        actor,
+        critic,
+        action_spec,
+        gamma=config.gamma,
+        tau=config.tau,
+        exploration_noise=config.exploration_noise,
+        actor_learning_rate=config.actor_learning_rate,
+        critic_learning_rate=config.critic_learning_rate,
+        **variant,
+    )
 
 def action_bounds(action_spec: Spec) -> tuple[torch.Tensor, torch.Tensor]:
     """The ``[A]`` float32 minimum and maximum of a bounded, continuous, 1-D action spec.

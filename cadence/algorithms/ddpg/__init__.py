@@ -5,7 +5,7 @@ from __future__ import annotations
 from cadence.algorithms.ddpg.config import DDPGConfig
 from cadence.algorithms.deterministic_actor_critic import (
     DeterministicActorCritic,
-    make_deterministic_networks,
+    make_deterministic_actor_critic,
 )
 from cadence.data.specs import Spec
 from cadence.networks.config import NetworkConfig
@@ -18,16 +18,4 @@ def make_ddpg(
 ) -> DeterministicActorCritic:
     """DDPG as a `DeterministicActorCritic` with one critic, bootstrapping from the target
     actor's action as it is, and the actor and targets updated with every critic update."""
-    actor, critic = make_deterministic_networks(
-        observation_spec, action_spec, network_config, num_critics=1
-    )
-    return DeterministicActorCritic(
-        actor,
-        critic,
-        action_spec,
-        gamma=config.gamma,
-        tau=config.tau,
-        exploration_noise=config.exploration_noise,
-        actor_learning_rate=config.actor_learning_rate,
-        critic_learning_rate=config.critic_learning_rate,
-    )
+    return make_deterministic_actor_critic(config, observation_spec, action_spec, network_config)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from cadence.algorithms.deterministic_actor_critic import (
     DeterministicActorCritic,
-    make_deterministic_networks,
+    make_deterministic_actor_critic,
 )
 from cadence.algorithms.td3.config import TD3Config
 from cadence.algorithms.td3.smoothing import TargetPolicySmoothing
@@ -20,18 +20,12 @@ def make_td3(
     """TD3 as a `DeterministicActorCritic` composed of its three parts: an ensemble of
     ``num_critics`` critics (bootstrapping from their minimum), `TargetPolicySmoothing`,
     and actor and target updates every ``policy_delay`` critic updates."""
-    actor, critic = make_deterministic_networks(
-        observation_spec, action_spec, network_config, config.num_critics
-    )
-    return DeterministicActorCritic(
-        actor,
-        critic,
+    return make_deterministic_actor_critic(
+        config,
+        observation_spec,
         action_spec,
-        gamma=config.gamma,
-        tau=config.tau,
-        exploration_noise=config.exploration_noise,
-        actor_learning_rate=config.actor_learning_rate,
-        critic_learning_rate=config.critic_learning_rate,
+        network_config,
+        num_critics=config.num_critics,
         policy_delay=config.policy_delay,
         target_action_noise=TargetPolicySmoothing(
             config.target_policy_noise, config.target_noise_clip
