@@ -29,6 +29,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import gymnasium as gym
 import torch
@@ -43,15 +44,26 @@ Table = dict[tuple[str, int], dict[str, float]]  # (env, num_envs) -> column -> 
 
 
 class Runner:
-    """One implementation of a row: ``run(n)`` takes ``n`` batch steps of ``batch_size`` envs."""
+    """One implementation of a row: ``run(n)`` takes ``n`` batch steps of ``batch_size`` envs.
+
+    The default ``run`` cycles through the pre-sampled ``actions`` of an ``env`` that
+    resets itself (vector envs and cadence back ends do).
+    """
 
     batch_size: int
+    env: Any
+    actions: list[Any]
+    t: int = 0
 
     def run(self, num_batch_steps: int) -> None:
-        raise NotImplementedError
+        env, actions, t = self.env, self.actions, self.t
+        for _ in range(num_batch_steps):
+            env.step(actions[t % _NUM_ACTIONS])
+            t += 1
+        self.t = t
 
     def close(self) -> None:
-        pass
+        self.env.close()
 
 
 class GymLoop(Runner):
@@ -74,9 +86,6 @@ class GymLoop(Runner):
             t += 1
         self.t = t
 
-    def close(self) -> None:
-        self.env.close()
-
 
 class GymVector(Runner):
     """Gymnasium's ``SyncVectorEnv`` or ``AsyncVectorEnv`` (which auto-reset themselves)."""
@@ -91,16 +100,6 @@ class GymVector(Runner):
         self.actions = [self.env.action_space.sample() for _ in range(_NUM_ACTIONS)]
         self.t = 0
 
-    def run(self, num_batch_steps: int) -> None:
-        env, actions, t = self.env, self.actions, self.t
-        for _ in range(num_batch_steps):
-            env.step(actions[t % _NUM_ACTIONS])
-            t += 1
-        self.t = t
-
-    def close(self) -> None:
-        self.env.close()
-
 
 class CadenceRunner(Runner):
     """A cadence back end built by ``make_env``, stepped with torch actions."""
@@ -113,16 +112,6 @@ class CadenceRunner(Runner):
         self.actions = [spec.sample((num_envs,), generator) for _ in range(_NUM_ACTIONS)]
         self.env.reset()
         self.t = 0
-
-    def run(self, num_batch_steps: int) -> None:
-        env, actions, t = self.env, self.actions, self.t
-        for _ in range(num_batch_steps):
-            env.step(actions[t % _NUM_ACTIONS])
-            t += 1
-        self.t = t
-
-    def close(self) -> None:
-        self.env.close()
 
 
 @dataclass
