@@ -1,4 +1,9 @@
-"""Test helpers for cadence and its users: fake environments and the environment contract suite."""
+"""Test helpers for cadence and its users: fake environments and the environment contract suite.
+
+Two more modules are imported on their own, as they pull in the trainer:
+`cadence.testing.resume` (`check_exact_resume` for any named config) and
+`cadence.testing.learning` (`train_to_bar` for learning tests).
+"""
 
 from cadence.testing.contract import (
     ContractReport,
