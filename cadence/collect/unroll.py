@@ -46,7 +46,7 @@ class Collector:
         self.unroll_length = unroll_length
         self.device = torch.device(device)
         self.transformer = transformer
-        self.episode_stats = EpisodeStats(env.batch_size)
+        self.episode_stats = EpisodeStats(env.batch_size, self.device)
         self._time_step: TimeStep | None = None
         self._state: Nest = ()
         self._transform_state: Nest = ()
