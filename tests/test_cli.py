@@ -248,7 +248,8 @@ def test_use_snapshot_without_snapshot_fails(capsys, run_dir, restore_cadence):
     ("override", "message"),
     [
         ("algorithm.no_such_key=1", "algorithm.no_such_key: unknown key"),
-        ("env.num_envs=-3", "env.num_envs=-3: must be >= 1"),
+        # The other refusal the issue names; in-process above, as a process only when slow.
+        pytest.param("env.num_envs=-3", "env.num_envs=-3: must be >= 1", marks=pytest.mark.slow),
     ],
 )
 def test_console_entry_point_exits_2_without_creating_the_run_dir(tmp_path, override, message):
@@ -361,11 +362,3 @@ def test_real_play_use_snapshot_imports_the_runs_own_code(trained_run):
     [cache] = trained_run.glob(".snapshot-*")
     played_from = Path(result.stdout.split("PLAYED FROM ", 1)[1].strip())
     assert played_from.is_relative_to(cache)
-
-
-def test_real_list_runs_as_a_console_command():
-    result = subprocess.run(
-        [sys.executable, "-m", "cadence.cli", "list"], capture_output=True, text=True, timeout=120
-    )
-    assert result.returncode == 0
-    assert {line.split()[0] for line in result.stdout.splitlines()} == set(list_configs())

@@ -12,7 +12,7 @@ from cadence.testing.resume import cli_train_command, comparable_metrics, signal
 from cadence.trainer.metrics import read_metrics
 
 OVERRIDES = [
-    "trainer.num_env_steps=12288",  # 48 iterations of 8 envs x 32 steps
+    "trainer.num_env_steps=6144",  # 24 iterations of 8 envs x 32 steps
     "trainer.checkpoint_interval=3",
     "trainer.eval_interval=6",
     "trainer.num_eval_episodes=3",
@@ -63,7 +63,7 @@ def test_sigusr1_checkpoints_exits_0_and_resumes_exactly(tmp_path, uninterrupted
     assert process.returncode == 0, process.stderr.read().decode()
     assert not (root / "COMPLETE").exists()
     interrupted_at = _latest_iteration(root)
-    assert 3 <= interrupted_at < 48
+    assert 3 <= interrupted_at < 24
     subprocess.run(_command(root), check=True, capture_output=True, timeout=600)
     assert comparable_metrics(read_metrics(root)) == comparable_metrics(uninterrupted)
 
