@@ -19,6 +19,7 @@ from cadence.algorithms import (
     OnPolicyScheme,
     build_algorithm,
 )
+from cadence.cli import train_experiment as train
 from cadence.config import ExperimentConfig, list_configs, load_config
 from cadence.data import DictTensor, StepType, TemporalDictTensor, TimeStep, Trajectories
 from cadence.envs import (
@@ -30,7 +31,6 @@ from cadence.envs import (
 )
 from cadence.replay import ReplayBuffer
 from cadence.trainer import Trainer, read_metrics
-from cadence.trainer.run import train
 from cadence.transforms import DataTransformer, DataTransformerSequence
 
 __version__ = "0.1.0"

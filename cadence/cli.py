@@ -171,11 +171,24 @@ def run_train(args: argparse.Namespace) -> int:
         return 2
     config = load_config(args.name, args.overrides, root_dir=args.root_dir)
     _log_to_terminal()
-    from cadence.trainer.run import train
-
-    outcome = train(config, config_yaml=to_yaml(config))
+    outcome = train_experiment(config)
     print(f"{config.root_dir}: {'already complete' if outcome is None else outcome}")
     return 0
+
+
+def train_experiment(config: Any) -> str | None:
+    """Trains ``config`` in ``config.root_dir`` exactly as `cadence train` does.
+
+    A new run gets its ``config.yaml`` (so `cadence play` and `cadence eval` can open it) and
+    its code snapshot; a run directory holding a checkpoint resumes; a complete one is left as is.
+
+    Returns:
+        How training ended (``"complete"``, ``"preempted"``, ``"stopped_at_eval_return"``), or
+        None when the run was already complete.
+    """
+    from cadence.trainer.run import train
+
+    return train(config, config_yaml=to_yaml(config))
 
 
 def run_play(args: argparse.Namespace) -> int:
