@@ -23,8 +23,6 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from cadence.data.nest import Nest
-
 Shape: TypeAlias = tuple[int, ...]
 
 

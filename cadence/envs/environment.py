@@ -58,7 +58,7 @@ class PyEnvironment(abc.ABC):
         """An RGB frame ``[H, W, 3]`` of the current state, if the env renders."""
         return None
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - an optional hook: most envs hold nothing to release
         """Releases the env's resources."""
 
     def get_state(self) -> Any:
@@ -97,7 +97,7 @@ class PyEnvironmentWrapper(PyEnvironment):
     def render(self) -> np.ndarray | None:
         return self._env.render()
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - an optional hook: most envs hold nothing to release
         self._env.close()
 
     def get_state(self) -> Any:
@@ -162,7 +162,7 @@ class Environment(abc.ABC):
         """An RGB frame of environment ``env_index``, if it renders."""
         return None
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - an optional hook: most envs hold nothing to release
         """Releases workers, threads and other resources; idempotent."""
 
     def get_state(self) -> Any:
