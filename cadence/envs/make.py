@@ -98,6 +98,7 @@ def make_env(
     env_kwargs: dict[str, Any] | None = None,
     env_info_keys: list[str] | None = None,
     num_workers: int | None = None,
+    max_worker_restarts: int = 3,
 ) -> Environment:
     """Builds a batch of ``num_envs`` environments; environment ``i`` is seeded ``seed + i``.
 
@@ -116,6 +117,8 @@ def make_env(
         env_kwargs: keyword arguments for ``gymnasium.make``.
         env_info_keys: the numeric ``info`` keys to report (default: probed).
         num_workers: worker processes for ``"parallel"`` (default: one per core).
+        max_worker_restarts: how often a ``"parallel"`` worker that dies is restarted
+            (within `ParallelEnvironment`'s window) before the error is raised; 0 never.
 
     Raises:
         UnknownEnvironmentError: ``name`` is not a registered id (close ids are suggested).
@@ -154,7 +157,12 @@ def make_env(
         return ThreadEnvironment(factories, device=device)
     from cadence.envs.parallel import ParallelEnvironment
 
-    return ParallelEnvironment(factories, num_workers=num_workers, device=device)
+    return ParallelEnvironment(
+        factories,
+        num_workers=num_workers,
+        device=device,
+        max_worker_restarts=max_worker_restarts,
+    )
 
 
 def check_env_id(name: str) -> None:

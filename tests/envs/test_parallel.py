@@ -282,3 +282,15 @@ def test_split_evenly():
     assert split_evenly(6, 3) == [(0, 2), (2, 4), (4, 6)]
     with pytest.raises(ValueError, match="num_workers must be >= 1"):
         split_evenly(3, 0)
+
+
+def test_make_env_passes_the_restart_budget_to_its_workers():
+    env = make_env("CartPole-v1", 4, backend="parallel", seed=0, num_workers=2, max_worker_restarts=0)
+    action = torch.zeros(4, dtype=torch.int64)
+    try:
+        env.reset()
+        _kill(env, 0)
+        with pytest.raises(EnvironmentWorkerError, match=r"max_worker_restarts=0"):
+            env.step(action)
+    finally:
+        env.close()
