@@ -1,12 +1,13 @@
 """`Channel`: the pipe between `ParallelEnvironment` and one of its worker processes.
 
-The per-step exchange is one byte each way: the parent writes `STEP` (the actions
-are already in shared memory), the worker answers `OK` (its rows of the time step
-are already there). Everything else (specs, errors, states, frames, commands with
-arguments) is a `MESSAGE` byte followed by a pickle in ``multiprocessing``'s
-framing. A ``multiprocessing.connection.Connection`` round trip costs several
-system calls and ~20 us of Python per message, which on a 2-core machine was most
-of a CartPole step; two one-byte ``os.read``/``os.write`` calls cost a few us.
+It carries two kinds of traffic. One-byte signals: before a worker is attached to
+shared memory, `STEP` asks it to step and `OK` answers; once attached, steps go
+through the `cadence.envs.doorbell` control block and the same bytes only wake a
+side that sleeps on its pipe. And messages (specs, errors, states, frames,
+commands with arguments): a `MESSAGE` byte followed by a pickle in
+``multiprocessing``'s framing. A ``multiprocessing.connection.Connection`` round
+trip costs several system calls and ~20 us of Python per message, which on a
+2-core machine was most of a CartPole step.
 """
 
 from __future__ import annotations
@@ -57,6 +58,21 @@ class Channel:
         if op == MESSAGE:
             return op, pickle.loads(self.conn.recv_bytes())
         return op, None
+
+    def receive_message(self) -> Any:
+        """Blocks for the next object, dropping the one-byte signals before it.
+
+        Raises:
+            EOFError: the other end is closed.
+        """
+        while True:
+            op, obj = self.receive()
+            if op == MESSAGE:
+                return obj
+
+    def drain_signal(self) -> bool:
+        """Reads one byte that is known to be waiting; ``False`` if it was the end of the pipe."""
+        return bool(os.read(self.fd, 1))
 
     def poll(self) -> bool:
         """Whether something (or the end of the pipe) can be read without blocking."""

@@ -47,6 +47,7 @@ from cadence.data.specs import CompositeSpec, Spec
 from cadence.data.time_step import StepType, TimeStep
 from cadence.envs.buffer import TimeStepBuffer, action_to_numpy
 from cadence.envs.channel import STEP
+from cadence.envs.doorbell import control_block_nbytes
 from cadence.envs.environment import Environment, PyEnvironment
 from cadence.envs.parallel_worker import (
     action_layout_for,
@@ -113,6 +114,11 @@ class ParallelEnvironment(Environment):
         max_worker_restarts: how often each worker may be restarted after dying
             within any ``restart_window_s`` seconds (0: never; a death is an error).
         restart_window_s: the window of ``max_worker_restarts``.
+        spin_us: how long the parent and the workers wait for each other by polling
+            shared memory (yielding the core on every turn) before they sleep on a
+            pipe; see `cadence.envs.doorbell`. Polling saves the wake-ups that make up
+            most of a fast env's step; it adapts, so a side that usually waits longer
+            sleeps at once. 0: always sleep.
 
     Raises:
         EnvironmentWorkerError: an env raised in a worker (with the worker's
@@ -134,6 +140,7 @@ class ParallelEnvironment(Environment):
         start_method: StartMethod = "forkserver",
         max_worker_restarts: int = 3,
         restart_window_s: float = 600.0,
+        spin_us: float = 1000.0,
     ):
         if not env_fns:
             raise ValueError("ParallelEnvironment needs at least one environment")
@@ -150,6 +157,7 @@ class ParallelEnvironment(Environment):
         self._last: TimeStep | None = None  # the last time step delivered
         self._step_all = dict.fromkeys(range(len(self._slices)), STEP)
         self._shm: SharedMemory | None = None
+        self._spin_s = spin_us * 1e-6
         context = mp.get_context(start_method)
         if start_method == "forkserver":
             # The server imports these once; workers forked from it import nothing more.
@@ -316,10 +324,10 @@ class ParallelEnvironment(Environment):
             specs, dead = self._gather_specs([worker])
             if not dead:
                 self._check_replacement_specs(worker, specs)
-                attach = ("attach", (self._shm.name, self._num_envs))
-                replies, dead = self._pool.request({worker: attach})
+                replies, dead = self._pool.request({worker: self._attach_message()})
                 self._raise_errors(replies)
             if not dead:
+                self._pool.ring_doorbell(worker)
                 return
             how = self._pool.reap(worker)  # the replacement died too: that counts as well
 
@@ -413,18 +421,27 @@ class ParallelEnvironment(Environment):
         self._layout = _layout_fields(*specs, self._num_envs)
         buffer_layout = TimeStepBuffer.make_layout(*specs, self._num_envs)
         action_layout = action_layout_for(self._action_spec, self._num_envs)
-        buffer_bytes = aligned(buffer_layout.nbytes)
-        self._shm = SharedMemory(create=True, size=buffer_bytes + action_layout.nbytes)
-        self._buffer, self._actions = shared_views(
+        size = (
+            aligned(buffer_layout.nbytes)
+            + aligned(action_layout.nbytes)
+            + control_block_nbytes(self.num_workers)
+        )
+        self._shm = SharedMemory(create=True, size=size)
+        self._buffer, self._actions, control = shared_views(
             self._shm,
             self._observation_spec,
             self._action_spec,
             self._env_info_spec,
             self._num_envs,
         )
-        self._request(
-            {w: ("attach", (self._shm.name, self._num_envs)) for w in range(self.num_workers)}
-        )
+        self._pool.use_doorbell(control, self._spin_s)
+        del control  # the doorbell keeps its own view; this one would keep the block open
+        self._request({w: self._attach_message() for w in range(self.num_workers)})
+        for worker in range(self.num_workers):
+            self._pool.ring_doorbell(worker)
+
+    def _attach_message(self) -> tuple[str, tuple[Any, ...]]:
+        return ("attach", (self._shm.name, self._num_envs, self.num_workers, self._spin_s))
 
     def _release_shared_memory(self) -> None:
         # Views over the block must go before it can close; unlink frees it system-wide.

@@ -2,9 +2,11 @@
 
 A worker builds its envs from their picklable factories, reports their specs,
 attaches to the shared-memory block the parent created, then serves requests
-until "close". A step is one byte each way (see `cadence.envs.channel`): the
+until "close". Until it is attached, requests come through its pipe (see
+`cadence.envs.channel`); from then on through the doorbell in the same block
+(see `cadence.envs.doorbell`): a step request is a number in shared memory, the
 actions are read from shared memory and the time steps written there, each
-worker into its own rows. An exception in an env is sent to the parent with
+worker into its own rows, and the answer is a number again. An exception in an env is sent to the parent with
 the env's index and the worker's traceback; the worker then goes on serving.
 
 A worker that replaces one that died starts with every env *fresh*: the next
@@ -32,6 +34,7 @@ from cadence.data.specs import CompositeSpec, Spec
 from cadence.data.time_step import TimeStep
 from cadence.envs.buffer import ArrayLayout, TimeStepBuffer, action_row, spec_fields
 from cadence.envs.channel import OK, STEP, Channel
+from cadence.envs.doorbell import WorkerDoorbell
 from cadence.envs.environment import PyEnvironment
 
 logger = logging.getLogger(__name__)
@@ -67,7 +70,7 @@ def worker_main(
             return
         first = envs[0]
         channel.send(("ok", (first.observation_spec, first.action_spec, first.env_info_spec)))
-        _serve(channel, envs, start, set(range(len(envs))) if fresh else set())
+        _serve(channel, envs, worker, start, set(range(len(envs))) if fresh else set())
     except (EOFError, OSError):
         pass  # the parent went away: nobody is left to report to
     finally:
@@ -78,30 +81,51 @@ def worker_main(
                 logger.exception("closing an env in worker %d failed", worker)
 
 
-def _serve(channel: Channel, envs: list[PyEnvironment], start: int, fresh: set[int]) -> None:
-    """Answers the parent's requests until "close"."""
+def _serve(
+    channel: Channel, envs: list[PyEnvironment], worker: int, start: int, fresh: set[int]
+) -> None:
+    """Answers the parent's requests until "close": through the pipe until attached, then the doorbell."""
     shared: dict[str, Any] = {"fresh": fresh}
+    doorbell: WorkerDoorbell | None = None
     try:
-        while True:
+        while "doorbell" not in shared:
             op, message = channel.receive()
             command, arg = ("step", None) if op == STEP else message
             if command == "close":
                 return
-            offset = arg if command == "render" else 0
-            reply, _ = _attempt(
-                functools.partial(_handle, command, arg, envs, start, shared), offset
-            )
-            # `is None`: comparing the tuples would compare a reply's array (a frame) elementwise.
-            if reply[0] == "ok" and reply[1] is None:
+            if command == "attach":
+                arg = (*arg, worker, channel)
+            reply = _run(command, arg, envs, start, shared)
+            if reply is None:
                 channel.send_op(OK)
             else:
                 channel.send(reply)
+        doorbell = shared["doorbell"]
+        while True:
+            message = doorbell.wait()
+            command, arg = ("step", None) if message is None else message
+            if command == "close":
+                return
+            doorbell.answer(_run(command, arg, envs, start, shared))
     finally:
+        doorbell = None  # its view of the block must go before the block can close
         _detach(shared)
 
 
+def _run(
+    command: str, arg: Any, envs: list[PyEnvironment], start: int, shared: dict[str, Any]
+) -> tuple[str, Any] | None:
+    """Runs one request: ``None`` when it went well and returned nothing, else the reply."""
+    offset = arg if command == "render" else 0
+    reply, _ = _attempt(functools.partial(_handle, command, arg, envs, start, shared), offset)
+    # `is None`: comparing the tuples would compare a reply's array (a frame) elementwise.
+    if reply[0] == "ok" and reply[1] is None:
+        return None
+    return reply
+
+
 def _detach(shared: dict[str, Any]) -> None:
-    """Drops the views of the shared block, then unmaps it.
+    """Drops the views of the shared block (and the doorbell's), then unmaps it.
 
     Left to the interpreter's exit, the mapping would be closed while views still
     exist and print a ``BufferError`` from every worker.
@@ -157,13 +181,22 @@ def _step_some(
         shared["buffer"].write(start + index, time_step)
 
 
-def _attach(env: PyEnvironment, shm_name: str, batch_size: int) -> dict[str, Any]:
+def _attach(
+    env: PyEnvironment,
+    shm_name: str,
+    batch_size: int,
+    num_workers: int,
+    spin_s: float,
+    worker: int,
+    channel: Channel,
+) -> dict[str, Any]:
     # Keep `shm` referenced: the views are only valid while its mapping is open.
     shm = SharedMemory(name=shm_name)
-    buffer, actions = shared_views(
+    buffer, actions, control = shared_views(
         shm, env.observation_spec, env.action_spec, env.env_info_spec, batch_size
     )
-    return {"shm": shm, "buffer": buffer, "actions": actions}
+    doorbell = WorkerDoorbell(control, num_workers, worker, channel, spin_s)
+    return {"shm": shm, "buffer": buffer, "actions": actions, "doorbell": doorbell}
 
 
 # -- the shared-memory block (the same in the parent and the workers) ----------------------
@@ -175,15 +208,18 @@ def shared_views(
     action_spec: Spec,
     env_info_spec: CompositeSpec,
     batch_size: int,
-) -> tuple[TimeStepBuffer, dict[str, np.ndarray]]:
-    """The time step buffer and the action arrays over ``shm``."""
+) -> tuple[TimeStepBuffer, dict[str, np.ndarray], memoryview]:
+    """The time step buffer, the action arrays and the doorbell's control block over ``shm``.
+
+    The block is laid out as: time steps, actions, control block (each aligned).
+    """
     buffer = TimeStepBuffer(
         observation_spec, action_spec, env_info_spec, batch_size, memory=shm.buf
     )
-    actions = action_layout_for(action_spec, batch_size).views(
-        shm.buf[aligned(buffer.layout.nbytes) :]
-    )
-    return buffer, actions
+    actions_at = aligned(buffer.layout.nbytes)
+    action_layout = action_layout_for(action_spec, batch_size)
+    actions = action_layout.views(shm.buf[actions_at:])
+    return buffer, actions, shm.buf[actions_at + aligned(action_layout.nbytes) :]
 
 
 def action_layout_for(action_spec: Spec, batch_size: int) -> ArrayLayout:

@@ -1,11 +1,13 @@
 """`WorkerPool`: worker processes with one pipe each, and waiting on their replies or deaths.
 
 The transport under `ParallelEnvironment`, which knows nothing of envs: start a
-worker, send each worker a message (a one-byte `STEP` or a pickled object, see
-`cadence.envs.channel`), and block until every addressed worker has answered or
-died. Waiting covers both the pipes and the process sentinels, so a worker that
-dies mid-request is reported, never waited for forever. `RestartBudget` bounds
-how often a worker may be replaced.
+worker, send each worker a message (`STEP` or a pickled object), and wait until
+every addressed worker has answered or died. A new worker is reached through its
+pipe (see `cadence.envs.channel`); once it is attached to the shared control
+block (`use_doorbell`, then `ring_doorbell` for that worker), its requests go
+through the `cadence.envs.doorbell` instead. Waiting covers both the answers and
+the process sentinels, so a worker that dies mid-request is reported, never
+waited for forever. `RestartBudget` bounds how often a worker may be replaced.
 """
 
 from __future__ import annotations
@@ -21,11 +23,13 @@ from multiprocessing.connection import wait
 from typing import Any
 
 from cadence.envs.channel import OK, STEP, Channel
+from cadence.envs.doorbell import ParentDoorbell
 
 logger = logging.getLogger(__name__)
 
 _CLOSE_TIMEOUT_S = 5.0
 Reply = tuple[str, Any]  # ("ok", payload) or ("error", what the worker sent)
+_OK: Reply = ("ok", None)
 
 
 class WorkerPool:
@@ -44,11 +48,24 @@ class WorkerPool:
         # call, where `multiprocessing.connection.wait` builds a selector per call.
         self._poller = select.poll() if hasattr(select, "poll") else None
         self._owners: dict[int, tuple[int, bool]] = {}  # fd -> (worker, is its sentinel)
+        self._doorbell: ParentDoorbell | None = None
+        self._rung = [False] * num_workers  # which workers are reached through the doorbell
+
+    def use_doorbell(self, memory: Any, spin_s: float) -> None:
+        """Places the doorbell's control block in ``memory`` (workers attach to it one by one)."""
+        self._doorbell = ParentDoorbell(memory, len(self.processes), spin_s)
+
+    def ring_doorbell(self, worker: int) -> None:
+        """Reaches ``worker`` through the doorbell from now on (it has attached to the block)."""
+        self._rung[worker] = True
 
     def spawn(self, worker: int, target: Callable[..., None], args: tuple[Any, ...]) -> None:
         """Starts ``target(conn, *args)`` as worker ``worker``, replacing a dead one there."""
         if self._channels[worker] is not None:
             self._retire(worker)
+        self._rung[worker] = False
+        if self._doorbell is not None:
+            self._doorbell.reset_row(worker)  # the new worker starts counting from 0
         parent_conn, child_conn = self._context.Pipe()
         process = self._context.Process(
             target=target,
@@ -68,6 +85,8 @@ class WorkerPool:
         Returns:
             The replies by worker, and the workers that died instead of replying.
         """
+        if all(self._rung[w] for w in messages):
+            return self._request_by_doorbell(messages)
         for worker, message in messages.items():
             channel = self._channels[worker]
             try:
@@ -78,6 +97,19 @@ class WorkerPool:
             except OSError:
                 pass  # a dead worker's pipe: `gather` sees its EOF and reports the death
         return self.gather(messages)
+
+    def _request_by_doorbell(
+        self, messages: dict[int, Any]
+    ) -> tuple[dict[int, Reply], set[int]]:
+        doorbell, channels = self._doorbell, self._channels
+        for worker, message in messages.items():
+            try:
+                doorbell.ring(worker, channels[worker], None if message is STEP else message)
+            except OSError:
+                pass  # a dead worker's pipe: the wait sees its sentinel and reports the death
+        sentinels = [p.sentinel if p is not None else -1 for p in self.processes]
+        answers, dead = doorbell.wait(list(messages), channels, sentinels)
+        return {w: _OK if a is None else a for w, a in answers.items()}, dead
 
     def gather(self, workers: Iterable[int]) -> tuple[dict[int, Reply], set[int]]:
         """Waits (blocking, not spinning) for a reply or the death of each of ``workers``."""
@@ -104,9 +136,11 @@ class WorkerPool:
 
     def stop(self) -> None:
         """Asks every worker to exit (``("close", None)``); kills the ones that do not."""
-        for channel in self._channels:
+        for worker, channel in enumerate(self._channels):
             try:
-                if channel is not None:
+                if channel is not None and self._rung[worker]:
+                    self._doorbell.ring(worker, channel, ("close", None))
+                elif channel is not None:
                     channel.send(("close", None))
             except (OSError, ValueError):  # the worker is gone already
                 pass
@@ -121,6 +155,7 @@ class WorkerPool:
         for channel in self._channels:
             if channel is not None:
                 channel.close()
+        self._doorbell = None  # drops its view of the shared block, which can then close
 
     def _ready(self, waiting: set[int]) -> list[tuple[int, bool]]:
         """Blocks until some of ``waiting`` can be read: ``(worker, by its sentinel)`` pairs."""

@@ -1,0 +1,254 @@
+"""`Doorbell`: per-step signalling between `ParallelEnvironment` and its workers in shared memory.
+
+A step's round trip through pipes costs four system calls and two wake-ups of a
+sleeping process; on a small virtual machine each wake-up is an inter-processor
+interrupt, and the whole exchange cost more than stepping four MuJoCo envs. So
+once a worker is attached, a request is a sequence number the parent stores in
+the worker's row of a control block in shared memory, and the answer is the
+same number the worker stores back. A waiter checks its number in a loop that
+yields the core on every turn (``sched_yield``: a process with work to do runs
+first, so waiting steals no time from it) for at most ``spin_s`` seconds, then
+goes to sleep on the pipe after saying so in the control block; whoever rings
+a sleeper also writes one byte to its pipe. The pipes still carry everything
+that is not a plain step (pickled commands and replies, in `Channel` framing):
+the control block then says that a message follows in the pipe.
+
+How long to spin adapts to the waits seen (`SpinPolicy`): a waiter whose waits
+have recently been longer than ``spin_s`` (a worker while its parent trains, a
+parent whose envs step slowly) sleeps at once and costs nothing.
+
+A sleeper announces itself with a store and then re-reads its number; the ringer
+stores the number and then reads the announcement. Without a memory fence
+either may read a stale value, so sleeps are bounded (1 ms first, growing to
+1 s): on waking a sleeper reads its number again, which is visible by then.
+
+Control block, one 64-byte row of int64 slots per worker and one for the parent:
+``COMMAND`` (parent's latest sequence number), ``COMMAND_IS_MESSAGE``, ``DONE``
+(the worker's latest answered number), ``REPLY_IS_MESSAGE``, ``WORKER_SLEEPS``;
+the parent row holds ``PARENT_SLEEPS``.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from cadence.envs.channel import OK, STEP, Channel
+
+COMMAND, COMMAND_IS_MESSAGE, DONE, REPLY_IS_MESSAGE, WORKER_SLEEPS = range(5)
+PARENT_SLEEPS = 0
+_SLOTS = 8  # int64 slots per row: one 64-byte cache line
+# Sleeps are bounded and grow (ms): a wake-up lost to store/load reordering costs at most
+# the first one, and a sleeper that waits long wakes once a second to look again.
+_SLEEP_MS = (1, 10, 100, 1000)
+_yield: Callable[[], None] = getattr(os, "sched_yield", lambda: time.sleep(0))
+
+
+def control_block_nbytes(num_workers: int) -> int:
+    """Bytes of the control block for ``num_workers`` workers."""
+    return (num_workers + 1) * _SLOTS * 8
+
+
+class SpinPolicy:
+    """How long a waiter spins before it sleeps: ``spin_s``, unless recent waits were longer.
+
+    Args:
+        spin_s: the longest spin (0: always sleep at once).
+    """
+
+    def __init__(self, spin_s: float):
+        if spin_s < 0:
+            raise ValueError(f"spin_s must be >= 0, got {spin_s}")
+        self.spin_s = spin_s
+        self._typical_wait = 0.0  # moving average of waits, each clipped to 2 * spin_s
+
+    def budget(self) -> float:
+        """Seconds to spin on the next wait."""
+        return self.spin_s if self._typical_wait < self.spin_s else 0.0
+
+    def record(self, waited_s: float) -> None:
+        """Notes how long a wait took (clipped, so one long pause does not stop spinning for long)."""
+        self._typical_wait += 0.1 * (min(waited_s, 2 * self.spin_s) - self._typical_wait)
+
+
+def _rows(memory: Any, num_workers: int) -> memoryview:
+    """The control block as int64 slots (a memoryview indexes faster than numpy scalars)."""
+    return memoryview(memory)[: control_block_nbytes(num_workers)].cast("q")
+
+
+class ParentDoorbell:
+    """The parent's side: ring workers, wait for their answers.
+
+    Args:
+        memory: the control block (``control_block_nbytes(num_workers)`` bytes of shared memory).
+        num_workers: worker rows in the block.
+        spin_s: the longest spin while waiting for workers (see `SpinPolicy`).
+    """
+
+    def __init__(self, memory: Any, num_workers: int, spin_s: float):
+        self._slots = _rows(memory, num_workers)
+        self._parent = num_workers * _SLOTS + PARENT_SLEEPS
+        self._policy = SpinPolicy(spin_s)
+
+    def reset_row(self, worker: int) -> None:
+        """Clears ``worker``'s row (before a new worker process attaches to it)."""
+        base = worker * _SLOTS
+        for slot in range(_SLOTS):
+            self._slots[base + slot] = 0
+
+    def ring(self, worker: int, channel: Channel, message: Any = None) -> None:
+        """Sends ``worker`` a step request, or ``message`` (pickled through ``channel``)."""
+        base = worker * _SLOTS
+        self._slots[base + COMMAND_IS_MESSAGE] = message is not None
+        self._slots[base + COMMAND] += 1
+        if message is not None:
+            channel.send(message)  # wakes a sleeping worker too
+        elif self._slots[base + WORKER_SLEEPS]:
+            channel.send_op(STEP)
+
+    def wait(
+        self,
+        workers: Sequence[int],
+        channels: Sequence[Channel],
+        sentinels: Sequence[int],
+    ) -> tuple[dict[int, Any], set[int]]:
+        """Waits until each of ``workers`` answered its latest request or died.
+
+        Args:
+            workers: the workers rung.
+            channels, sentinels: every worker's channel and process sentinel, by worker index.
+
+        Returns:
+            The messages among the answers by worker (``None`` for a plain "done"),
+            and the workers that died instead of answering.
+        """
+        start = time.perf_counter()
+        pending = [w for w in workers if not self._answered(w)]
+        deadline = start + self._policy.budget()
+        while pending and time.perf_counter() < deadline:
+            _yield()
+            pending = [w for w in pending if not self._answered(w)]
+        dead = self._sleep_until_answered(pending, channels, sentinels) if pending else set()
+        self._policy.record(time.perf_counter() - start)
+        replies: dict[int, Any] = {}
+        for worker in workers:
+            if worker in dead:
+                continue
+            if self._slots[worker * _SLOTS + REPLY_IS_MESSAGE]:
+                try:
+                    replies[worker] = channels[worker].receive_message()
+                except (EOFError, OSError):
+                    dead.add(worker)  # it died after answering, before its message was out
+            else:
+                replies[worker] = None
+        return replies, dead
+
+    def _answered(self, worker: int) -> bool:
+        base = worker * _SLOTS
+        return self._slots[base + DONE] == self._slots[base + COMMAND]
+
+    def _sleep_until_answered(
+        self, pending: list[int], channels: Sequence[Channel], sentinels: Sequence[int]
+    ) -> set[int]:
+        """Sleeps on the pending workers' pipes and sentinels; returns the workers that died.
+
+        A pipe that is readable before its worker answered holds a stale wake-up byte
+        (a message is only written after its answer) or its end: the byte is dropped.
+        """
+        self._slots[self._parent] = 1
+        dead: set[int] = set()
+        try:
+            waiting = [w for w in pending if not self._answered(w)]
+            sleeps = 0
+            while waiting:
+                owners = {channels[w].fd: (w, False) for w in waiting}
+                owners.update({sentinels[w]: (w, True) for w in waiting})
+                timeout = _SLEEP_MS[min(sleeps, len(_SLEEP_MS) - 1)]
+                sleeps += 1
+                for worker, by_sentinel in _poll(owners, timeout):
+                    if worker in dead or self._answered(worker):
+                        continue
+                    if by_sentinel or not channels[worker].drain_signal():
+                        dead.add(worker)  # exited, or its pipe is closed
+                waiting = [w for w in waiting if w not in dead and not self._answered(w)]
+        finally:
+            self._slots[self._parent] = 0
+        return dead
+
+
+class WorkerDoorbell:
+    """A worker's side: wait for the parent's requests, answer them.
+
+    Args:
+        memory: the control block (see `ParentDoorbell`).
+        num_workers: worker rows in the block.
+        worker: this worker's row.
+        channel: this worker's end of its pipe.
+        spin_s: the longest spin while waiting for the parent (see `SpinPolicy`).
+    """
+
+    def __init__(self, memory: Any, num_workers: int, worker: int, channel: Channel, spin_s: float):
+        self._slots = _rows(memory, num_workers)
+        self._base = worker * _SLOTS
+        self._parent = num_workers * _SLOTS + PARENT_SLEEPS
+        self._channel = channel
+        self._policy = SpinPolicy(spin_s)
+        self._poller = select.poll()
+        self._poller.register(channel.fd, select.POLLIN)
+        self._last = self._slots[self._base + COMMAND]
+
+    def wait(self) -> Any:
+        """Blocks for the parent's next request: ``None`` for a step, else the message.
+
+        Raises:
+            EOFError: the parent is gone.
+        """
+        slots, command = self._slots, self._base + COMMAND
+        start = time.perf_counter()
+        deadline = start + self._policy.budget()
+        while slots[command] == self._last and time.perf_counter() < deadline:
+            _yield()
+        if slots[command] == self._last:
+            self._sleep()
+        self._policy.record(time.perf_counter() - start)
+        self._last = slots[command]
+        if slots[self._base + COMMAND_IS_MESSAGE]:
+            return self._channel.receive_message()
+        return None
+
+    def answer(self, message: Any = None) -> None:
+        """Reports the request done; ``message`` (if any) follows through the pipe.
+
+        The answer is stored before the message is written: a large message fills the
+        pipe, and the parent only reads it once it sees the answer.
+        """
+        self._slots[self._base + REPLY_IS_MESSAGE] = message is not None
+        self._slots[self._base + DONE] = self._last
+        if message is not None:
+            self._channel.send(message)
+        elif self._slots[self._parent]:
+            self._channel.send_op(OK)
+
+    def _sleep(self) -> None:
+        slots, command = self._slots, self._base + COMMAND
+        slots[self._base + WORKER_SLEEPS] = 1
+        sleeps = 0
+        try:
+            while slots[command] == self._last:
+                timeout = _SLEEP_MS[min(sleeps, len(_SLEEP_MS) - 1)]
+                sleeps += 1
+                if self._poller.poll(timeout) and slots[command] == self._last:
+                    if not self._channel.drain_signal():  # a stale wake-up byte, or the end
+                        raise EOFError("the parent closed the env worker pipe")
+        finally:
+            slots[self._base + WORKER_SLEEPS] = 0
+
+
+def _poll(owners: dict[int, tuple[int, bool]], timeout_ms: int | None) -> list[tuple[int, bool]]:
+    poller = select.poll()
+    for fd in owners:
+        poller.register(fd, select.POLLIN)
+    return [owners[fd] for fd, _ in poller.poll(timeout_ms)]

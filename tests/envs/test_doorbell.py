@@ -1,0 +1,149 @@
+"""`cadence.envs.doorbell`: requests and answers through a control block, asleep or spinning.
+
+A thread plays the worker (the protocol only needs shared memory and a pipe);
+`ParallelEnvironment`'s tests cover real worker processes, deaths included.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import threading
+
+import pytest
+
+from cadence.envs.channel import OK, Channel
+from cadence.envs.doorbell import (
+    ParentDoorbell,
+    SpinPolicy,
+    WorkerDoorbell,
+    control_block_nbytes,
+)
+
+
+def test_spin_policy_spins_while_waits_are_short_and_sleeps_once_they_are_long():
+    policy = SpinPolicy(spin_s=1e-3)
+    assert policy.budget() == 1e-3
+    for _ in range(30):
+        policy.record(0.5)  # e.g. the parent trains between unrolls
+    assert policy.budget() == 0.0
+    for _ in range(30):
+        policy.record(20e-6)
+    assert policy.budget() == 1e-3
+
+
+def test_one_long_wait_does_not_stop_spinning():
+    policy = SpinPolicy(spin_s=1e-3)
+    for _ in range(10):
+        policy.record(20e-6)
+    policy.record(60.0)  # clipped: counts as 2 ms
+    assert policy.budget() == 1e-3
+
+
+def test_spin_policy_rejects_a_negative_spin():
+    with pytest.raises(ValueError, match="spin_s"):
+        SpinPolicy(-1.0)
+
+
+class _Link:
+    """A parent doorbell and a worker doorbell over one pipe and one control block."""
+
+    def __init__(self, spin_s: float):
+        self.memory = bytearray(control_block_nbytes(1))
+        parent_conn, worker_conn = mp.Pipe()
+        self.parent_channel, self.worker_channel = Channel(parent_conn), Channel(worker_conn)
+        self.parent = ParentDoorbell(self.memory, 1, spin_s)
+        self.worker = WorkerDoorbell(self.memory, 1, 0, self.worker_channel, spin_s)
+        self.death_r, self.death_w = os.pipe()  # stands in for the worker's process sentinel
+
+    def request(self, message=None):
+        self.parent.ring(0, self.parent_channel, message)
+        return self.parent.wait([0], [self.parent_channel], [self.death_r])
+
+    def serve(self, handle) -> threading.Thread:
+        """Runs ``handle(message) -> reply`` for each request until "close"."""
+
+        def loop():
+            while True:
+                message = self.worker.wait()
+                if message == ("close", None):
+                    return
+                self.worker.answer(handle(message))
+
+        thread = threading.Thread(target=loop, daemon=True)
+        thread.start()
+        return thread
+
+    def close(self, thread: threading.Thread) -> None:
+        self.parent.ring(0, self.parent_channel, ("close", None))
+        thread.join(timeout=10)
+        assert not thread.is_alive()
+        for fd in (self.death_r, self.death_w):
+            os.close(fd)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("spin_s", [0.0, 1e-3], ids=["sleeping", "spinning"])
+def test_steps_and_messages_round_trip_in_order(spin_s):
+    link = _Link(spin_s)
+    seen = []
+
+    def handle(message):
+        seen.append(message)
+        return None if message is None else ("ok", ("echo", message[1]))
+
+    thread = link.serve(handle)
+    try:
+        for i in range(200):
+            if i % 10 == 3:
+                assert link.request(("ping", i)) == ({0: ("ok", ("echo", i))}, set())
+            else:
+                assert link.request() == ({0: None}, set())
+    finally:
+        link.close(thread)
+    assert len(seen) == 200
+    assert [m[1] for m in seen if m is not None] == list(range(3, 200, 10))
+
+
+@pytest.mark.timeout(60)
+def test_a_reply_larger_than_the_pipe_buffer_does_not_deadlock():
+    link = _Link(spin_s=0.0)
+    frame = bytes(4 << 20)  # the worker answers before writing it: the parent reads as it comes
+    thread = link.serve(lambda message: ("ok", frame))
+    try:
+        replies, dead = link.request(("render", 0))
+    finally:
+        link.close(thread)
+    assert replies[0] == ("ok", frame) and not dead
+
+
+@pytest.mark.timeout(60)
+def test_stale_wake_up_bytes_are_dropped():
+    link = _Link(spin_s=0.0)
+    link.worker_channel.send_op(OK)  # e.g. written for an answer the parent saw while spinning
+    link.worker_channel.send_op(OK)
+    thread = link.serve(lambda message: None if message is None else ("ok", message[1]))
+    try:
+        assert link.request() == ({0: None}, set())
+        assert link.request(("value", 7)) == ({0: ("ok", 7)}, set())
+    finally:
+        link.close(thread)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("spin_s", [0.0, 1e-3], ids=["sleeping", "spinning"])
+def test_a_worker_that_dies_instead_of_answering_is_reported_not_waited_for(spin_s):
+    link = _Link(spin_s)
+    link.parent.ring(0, link.parent_channel)
+    # Nobody answers; the worker's "process" ends.
+    threading.Timer(0.05, os.write, (link.death_w, b"x")).start()
+    replies, dead = link.parent.wait([0], [link.parent_channel], [link.death_r])
+    assert replies == {} and dead == {0}
+
+
+@pytest.mark.timeout(60)
+def test_a_worker_whose_parent_is_gone_stops_waiting():
+    link = _Link(spin_s=0.0)
+    link.parent_channel.close()
+    with pytest.raises(EOFError):
+        link.worker.wait()
