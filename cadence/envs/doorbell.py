@@ -86,15 +86,12 @@ class ParentDoorbell:
         memory: the control block (``control_block_nbytes(num_workers)`` bytes of shared memory).
         num_workers: worker rows in the block.
         spin_s: the longest spin while waiting for workers (see `SpinPolicy`).
-        cores: the cores the workers share. While at least as many workers are still
-            stepping, the parent sleeps.
     """
 
-    def __init__(self, memory: Any, num_workers: int, spin_s: float, cores: int):
+    def __init__(self, memory: Any, num_workers: int, spin_s: float):
         self._slots = _rows(memory, num_workers)
         self._parent = num_workers * _SLOTS + PARENT_SLEEPS
         self._policy = SpinPolicy(spin_s)
-        self._cores = cores
 
     def reset_row(self, worker: int) -> None:
         """Clears ``worker``'s row (before a new worker process attaches to it)."""
@@ -130,19 +127,11 @@ class ParentDoorbell:
         """
         start = time.perf_counter()
         pending = [w for w in workers if not self._answered(w)]
-        budget = self._policy.budget()
-        dead: set[int] = set()
-        if budget and len(pending) >= self._cores > 1:
-            # Every core has a worker stepping: a spinning parent would take turns with one
-            # of them. Sleep until a core is free (its worker's wake-up byte overlaps the
-            # slower workers' last envs), then spin.
-            dead, pending = self._sleep(pending, channels, sentinels, leave=self._cores - 1)
-        deadline = time.perf_counter() + budget
+        deadline = start + self._policy.budget()
         while pending and time.perf_counter() < deadline:
             _yield()
             pending = [w for w in pending if not self._answered(w)]
-        if pending:
-            dead |= self._sleep(pending, channels, sentinels, leave=0)[0]
+        dead = self._sleep_until_answered(pending, channels, sentinels) if pending else set()
         self._policy.record(time.perf_counter() - start)
         replies: dict[int, Any] = {}
         for worker in workers:
@@ -161,27 +150,20 @@ class ParentDoorbell:
         base = worker * _SLOTS
         return self._slots[base + DONE] == self._slots[base + COMMAND]
 
-    def _sleep(
-        self,
-        pending: list[int],
-        channels: Sequence[Channel],
-        sentinels: Sequence[int],
-        leave: int,
-    ) -> tuple[set[int], list[int]]:
-        """Sleeps on the pending workers' pipes and sentinels until at most ``leave`` are left.
+    def _sleep_until_answered(
+        self, pending: list[int], channels: Sequence[Channel], sentinels: Sequence[int]
+    ) -> set[int]:
+        """Sleeps on the pending workers' pipes and sentinels; returns the workers that died.
 
         A pipe that is readable before its worker answered holds a stale wake-up byte
         (a message is only written after its answer) or its end: the byte is dropped.
-
-        Returns:
-            The workers that died, and those still waiting.
         """
         self._slots[self._parent] = 1
         dead: set[int] = set()
         try:
             waiting = [w for w in pending if not self._answered(w)]
             sleeps = 0
-            while len(waiting) > leave:
+            while waiting:
                 owners = {channels[w].fd: (w, False) for w in waiting}
                 owners.update({sentinels[w]: (w, True) for w in waiting})
                 timeout = _SLEEP_MS[min(sleeps, len(_SLEEP_MS) - 1)]
@@ -194,7 +176,7 @@ class ParentDoorbell:
                 waiting = [w for w in waiting if w not in dead and not self._answered(w)]
         finally:
             self._slots[self._parent] = 0
-        return dead, waiting
+        return dead
 
 
 class WorkerDoorbell:

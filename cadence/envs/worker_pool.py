@@ -53,7 +53,7 @@ class WorkerPool:
 
     def use_doorbell(self, memory: Any, spin_s: float) -> None:
         """Places the doorbell's control block in ``memory`` (workers attach to it one by one)."""
-        self._doorbell = ParentDoorbell(memory, len(self.processes), spin_s, available_cores())
+        self._doorbell = ParentDoorbell(memory, len(self.processes), spin_s)
 
     def ring_doorbell(self, worker: int) -> None:
         """Reaches ``worker`` through the doorbell from now on (it has attached to the block)."""

@@ -52,7 +52,7 @@ class _Link:
         self.memory = bytearray(control_block_nbytes(1))
         parent_conn, worker_conn = mp.Pipe()
         self.parent_channel, self.worker_channel = Channel(parent_conn), Channel(worker_conn)
-        self.parent = ParentDoorbell(self.memory, 1, spin_s, cores=2)
+        self.parent = ParentDoorbell(self.memory, 1, spin_s)
         self.worker = WorkerDoorbell(self.memory, 1, 0, self.worker_channel, spin_s)
         self.death_r, self.death_w = os.pipe()  # stands in for the worker's process sentinel
 
