@@ -16,7 +16,7 @@ Each minibatch goes: data transformers -> ``preprocess_experience`` -> ``update`
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol
 
 import torch
@@ -24,11 +24,12 @@ import torch
 from cadence.algorithms.algorithm import Algorithm, AlgStep
 from cadence.algorithms.off_policy_config import OffPolicyConfig
 from cadence.data.experience import Experience
-from cadence.data.nest import Nest, map_structure
+from cadence.data.nest import Nest
 from cadence.data.specs import Spec
 from cadence.data.time_step import TimeStep
 from cadence.replay.buffer import ReplayBuffer, ReplaySample
 from cadence.replay.prioritized import PrioritizedSampler, linear_schedule
+from cadence.replay.samplers import SampleIndices
 
 Policy = Callable[[TimeStep, Nest], AlgStep]
 SampleTransform = Callable[[ReplaySample], ReplaySample]
@@ -45,7 +46,13 @@ class PolicySource(Protocol):
 
 
 class OffPolicyAlgorithm(Protocol):
-    """What `OffPolicyScheme` needs of an algorithm beyond the `Algorithm` contract."""
+    """What `OffPolicyScheme` needs of an algorithm beyond the `Algorithm` contract.
+
+    Optionally an algorithm has ``replay_fields``: the row keys (``"time_step/observation"``,
+    ``"action"``, ...) its `preprocess_experience` reads. The scheme then gathers only those
+    from the replay buffer; without it, or when data transformers run first (they may read
+    any field), every field is gathered.
+    """
 
     def preprocess_experience(self, sample: ReplaySample) -> Any:
         """Turns ``[N, L]`` replayed windows into the inputs of `update`."""
@@ -148,17 +155,28 @@ class OffPolicyScheme:
 
     def _minibatches(self) -> Iterator[ReplaySample]:
         config = self.config
+        fields = self._replay_fields()
         if config.whole_replay_buffer_training:
             for _ in range(config.num_updates_per_train_iter):
                 yield from self.replay_buffer.iterate_minibatches(
-                    config.mini_batch_size, config.mini_batch_length
+                    config.mini_batch_size, config.mini_batch_length, fields=fields
                 )
             return
         total = config.mini_batch_size * config.num_updates_per_train_iter
-        sample = self.replay_buffer.sample(total, config.mini_batch_length)
-        order = torch.randperm(total, device=sample.env_ids.device)
+        indices = self.replay_buffer.sample_indices(total, config.mini_batch_length)
+        order = torch.randperm(total, device=indices.env_ids.device)
+        # Every window is drawn now (one sampler call), but each minibatch is read only
+        # when it is trained on: one copy of the fields it needs, not two of every field.
         for start in range(0, total, config.mini_batch_size):
-            yield _select(sample, order[start : start + config.mini_batch_size])
+            rows = order[start : start + config.mini_batch_size]
+            yield self.replay_buffer.read(_select(indices, rows), fields)
+
+    def _replay_fields(self) -> Sequence[str] | None:
+        """The row keys to gather: the algorithm's ``replay_fields``, or all of them
+        (None) when data transformers run first, since they may read any field."""
+        if self.transform is not None:
+            return None
+        return getattr(self.algorithm, "replay_fields", None)
 
     def _update(self, sample: ReplaySample) -> dict[str, torch.Tensor]:
         if self.transform is not None:
@@ -172,11 +190,5 @@ class OffPolicyScheme:
         return extra
 
 
-def _select(sample: ReplaySample, rows: torch.Tensor) -> ReplaySample:
-    return ReplaySample(
-        steps=map_structure(lambda x: x[rows], sample.steps),
-        env_ids=sample.env_ids[rows],
-        positions=sample.positions[rows],
-        indices=sample.indices[rows],
-        weights=sample.weights[rows],
-    )
+def _select(indices: SampleIndices, rows: torch.Tensor) -> SampleIndices:
+    return SampleIndices(indices.env_ids[rows], indices.positions[rows], indices.weights[rows])

@@ -2,13 +2,14 @@
 
 The off-policy scheme (DESIGN §5) puts each raw unroll in with `add_experience`
 and reads ``[mini_batch_size, mini_batch_length]`` windows back with `sample`
-or, for ``whole_replay_buffer_training``, with `iterate_minibatches`.
+(or `sample_indices` now and `read` later) or, for ``whole_replay_buffer_training``,
+with `iterate_minibatches`; each can read only the fields its consumer uses.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from typing import Any, Protocol
 
 import torch
@@ -32,7 +33,9 @@ class ReplaySample:
     """A batch of windows read from a `ReplayBuffer`.
 
     Attributes:
-        steps: the row nest with leaves ``[N, L, ...]``, time order kept.
+        steps: the row nest with leaves ``[N, L, ...]``, time order kept; only the fields
+            asked for when the sample was read with ``fields`` (then `time_step`, `action`
+            and `info` work only if their fields were read).
         env_ids: ``[N]`` the env each window comes from.
         positions: ``[N, L]`` ring positions of the window's steps.
         indices: ``[N]`` flat slot ``env_id * capacity + position`` of each window's
@@ -153,27 +156,53 @@ class ReplayBuffer:
         self.add_sequence(experience_rows(experience))
 
     def sample(
-        self, batch_size: int, length: int = 1, generator: torch.Generator | None = None
+        self,
+        batch_size: int,
+        length: int = 1,
+        generator: torch.Generator | None = None,
+        fields: Collection[str] | None = None,
     ) -> ReplaySample:
         """``batch_size`` windows of ``length`` consecutive steps, chosen by the sampler.
+
+        Args:
+            batch_size: windows N.
+            length: steps per window L.
+            generator: the random source of the draws (torch's default one if None).
+            fields: the row keys to read (see `RingStorage.gather`); None reads all.
 
         Raises:
             ValueError: no env holds ``length`` steps yet.
         """
-        indices = self.sampler.sample(self.storage, batch_size, length, generator)
-        return self._read(indices)
+        return self.read(self.sample_indices(batch_size, length, generator), fields)
+
+    def sample_indices(
+        self, batch_size: int, length: int = 1, generator: torch.Generator | None = None
+    ) -> SampleIndices:
+        """Where ``batch_size`` sampled windows lie, without reading them (see `read`).
+
+        Raises:
+            ValueError: no env holds ``length`` steps yet.
+        """
+        return self.sampler.sample(self.storage, batch_size, length, generator)
+
+    def read(self, indices: SampleIndices, fields: Collection[str] | None = None) -> ReplaySample:
+        """The windows at ``indices``: all fields, or only the row keys in ``fields``."""
+        steps = self.storage.gather(indices.env_ids, indices.positions, fields)
+        flat = indices.env_ids * self.capacity + indices.positions[:, 0]
+        return ReplaySample(steps, indices.env_ids, indices.positions, flat, indices.weights)
 
     def iterate_minibatches(
         self,
         mini_batch_size: int,
         mini_batch_length: int,
         generator: torch.Generator | None = None,
+        fields: Collection[str] | None = None,
     ) -> Iterator[ReplaySample]:
         """One shuffled pass over the whole buffer (see `whole_buffer_minibatches`)."""
         for indices in whole_buffer_minibatches(
             self.storage, mini_batch_size, mini_batch_length, generator
         ):
-            yield self._read(indices)
+            yield self.read(indices, fields)
 
     def gather_all(self) -> Nest:
         """Everything stored, ``[num_envs, size, ...]`` oldest first.
@@ -235,11 +264,6 @@ class ReplayBuffer:
     def _make_episode_index(self) -> None:
         if self.storage.initialized and self.step_type_key in self.storage.fields:
             self._episode_index = EpisodeIndex(self.storage, self.step_type_key)
-
-    def _read(self, indices: SampleIndices) -> ReplaySample:
-        steps = self.storage.gather(indices.env_ids, indices.positions)
-        flat = indices.env_ids * self.capacity + indices.positions[:, 0]
-        return ReplaySample(steps, indices.env_ids, indices.positions, flat, indices.weights)
 
 
 def _leading_dim(rows: Nest) -> int:

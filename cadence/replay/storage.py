@@ -14,7 +14,7 @@ samplers and persistence reason about wrap-around without modular puzzles.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -58,6 +58,7 @@ class RingStorage:
         self._num_added = torch.zeros(num_envs, dtype=torch.int64, device=self.device)
         self._fields: dict[str, torch.Tensor] = {}
         self._structure: Nest | None = None
+        self._selections: dict[tuple[str, ...], tuple[list[str], Nest]] = {}
         if spec is not None:
             self._allocate(spec_fields(spec), pack_sequence_as(spec, _paths(spec)))
 
@@ -131,19 +132,51 @@ class RingStorage:
         newest = self._num_added[env_ids].view(-1, *([1] * (positions.dim() - 1))) - 1
         return newest - (newest - positions) % self.capacity
 
-    def gather(self, env_ids: torch.Tensor, positions: torch.Tensor) -> Nest:
-        """The rows at ``positions`` of ``env_ids``.
+    def gather(
+        self,
+        env_ids: torch.Tensor,
+        positions: torch.Tensor,
+        fields: Collection[str] | None = None,
+    ) -> Nest:
+        """The rows at ``positions`` of ``env_ids``, all fields or only ``fields``.
+
+        One flat slot index is computed for all fields, and each field is read with one
+        ``index_select`` of its ``[num_envs * capacity, *shape]`` view.
 
         Args:
             env_ids: ``[N]`` env indices.
             positions: ``[N, L]`` ring positions (e.g. a window of consecutive steps).
+            fields: the row keys to read (``/``-joined paths such as
+                ``"time_step/observation"``; a key names a leaf or everything under it);
+                None reads every field. Reading only what the consumer uses saves a copy
+                of every other field.
 
         Returns:
-            the row nest with leaves ``[N, L, *shape]`` (copies).
+            the row nest with leaves ``[N, L, *shape]`` (copies); with ``fields``, the nest
+            keeps only the dict entries that hold a selected leaf.
+
+        Raises:
+            KeyError: a key of ``fields`` names no stored field.
         """
+        keys, structure = self._selection(fields)
         rows = env_ids.view(-1, *([1] * (positions.dim() - 1)))
-        flat = {key: ring[rows, positions] for key, ring in self._fields.items()}
-        return map_structure(flat.__getitem__, self.structure)
+        slots = (rows * self.capacity + positions).reshape(-1)
+        flat = {}
+        for key in keys:
+            ring = self._fields[key]
+            values = ring.flatten(0, 1).index_select(0, slots)
+            flat[key] = values.view(*positions.shape, *ring.shape[2:])
+        return map_structure(flat.__getitem__, structure)
+
+    def _selection(self, fields: Collection[str] | None) -> tuple[list[str], Nest]:
+        """The storage keys and the pruned row structure of ``fields`` (cached per selection)."""
+        if fields is None:
+            return list(self._fields), self.structure
+        selection = tuple(fields)
+        cached = self._selections.get(selection)
+        if cached is None:
+            cached = self._selections[selection] = select_fields(self.structure, selection)
+        return cached
 
     # ----------------------------------------------------------------- writing
 
@@ -218,7 +251,11 @@ class RingStorage:
                 f"{self.num_envs} x {self.capacity}"
             )
         self._structure = state["structure"]
-        self._fields = {key: ring.to(self.device).clone() for key, ring in state["fields"].items()}
+        self._selections = {}
+        self._fields = {
+            key: ring.to(self.device).clone(memory_format=torch.contiguous_format)
+            for key, ring in state["fields"].items()
+        }
         self._num_added = state["num_added"].to(self.device).clone()
 
     # ---------------------------------------------------------------- internal
@@ -230,6 +267,7 @@ class RingStorage:
             for key, (shape, dtype) in fields.items()
         }
         self._structure = structure
+        self._selections = {}
 
     def _checked_env_ids(
         self, env_ids: torch.Tensor | None, values: Mapping[str, torch.Tensor]
@@ -267,6 +305,47 @@ def spec_fields(spec: Nest) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
             raise TypeError(f"spec leaf {key!r} is a {type(leaf).__name__}, not a TensorSpec")
         fields[key] = (tuple(leaf.shape), leaf.dtype)
     return fields
+
+
+def select_fields(structure: Nest, fields: Sequence[str]) -> tuple[list[str], Nest]:
+    """The storage keys under ``fields`` and ``structure`` pruned to them.
+
+    Args:
+        structure: a row structure (leaves are their ``/``-joined keys).
+        fields: keys of leaves or of subtrees (``"time_step"`` selects every leaf under it).
+
+    Returns:
+        the selected keys in storage order, and the structure keeping only the dict entries
+        that hold a selected leaf (a tuple or list is kept whole when any leaf of it is).
+
+    Raises:
+        KeyError: a key of ``fields`` names no stored leaf or subtree.
+    """
+    keys = [key for key, _ in flatten_with_paths(structure)]
+    for field in fields:
+        if not any(_is_under(key, field) for key in keys):
+            raise KeyError(f"no stored field {field!r}; the rows hold {keys}")
+
+    def prune(node: Nest) -> Nest:
+        if isinstance(node, dict):
+            kept = {name: prune(child) for name, child in node.items()}
+            kept = {name: child for name, child in kept.items() if child is not _NOTHING}
+            return kept if kept else _NOTHING
+        leaves = [leaf for _, leaf in flatten_with_paths(node)]
+        return node if any(_is_under(leaf, f) for leaf in leaves for f in fields) else _NOTHING
+
+    pruned = prune(structure)
+    if pruned is _NOTHING:  # no fields asked for
+        return [], {}
+    selected = {leaf for _, leaf in flatten_with_paths(pruned)}
+    return [key for key in keys if key in selected], pruned
+
+
+def _is_under(key: str, field: str) -> bool:
+    return key == field or key.startswith(field + "/")
+
+
+_NOTHING = object()
 
 
 def _fields_of(values: Mapping[str, Any]) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:

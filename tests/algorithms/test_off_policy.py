@@ -124,3 +124,20 @@ def test_state_dict_round_trip_restores_buffer_and_collection_progress():
     for key, value in scheme.replay_buffer.gather_all()["time_step"].items():
         if isinstance(value, torch.Tensor):
             assert torch.equal(value, restored.replay_buffer.gather_all()["time_step"][key])
+
+
+def test_only_the_algorithms_replay_fields_are_gathered_unless_transformers_run():
+    config = OffPolicyConfig(initial_collect_steps=0, mini_batch_size=4, num_updates_per_train_iter=2)
+    scheme, algorithm = make_scheme(config)
+    algorithm.replay_fields = ("time_step/reward", "action")
+    scheme.train_iter()
+    for batch in algorithm.batches:
+        assert set(batch.steps) == {"time_step", "action"}
+        assert set(batch.steps["time_step"]) == {"reward"}
+        assert batch.action.shape == (4, 2)
+    # A transformer may read any field, so with one every field is gathered.
+    scheme.transform = lambda sample: sample
+    algorithm.batches.clear()
+    scheme.train_iter()
+    assert {"info", "time_step"} <= set(algorithm.batches[0].steps)
+    assert "observation" in algorithm.batches[0].steps["time_step"]

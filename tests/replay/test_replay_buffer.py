@@ -136,3 +136,20 @@ def test_rows_without_a_step_type_have_no_episode_index():
     buffer.add({"x": torch.zeros(1)})
     with pytest.raises(RuntimeError, match="time_step/step_type"):
         _ = buffer.episode_index
+
+
+def test_a_sample_of_some_fields_holds_the_same_windows_as_a_full_one():
+    buffer = ReplayBuffer(num_envs=2, capacity=5)
+    buffer.add_experience(_experience(0, steps=4))
+    full = buffer.sample(6, length=2, generator=torch.Generator().manual_seed(3))
+    fields = ["time_step/observation", "action"]
+    some = buffer.sample(6, length=2, generator=torch.Generator().manual_seed(3), fields=fields)
+    assert set(some.steps) == {"time_step", "action"}
+    assert set(some.steps["time_step"]) == {"observation"}
+    assert torch.equal(some.steps["time_step"]["observation"], full.time_step.observation)
+    assert torch.equal(some.action, full.action)
+    assert torch.equal(some.indices, full.indices)
+    # Drawing now and reading later gives the same windows.
+    indices = buffer.sample_indices(6, 2, generator=torch.Generator().manual_seed(3))
+    later = buffer.read(indices, fields)
+    assert torch.equal(later.steps["time_step"]["observation"], full.time_step.observation)

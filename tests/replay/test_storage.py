@@ -126,3 +126,20 @@ def test_loading_a_state_of_another_size_is_refused():
     state = RingStorage(num_envs=2, capacity=3).state_dict()
     with pytest.raises(ValueError, match="2 envs x 3 steps"):
         RingStorage(num_envs=2, capacity=4).load_state_dict(state)
+
+
+def test_gather_reads_only_the_asked_fields_with_the_same_values():
+    storage = RingStorage(num_envs=2, capacity=4)
+    storage.add_sequence({**_rows([[0, 100], [1, 101], [2, 102]]), "empty": {}, "t": (
+        torch.zeros(3, 2), torch.ones(3, 2))})
+    env_ids, positions = torch.tensor([1, 0]), torch.tensor([[1, 2], [0, 1]])
+    full = storage.gather(env_ids, positions)
+    some = storage.gather(env_ids, positions, fields=["nested", "t/1"])
+    # Dict entries without a selected leaf are dropped; a tuple is kept whole.
+    assert set(some) == {"nested", "t"} and set(some["nested"]) == {"y"}
+    assert torch.equal(some["nested"]["y"], full["nested"]["y"])
+    assert some["nested"]["y"].tolist() == [[202, 204], [0, 2]]
+    assert torch.equal(some["t"][0], full["t"][0])
+    assert storage.gather(env_ids, positions, fields=[]) == {}
+    with pytest.raises(KeyError, match="no stored field 'nested/z'"):
+        storage.gather(env_ids, positions, fields=["nested/z"])
