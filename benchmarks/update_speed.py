@@ -60,7 +60,8 @@ def make_cadence(obs_dim: int, act_dim: int, compile_mode: str) -> Callable[[int
 
     def run(n: int) -> None:
         for _ in range(n):
-            sac.update(sac.preprocess_experience(buffer.sample(BATCH_SIZE, 2)))
+            sample = buffer.sample(BATCH_SIZE, 2, fields=sac.replay_fields)
+            sac.update(sac.preprocess_experience(sample))
 
     return run
 

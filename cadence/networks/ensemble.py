@@ -48,26 +48,32 @@ class EnsembleLinear(nn.Module):
                     nn.init.orthogonal_(self.weight[member], gain)
                     self.bias[member].zero_()
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, detach_parameters: bool = False) -> torch.Tensor:
+        """``[E, *B, in_dim] -> [E, *B, out_dim]``; ``detach_parameters``: no gradient reaches
+        the weights and biases (it still reaches ``x``)."""
         flat = x.reshape(x.shape[0], -1, x.shape[-1])
+        weight, bias = self.weight, self.bias
+        if detach_parameters:
+            weight, bias = weight.detach(), bias.detach()
         if torch.compiler.is_compiling():
-            out = self._compiled_forward(flat)
+            out = _compiled_linear(flat, weight, bias)
         else:
-            out = torch.baddbmm(self.bias, flat, self.weight)
+            out = torch.baddbmm(bias, flat, weight)
         return out.reshape(*x.shape[:-1], out.shape[-1])
 
-    def _compiled_forward(self, flat: torch.Tensor) -> torch.Tensor:
-        """The same values in ops that inductor fuses with their neighbours.
 
-        Why: a compiled ``baddbmm`` first copies the broadcast bias into a fresh ``[E, N, out]``
-        tensor, a full extra pass; after a ``bmm`` the bias add fuses into the following
-        activation. A width-1 layer (a critic's output) as a multiply-and-sum fuses its
-        forward into one reduction and its backward into the activation's backward, where a
-        ``[N, 256] x [256, 1]`` matmul and its transposed backward are mostly overhead.
-        """
-        if self.weight.shape[-1] == 1:
-            return (flat * self.weight.transpose(1, 2)).sum(-1, keepdim=True) + self.bias
-        return torch.bmm(flat, self.weight) + self.bias
+def _compiled_linear(flat: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """`EnsembleLinear`'s values in ops that inductor fuses with their neighbours.
+
+    Why: a compiled ``baddbmm`` first copies the broadcast bias into a fresh ``[E, N, out]``
+    tensor, a full extra pass; after a ``bmm`` the bias add fuses into the following
+    activation. A width-1 layer (a critic's output) as a multiply-and-sum fuses its
+    forward into one reduction and its backward into the activation's backward, where a
+    ``[N, 256] x [256, 1]`` matmul and its transposed backward are mostly overhead.
+    """
+    if weight.shape[-1] == 1:
+        return (flat * weight.transpose(1, 2)).sum(-1, keepdim=True) + bias
+    return torch.bmm(flat, weight) + bias
 
 
 class EnsembleLayerNorm(nn.Module):
@@ -78,9 +84,12 @@ class EnsembleLayerNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(ensemble_size, 1, dim))
         self.bias = nn.Parameter(torch.zeros(ensemble_size, 1, dim))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, detach_parameters: bool = False) -> torch.Tensor:
+        weight, bias = self.weight, self.bias
+        if detach_parameters:
+            weight, bias = weight.detach(), bias.detach()
         flat = F.layer_norm(x.reshape(x.shape[0], -1, x.shape[-1]), x.shape[-1:])
-        return (flat * self.weight + self.bias).reshape(x.shape)
+        return (flat * weight + bias).reshape(x.shape)
 
 
 class EnsembleMLP(nn.Sequential):
@@ -129,3 +138,13 @@ class EnsembleMLP(nn.Sequential):
         super().__init__(*layers)
         self.ensemble_size = ensemble_size
         self.output_dim = out_dim
+
+    def forward(self, x: torch.Tensor, detach_parameters: bool = False) -> torch.Tensor:
+        """``[E, *B, in_dim] -> [E, *B, out_dim]``; ``detach_parameters``: the gradient reaches
+        ``x`` only (e.g. an actor loss through critics it must not train)."""
+        for layer in self:
+            if isinstance(layer, (EnsembleLinear, EnsembleLayerNorm)):
+                x = layer(x, detach_parameters)
+            else:
+                x = layer(x)
+        return x

@@ -122,8 +122,17 @@ class CriticEnsemble(nn.Module):
             orthogonal_init,
         )
 
-    def forward(self, observation: Nest, action: torch.Tensor) -> torch.Tensor:
-        """Q-values ``[E, *B]`` of observations ``[*B, ...]`` and actions ``[*B, action_dim]``."""
-        inputs = torch.cat([self.encoder(observation), action.float()], dim=-1)
+    def forward(
+        self, observation: Nest, action: torch.Tensor, detach_parameters: bool = False
+    ) -> torch.Tensor:
+        """Q-values ``[E, *B]`` of observations ``[*B, ...]`` and actions ``[*B, action_dim]``.
+
+        ``detach_parameters``: no gradient reaches the critics' parameters (encoder
+        included), only ``action``: what an actor loss through the critics needs.
+        """
+        features = self.encoder(observation)
+        if detach_parameters:
+            features = features.detach()
+        inputs = torch.cat([features, action.float()], dim=-1)
         inputs = inputs.expand(self.num_critics, *inputs.shape)
-        return self.mlp(inputs).squeeze(-1)
+        return self.mlp(inputs, detach_parameters).squeeze(-1)

@@ -24,3 +24,19 @@ def test_compiled_forward_and_gradients_match_eager(out_dim):
     torch.testing.assert_close(compiled_out, eager_out)
     for compiled, eager in zip(compiled_grads, eager_grads, strict=True):
         torch.testing.assert_close(compiled, eager)
+
+
+def test_detached_parameters_pass_the_gradient_to_the_input_only():
+    from cadence.networks.ensemble import EnsembleMLP
+
+    torch.manual_seed(0)
+    mlp = EnsembleMLP(5, (8,), 1, ensemble_size=2, layer_norm=True)
+    x = torch.randn(2, 4, 5, requires_grad=True)
+    frozen = mlp(x, detach_parameters=True)
+    torch.testing.assert_close(frozen, mlp(x), rtol=0, atol=0)
+    frozen.min(0).values.sum().backward()
+    assert all(p.grad is None for p in mlp.parameters())
+    assert x.grad is not None and x.grad.abs().sum() > 0
+    # Each sample's gradient comes from the member at the minimum only.
+    winner = mlp(x).squeeze(-1).argmin(0)
+    assert bool((x.grad[1 - winner, torch.arange(4)] == 0).all())

@@ -26,10 +26,10 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.func import functional_call
 
 from cadence.algorithms.algorithm import Algorithm, AlgStep, LossInfo
 from cadence.algorithms.sac import loss as sac_loss
+from cadence.algorithms.sac.joint_adam import JointAdamStep
 from cadence.data.nest import Nest, map_structure
 from cadence.data.specs import DiscreteTensorSpec, Spec
 from cadence.data.time_step import StepType, TimeStep
@@ -40,6 +40,16 @@ logger = logging.getLogger(__name__)
 Batch = dict[str, Any]
 """A minibatch of ``[N]`` transitions: ``observation``, ``action``, ``reward``, ``discount``,
 ``next_observation`` and ``weight`` (0 for masked samples, else the importance weight)."""
+
+
+REPLAY_FIELDS = (
+    "time_step/step_type",
+    "time_step/reward",
+    "time_step/discount",
+    "time_step/observation",
+    "action",
+)
+"""The replay row keys `SACAlgorithm.preprocess_experience` reads (the rest is never gathered)."""
 
 
 class SACAlgorithm(Algorithm):
@@ -66,6 +76,8 @@ class SACAlgorithm(Algorithm):
     >>> sorted(sac.optimizers())
     ['actor', 'alpha', 'critic']
     """
+
+    replay_fields = REPLAY_FIELDS
 
     def __init__(
         self,
@@ -101,7 +113,7 @@ class SACAlgorithm(Algorithm):
         }
         if autotune_alpha:
             self._optimizers["alpha"] = _adam([self.log_alpha], alpha_learning_rate)
-        self._critic_names = [name for name, _ in self.critic.named_parameters()]
+        self._joint_adam = JointAdamStep(list(self._optimizers.values()))
         self._online = list(self.critic.parameters())
         self._target = list(self.target_critic.parameters())
         self.compile_mode = compile_mode
@@ -124,20 +136,21 @@ class SACAlgorithm(Algorithm):
     # ---------------------------------------------------------------- training
     @torch.no_grad()
     def preprocess_experience(self, sample: ReplaySample) -> Batch:
-        """One-step transitions from ``[N, 2]`` windows.
+        """One-step transitions from ``[N, 2]`` windows (only `replay_fields` are read).
 
         ``reward``/``discount`` at index 1 belong to the action at index 0 (DESIGN §2);
         a window whose first step is LAST crosses an episode boundary (its action was
         ignored by the auto-reset) and gets weight 0.
         """
-        time_step = sample.time_step
-        valid = time_step.step_type[:, 0] != StepType.LAST
+        time_step = sample.steps["time_step"]
+        observation = time_step["observation"]
+        valid = time_step["step_type"][:, 0] != StepType.LAST
         return {
-            "observation": map_structure(lambda x: x[:, 0], time_step.observation),
-            "action": map_structure(lambda x: x[:, 0], sample.action),
-            "reward": time_step.reward[:, 1].float(),
-            "discount": time_step.discount[:, 1].float(),
-            "next_observation": map_structure(lambda x: x[:, 1], time_step.observation),
+            "observation": map_structure(lambda x: x[:, 0], observation),
+            "action": map_structure(lambda x: x[:, 0], sample.steps["action"]),
+            "reward": time_step["reward"][:, 1].float(),
+            "discount": time_step["discount"][:, 1].float(),
+            "next_observation": map_structure(lambda x: x[:, 1], observation),
             "weight": valid.float() * sample.weights.float(),
         }
 
@@ -164,16 +177,14 @@ class SACAlgorithm(Algorithm):
             the logged terms and ``[N]`` priorities (mean |TD error| over the critics).
         """
         loss, extra, priorities = self._losses_fn(inputs)
-        for optimizer in self._optimizers.values():
-            optimizer.zero_grad(set_to_none=True)
+        self._joint_adam.zero_grad()
         loss.backward()
         self._step()
         return extra, priorities
 
     def _step(self) -> None:
-        """Every optimizer steps, then the targets follow (`after_update`)."""
-        for optimizer in self._optimizers.values():
-            optimizer.step()
+        """Every optimizer steps (jointly, see `JointAdamStep`), then the targets follow."""
+        self._joint_adam.step()
         self.after_update()
 
     @torch.no_grad()
@@ -196,8 +207,7 @@ class SACAlgorithm(Algorithm):
         observation = inputs["observation"]
         q = self.critic(observation, inputs["action"])
         action, log_prob = self.actor(observation).rsample_with_log_prob()
-        detached = {name: p.detach() for name, p in zip(self._critic_names, self._online, strict=True)}
-        q_pi = functional_call(self.critic, detached, (observation, action)).min(0).values
+        q_pi = self.critic(observation, action, detach_parameters=True).min(0).values
         return {"q": q, "log_prob": log_prob, "q_pi": q_pi}
 
     def _discrete_terms(self, inputs: Batch) -> dict[str, torch.Tensor]:

@@ -1,0 +1,130 @@
+"""`JointAdamStep`: several fused Adam optimizers stepped as one.
+
+SAC keeps three optimizers (actor, critics, temperature) so that each has its own step
+size and checkpoint entry. On a CPU each ``Optimizer.step`` spends 0.1-0.3 ms on Python
+bookkeeping (profiler scope, hooks, grouping tensors by device) around a ~60 us kernel,
+and ``zero_grad`` as much again: together ~0.6 ms of a ~10 ms SAC update. Stepped
+jointly, all parameters that share hyperparameters go through one ``torch._fused_adam_``
+call: the kernel ``torch.optim.Adam(fused=True)`` itself calls, on the same per-parameter
+state tensors, which stay in each optimizer's ``state``; so the result is bit for bit the
+optimizers' own step, and checkpoints and ``load_state_dict`` are untouched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch.optim.optimizer import _global_optimizer_post_hooks, _global_optimizer_pre_hooks
+
+_STATE_KEYS = ("exp_avg", "exp_avg_sq", "step")
+
+
+class JointAdamStep:
+    """Steps ``torch.optim.Adam(fused=True)`` optimizers with one kernel call per setting.
+
+    Falls back to each optimizer's own ``step`` whenever the joint step would not be
+    exactly that: before a parameter has state (the first step creates it), for options the
+    joint step does not cover (not fused, capturable, differentiable, a tensor step size,
+    AdamW), and while step hooks are registered or ``step`` is patched (an LR scheduler).
+
+    Args:
+        optimizers: the optimizers, stepped in this order by the fallback.
+
+    >>> params = [torch.nn.Parameter(torch.ones(3)), torch.nn.Parameter(torch.ones(2))]
+    >>> joint = JointAdamStep([torch.optim.Adam([p], lr=0.1, fused=True) for p in params])
+    >>> for _ in range(2):
+    ...     joint.zero_grad()
+    ...     sum(p.sum() for p in params).backward()
+    ...     joint.step()
+    >>> [round(float(p[0]), 4) for p in params]
+    [0.8, 0.8]
+    """
+
+    def __init__(self, optimizers: Sequence[torch.optim.Optimizer]):
+        self.optimizers = list(optimizers)
+        self._params = [p for opt in self.optimizers for g in opt.param_groups for p in g["params"]]
+
+    def zero_grad(self) -> None:
+        """Drops every gradient (``set_to_none``), in one loop over the parameters."""
+        for param in self._params:
+            param.grad = None
+
+    @torch.no_grad()
+    def step(self) -> None:
+        """One Adam step of every optimizer (joint when possible, else each its own)."""
+        groups = self._joint_groups()
+        if groups is None:
+            for optimizer in self.optimizers:
+                optimizer.step()
+            return
+        for settings, tensors in groups.items():
+            lr, beta1, beta2, weight_decay, eps, amsgrad, maximize = settings
+            params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps = tensors
+            torch._foreach_add_(steps, 1)
+            torch._fused_adam_(
+                params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps,
+                lr=lr, beta1=beta1, beta2=beta2, weight_decay=weight_decay, eps=eps,
+                amsgrad=amsgrad, maximize=maximize, grad_scale=None, found_inf=None,
+            )
+
+    def _joint_groups(self) -> dict[tuple[Any, ...], list[list[torch.Tensor]]] | None:
+        """The tensors of each (settings, device, dtype) group, or None to fall back."""
+        if _global_optimizer_pre_hooks or _global_optimizer_post_hooks:
+            return None
+        groups: dict[tuple[Any, ...], list[list[torch.Tensor]]] = {}
+        for optimizer in self.optimizers:
+            if not _joinable(optimizer):
+                return None
+            for group in optimizer.param_groups:
+                settings = _settings(group)
+                if settings is None:
+                    return None
+                for param in group["params"]:
+                    if param.grad is None:
+                        continue
+                    state = optimizer.state.get(param)
+                    needed = _STATE_KEYS + (("max_exp_avg_sq",) if settings[5] else ())
+                    if not state or any(key not in state for key in needed):
+                        return None
+                    if param.grad.is_sparse or param.is_complex():
+                        return None
+                    key = (*settings, param.device, param.dtype)
+                    tensors = groups.setdefault(key, [[], [], [], [], [], []])
+                    for values, tensor in zip(tensors, _tensors(param, state, group), strict=True):
+                        if tensor is not None:
+                            values.append(tensor)
+        return {key[:7]: tensors for key, tensors in groups.items()}
+
+
+def _joinable(optimizer: torch.optim.Optimizer) -> bool:
+    return (
+        type(optimizer) is torch.optim.Adam
+        and "step" not in vars(optimizer)  # patched, e.g. by an LR scheduler's step counter
+        and not optimizer._optimizer_step_pre_hooks
+        and not optimizer._optimizer_step_post_hooks
+        # Set by torch.amp.GradScaler for a scaled step.
+        and getattr(optimizer, "grad_scale", None) is None
+        and getattr(optimizer, "found_inf", None) is None
+    )
+
+
+def _settings(group: dict[str, Any]) -> tuple[Any, ...] | None:
+    """The hyperparameters a fused Adam kernel call takes, or None if it cannot take them."""
+    if not group.get("fused") or group.get("capturable") or group.get("differentiable"):
+        return None
+    if group.get("decoupled_weight_decay") or isinstance(group["lr"], torch.Tensor):
+        return None
+    beta1, beta2 = (float(beta) for beta in group["betas"])
+    return (
+        group["lr"], beta1, beta2, group["weight_decay"], group["eps"], group["amsgrad"],
+        group["maximize"],
+    )
+
+
+def _tensors(
+    param: torch.Tensor, state: dict[str, Any], group: dict[str, Any]
+) -> tuple[torch.Tensor | None, ...]:
+    max_exp_avg_sq = state["max_exp_avg_sq"] if group["amsgrad"] else None
+    return (param, param.grad, state["exp_avg"], state["exp_avg_sq"], max_exp_avg_sq, state["step"])
