@@ -99,6 +99,7 @@ def make_env(
     env_info_keys: list[str] | None = None,
     num_workers: int | None = None,
     max_worker_restarts: int = 3,
+    spin_us: float = 1000.0,
 ) -> Environment:
     """Builds a batch of ``num_envs`` environments; environment ``i`` is seeded ``seed + i``.
 
@@ -119,6 +120,8 @@ def make_env(
         num_workers: worker processes for ``"parallel"`` (default: one per core).
         max_worker_restarts: how often a ``"parallel"`` worker that dies is restarted
             (within `ParallelEnvironment`'s window) before the error is raised; 0 never.
+        spin_us: how long ``"parallel"``'s parent and workers poll shared memory for
+            each other before sleeping (see `ParallelEnvironment`); 0 always sleeps.
 
     Raises:
         UnknownEnvironmentError: ``name`` is not a registered id (close ids are suggested).
@@ -162,6 +165,7 @@ def make_env(
         num_workers=num_workers,
         device=device,
         max_worker_restarts=max_worker_restarts,
+        spin_us=spin_us,
     )
 
 

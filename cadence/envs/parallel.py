@@ -157,6 +157,7 @@ class ParallelEnvironment(Environment):
         self._last: TimeStep | None = None  # the last time step delivered
         self._step_all = dict.fromkeys(range(len(self._slices)), STEP)
         self._shm: SharedMemory | None = None
+        self._spin_us = spin_us
         self._spin_s = spin_us * 1e-6
         context = mp.get_context(start_method)
         if start_method == "forkserver":
@@ -204,6 +205,11 @@ class ParallelEnvironment(Environment):
     def processes(self) -> list[Any]:
         """The worker processes, in order (worker ``w`` hosts ``env_ids(w)``)."""
         return list(self._pool.processes)
+
+    @property
+    def spin_us(self) -> float:
+        """How long the parent and the workers poll for each other before sleeping."""
+        return self._spin_us
 
     @property
     def restarts(self) -> list[int]:

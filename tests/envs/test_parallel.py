@@ -294,3 +294,17 @@ def test_make_env_passes_the_restart_budget_to_its_workers():
             env.step(action)
     finally:
         env.close()
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("spin_us", [0.0, 200.0])
+def test_sleeping_and_spinning_workers_deliver_the_same_stream(spin_us):
+    # spin_us only changes how the parent and the workers wait for each other.
+    reference = make_env("CartPole-v1", 4, "serial", seed=3)
+    expected = [reference.reset()] + [reference.step(_alternating(t)) for t in range(40)]
+    with make_env("CartPole-v1", 4, "parallel", seed=3, num_workers=2, spin_us=spin_us) as env:
+        assert env.spin_us == spin_us
+        steps = [env.reset()] + [env.step(_alternating(t)) for t in range(40)]
+    for want, got in zip(expected, steps, strict=True):
+        assert got.step_type.equal(want.step_type)
+        assert got.observation.equal(want.observation)
