@@ -36,6 +36,8 @@ import torch
 from cadence.envs import GymEnvFactory, ParallelEnvironment, SerialEnvironment
 
 _STOP = -1
+# Control block: the parent's step number, each worker's answer (or step count), ready flags.
+_SLOTS, _READY = 5, 3
 
 
 def _make(name: str, count: int, seed: int) -> list[gym.Env]:
@@ -56,9 +58,10 @@ def _step_all(envs: list[gym.Env], actions: list) -> None:
 def _worker(name: str, count: int, seed: int, shm_name: str, slot: int, free: bool) -> None:
     """Steps ``count`` envs: freely while the parent's number is positive, or in lockstep."""
     shm = SharedMemory(name=shm_name)
-    control = np.ndarray((4,), np.int64, buffer=shm.buf)
+    control = np.ndarray((_SLOTS,), np.int64, buffer=shm.buf)
     envs = _make(name, count, seed)
     actions = [env.action_space.sample() for env in envs]
+    control[_READY + slot] = 1
     done = 0
     while True:
         while control[0] == done:
@@ -82,7 +85,7 @@ class TwoWorkers:
 
     def __init__(self, name: str, num_envs: int, seed: int, free: bool):
         self.shm = SharedMemory(create=True, size=64)
-        self.control = np.ndarray((4,), np.int64, buffer=self.shm.buf)
+        self.control = np.ndarray((_SLOTS,), np.int64, buffer=self.shm.buf)
         self.control[:] = 0
         self.free = free
         context = mp.get_context("spawn")
@@ -95,7 +98,8 @@ class TwoWorkers:
         ]
         for process in self.processes:
             process.start()
-        time.sleep(2.0)  # let both build their envs
+        while not self.control[_READY:].all():  # both have built their envs
+            time.sleep(0.01)
 
     def rate(self, seconds: float, num_envs: int) -> float:
         if self.free:

@@ -165,6 +165,25 @@ class TimeStepBuffer:
             time_step = time_step.to(device)
         return time_step
 
+    def prepare(self) -> tuple[np.ndarray, TimeStep]:
+        """A fresh block and a torch `TimeStep` over it, for `read_prepared` to fill.
+
+        Building the tensors costs most of a `read`; a caller that waits for the rows
+        (`ParallelEnvironment`, while its workers step) builds them meanwhile.
+        """
+        block = np.empty(self.layout.nbytes, np.uint8)
+        return block, self._assemble([torch.from_numpy(a) for a in self.layout.view_list(block)])
+
+    def read_prepared(
+        self, prepared: tuple[np.ndarray, TimeStep], device: torch.device | str = "cpu"
+    ) -> TimeStep:
+        """Like `read`, into a block from `prepare` (one memcpy); each one is used once."""
+        block, time_step = prepared
+        np.copyto(block, self._bytes)
+        if device != _CPU and torch.device(device).type != "cpu":
+            time_step = time_step.to(device)
+        return time_step
+
     def _assemble(self, arrays: list[torch.Tensor]) -> TimeStep:
         obs = arrays[self._obs_slice]
         actions = arrays[self._action_slice]

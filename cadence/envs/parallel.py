@@ -155,6 +155,7 @@ class ParallelEnvironment(Environment):
         self._restarts = [0] * len(self._slices)
         self._pending_cuts: dict[int, list[int]] = {}  # worker -> its envs whose episodes were cut
         self._last: TimeStep | None = None  # the last time step delivered
+        self._prepared: tuple[np.ndarray, TimeStep] | None = None  # the next one, unfilled
         self._step_all = dict.fromkeys(range(len(self._slices)), STEP)
         self._shm: SharedMemory | None = None
         self._spin_us = spin_us
@@ -232,7 +233,7 @@ class ParallelEnvironment(Environment):
         if cuts:  # workers restarted outside a step: their cut envs wait for this LAST
             messages = {**messages, **{w: ("step", rows) for w, rows in cuts.items()}}
         try:
-            died = self._request(messages)[1]
+            died = self._request(messages, self._prepare)[1]
             while died:
                 # A replacement resets the envs whose episodes had just ended; the others
                 # end theirs with LAST here and reset on their next step.
@@ -465,8 +466,16 @@ class ParallelEnvironment(Environment):
 
     def _deliver(self) -> TimeStep:
         # Kept, not copied: its observation is what a cut episode's LAST row repeats.
-        self._last = self._buffer.read(self._device)
+        prepared, self._prepared = self._prepared, None
+        if prepared is None:
+            self._last = self._buffer.read(self._device)
+        else:
+            self._last = self._buffer.read_prepared(prepared, self._device)
         return self._last
+
+    def _prepare(self) -> None:
+        """Builds the next time step's tensors while the workers step (see `_deliver`)."""
+        self._prepared = self._buffer.prepare()
 
     def _write_actions(self, action: Nest) -> None:
         for name, array in self._actions.items():
@@ -487,8 +496,12 @@ class ParallelEnvironment(Environment):
             replies.update(more)
         return replies
 
-    def _request(self, messages: dict[int, Any]) -> tuple[dict[int, Any], set[int]]:
+    def _request(
+        self, messages: dict[int, Any], while_waiting: Callable[[], None] | None = None
+    ) -> tuple[dict[int, Any], set[int]]:
         """Sends each worker its message (`STEP` or an object) and waits for all of them.
+
+        ``while_waiting`` (if any) runs while the workers work.
 
         Workers that died are restarted (see `_recover`) before an env's error, if
         any, is raised, so that the others stay in step with the parent.
@@ -497,7 +510,7 @@ class ParallelEnvironment(Environment):
             The replies' payloads by worker, and the workers that died (and were replaced).
         """
         self._check_usable()
-        replies, dead = self._pool.request(messages)
+        replies, dead = self._pool.request(messages, while_waiting)
         for worker in sorted(dead):
             self._recover(worker)
         self._raise_errors(replies)

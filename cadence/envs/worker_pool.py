@@ -50,6 +50,7 @@ class WorkerPool:
         self._owners: dict[int, tuple[int, bool]] = {}  # fd -> (worker, is its sentinel)
         self._doorbell: ParentDoorbell | None = None
         self._rung = [False] * num_workers  # which workers are reached through the doorbell
+        self._sentinels = [-1] * num_workers
 
     def use_doorbell(self, memory: Any, spin_s: float) -> None:
         """Places the doorbell's control block in ``memory`` (workers attach to it one by one)."""
@@ -76,17 +77,22 @@ class WorkerPool:
         process.start()
         child_conn.close()  # so that a dead worker reads as EOF on our end
         self.processes[worker] = process
+        self._sentinels[worker] = process.sentinel
         self._channels[worker] = Channel(parent_conn)
         self._watch(worker)
 
-    def request(self, messages: dict[int, Any]) -> tuple[dict[int, Reply], set[int]]:
+    def request(
+        self, messages: dict[int, Any], while_waiting: Callable[[], None] | None = None
+    ) -> tuple[dict[int, Reply], set[int]]:
         """Sends each worker its message (`STEP` or an object); waits for all of them.
+
+        ``while_waiting`` (if any) runs once the messages are out, before the wait.
 
         Returns:
             The replies by worker, and the workers that died instead of replying.
         """
         if all(self._rung[w] for w in messages):
-            return self._request_by_doorbell(messages)
+            return self._request_by_doorbell(messages, while_waiting)
         for worker, message in messages.items():
             channel = self._channels[worker]
             try:
@@ -99,7 +105,7 @@ class WorkerPool:
         return self.gather(messages)
 
     def _request_by_doorbell(
-        self, messages: dict[int, Any]
+        self, messages: dict[int, Any], while_waiting: Callable[[], None] | None
     ) -> tuple[dict[int, Reply], set[int]]:
         doorbell, channels = self._doorbell, self._channels
         for worker, message in messages.items():
@@ -107,8 +113,9 @@ class WorkerPool:
                 doorbell.ring(worker, channels[worker], None if message is STEP else message)
             except OSError:
                 pass  # a dead worker's pipe: the wait sees its sentinel and reports the death
-        sentinels = [p.sentinel if p is not None else -1 for p in self.processes]
-        answers, dead = doorbell.wait(list(messages), channels, sentinels)
+        if while_waiting is not None:
+            while_waiting()
+        answers, dead = doorbell.wait(list(messages), channels, self._sentinels)
         return {w: _OK if a is None else a for w, a in answers.items()}, dead
 
     def gather(self, workers: Iterable[int]) -> tuple[dict[int, Reply], set[int]]:
