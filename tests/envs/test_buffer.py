@@ -1,0 +1,51 @@
+"""`TimeStepBuffer`: rows written by envs, read out as a batched torch `TimeStep`."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from cadence.data.specs import BoundedTensorSpec, CompositeSpec, TensorSpec
+from cadence.data.time_step import StepType, TimeStep
+from cadence.envs.buffer import TimeStepBuffer
+
+
+def _buffer(batch_size: int = 3) -> TimeStepBuffer:
+    return TimeStepBuffer(
+        TensorSpec((2,), torch.float32),
+        BoundedTensorSpec((1,), minimum=-1.0, maximum=1.0),
+        CompositeSpec({"x": TensorSpec((), torch.float32)}),
+        batch_size,
+    )
+
+
+def _row(value: float, env_id: int) -> TimeStep:
+    return TimeStep(
+        step_type=int(StepType.MID),
+        reward=value,
+        discount=1.0,
+        observation=np.full(2, value, np.float32),
+        prev_action=np.full(1, -value, np.float32),
+        env_id=env_id,
+        env_info={"x": 10 * value},
+    )
+
+
+def test_read_and_read_prepared_deliver_the_same_batch():
+    buffer = _buffer()
+    buffer.write_rows(0, [_row(0.5 * i, i) for i in range(3)])
+    read, prepared = buffer.read(), buffer.read_prepared(buffer.prepare())
+    for field in ("step_type", "reward", "discount", "observation", "prev_action", "env_id"):
+        assert getattr(prepared, field).equal(getattr(read, field)), field
+    assert prepared.env_info["x"].equal(read.env_info["x"])
+    assert prepared.observation.tolist() == [[0.0, 0.0], [0.5, 0.5], [1.0, 1.0]]
+
+
+def test_a_prepared_time_step_is_its_own_copy():
+    buffer = _buffer()
+    buffer.write_rows(0, [_row(1.0, i) for i in range(3)])
+    first = buffer.read_prepared(buffer.prepare())
+    buffer.write_rows(0, [_row(2.0, i) for i in range(3)])
+    second = buffer.read_prepared(buffer.prepare())
+    assert first.reward.tolist() == [1.0] * 3  # not overwritten by the next rows
+    assert second.reward.tolist() == [2.0] * 3
