@@ -2,8 +2,10 @@
 
 Both sides train SAC at batch 256 with 256x256 ReLU networks (twin critics, automatic
 entropy tuning) from a pre-filled replay buffer, so only the update is timed: cadence
-samples a minibatch, preprocesses it and calls ``SACAlgorithm.update``; SB3 runs
-``model.train(gradient_steps=N, batch_size=256)``. The two alternate in blocks of N
+samples its minibatches as training does (``replay_minibatches``: a block's windows drawn
+at once, each minibatch read when it is trained on), preprocesses each and calls
+``SACAlgorithm.update``; SB3 runs ``model.train(gradient_steps=N, batch_size=256)``, which
+samples one minibatch per step from its own buffer. The two alternate in blocks of N
 updates and each side's rate is the median over its blocks, so a machine whose load
 changes during the run slows both alike.
 
@@ -33,6 +35,8 @@ TARGET_RATIO = 1.5
 
 def make_cadence(obs_dim: int, act_dim: int, compile_mode: str) -> Callable[[int], None]:
     """A function running ``n`` cadence SAC updates on a pre-filled buffer."""
+    from cadence.algorithms.off_policy import replay_minibatches
+    from cadence.algorithms.off_policy_config import OffPolicyConfig
     from cadence.algorithms.sac import SACConfig, make_sac
     from cadence.data.specs import BoundedTensorSpec, TensorSpec
     from cadence.networks import NetworkConfig
@@ -59,8 +63,10 @@ def make_cadence(obs_dim: int, act_dim: int, compile_mode: str) -> Callable[[int
     sac.train()
 
     def run(n: int) -> None:
-        for _ in range(n):
-            sample = buffer.sample(BATCH_SIZE, 2, fields=sac.replay_fields)
+        # The training path (`OffPolicyScheme`): n minibatches drawn at once, each read when
+        # trained on, with only the fields SAC reads.
+        config = OffPolicyConfig(mini_batch_size=BATCH_SIZE, num_updates_per_train_iter=n)
+        for sample in replay_minibatches(buffer, config, sac.replay_fields):
             sac.update(sac.preprocess_experience(sample))
 
     return run

@@ -154,22 +154,7 @@ class OffPolicyScheme:
         return metrics
 
     def _minibatches(self) -> Iterator[ReplaySample]:
-        config = self.config
-        fields = self._replay_fields()
-        if config.whole_replay_buffer_training:
-            for _ in range(config.num_updates_per_train_iter):
-                yield from self.replay_buffer.iterate_minibatches(
-                    config.mini_batch_size, config.mini_batch_length, fields=fields
-                )
-            return
-        total = config.mini_batch_size * config.num_updates_per_train_iter
-        indices = self.replay_buffer.sample_indices(total, config.mini_batch_length)
-        order = torch.randperm(total, device=indices.env_ids.device)
-        # Every window is drawn now (one sampler call), but each minibatch is read only
-        # when it is trained on: one copy of the fields it needs, not two of every field.
-        for start in range(0, total, config.mini_batch_size):
-            rows = order[start : start + config.mini_batch_size]
-            yield self.replay_buffer.read(_select(indices, rows), fields)
+        return replay_minibatches(self.replay_buffer, self.config, self._replay_fields())
 
     def _replay_fields(self) -> Sequence[str] | None:
         """The row keys to gather: the algorithm's ``replay_fields``, or all of them
@@ -188,6 +173,30 @@ class OffPolicyScheme:
                 sample.indices, priorities.detach().abs() + self.config.priority_epsilon
             )
         return extra
+
+
+def replay_minibatches(
+    replay_buffer: ReplayBuffer, config: OffPolicyConfig, fields: Sequence[str] | None = None
+) -> Iterator[ReplaySample]:
+    """The ``(mini_batch_size, mini_batch_length)`` minibatches of one training iteration.
+
+    ``whole_replay_buffer_training``: ``num_updates_per_train_iter`` shuffled passes over the
+    buffer; otherwise ``mini_batch_size * num_updates_per_train_iter`` windows drawn at once
+    (one sampler call), shuffled and cut into minibatches, each read only when it is reached:
+    one copy of ``fields`` (all fields if None), not two of every field.
+    """
+    if config.whole_replay_buffer_training:
+        for _ in range(config.num_updates_per_train_iter):
+            yield from replay_buffer.iterate_minibatches(
+                config.mini_batch_size, config.mini_batch_length, fields=fields
+            )
+        return
+    total = config.mini_batch_size * config.num_updates_per_train_iter
+    indices = replay_buffer.sample_indices(total, config.mini_batch_length)
+    order = torch.randperm(total, device=indices.env_ids.device)
+    for start in range(0, total, config.mini_batch_size):
+        rows = order[start : start + config.mini_batch_size]
+        yield replay_buffer.read(_select(indices, rows), fields)
 
 
 def _select(indices: SampleIndices, rows: torch.Tensor) -> SampleIndices:

@@ -59,8 +59,8 @@ class JointAdamStep:
             for optimizer in self.optimizers:
                 optimizer.step()
             return
-        for settings, tensors in groups.items():
-            lr, beta1, beta2, weight_decay, eps, amsgrad, maximize = settings
+        for key, tensors in groups.items():
+            lr, beta1, beta2, weight_decay, eps, amsgrad, maximize = key[:7]  # then device, dtype
             params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps = tensors
             torch._foreach_add_(steps, 1)
             torch._fused_adam_(
@@ -95,7 +95,7 @@ class JointAdamStep:
                     for values, tensor in zip(tensors, _tensors(param, state, group), strict=True):
                         if tensor is not None:
                             values.append(tensor)
-        return {key[:7]: tensors for key, tensors in groups.items()}
+        return groups
 
 
 def _joinable(optimizer: torch.optim.Optimizer) -> bool:
