@@ -194,10 +194,13 @@ def replay_minibatches(
     total = config.mini_batch_size * config.num_updates_per_train_iter
     indices = replay_buffer.sample_indices(total, config.mini_batch_length)
     order = torch.randperm(total, device=indices.env_ids.device)
+    shuffled = _map_indices(indices, lambda x: x.index_select(0, order))
     for start in range(0, total, config.mini_batch_size):
-        rows = order[start : start + config.mini_batch_size]
-        yield replay_buffer.read(_select(indices, rows), fields)
+        rows = slice(start, start + config.mini_batch_size)
+        yield replay_buffer.read(_map_indices(shuffled, lambda x, rows=rows: x[rows]), fields)
 
 
-def _select(indices: SampleIndices, rows: torch.Tensor) -> SampleIndices:
-    return SampleIndices(indices.env_ids[rows], indices.positions[rows], indices.weights[rows])
+def _map_indices(
+    indices: SampleIndices, fn: Callable[[torch.Tensor], torch.Tensor]
+) -> SampleIndices:
+    return SampleIndices(fn(indices.env_ids), fn(indices.positions), fn(indices.weights))
