@@ -11,8 +11,9 @@ because their gradients never mix:
 - the critic loss takes the stored actions, so its gradient never reaches the policy;
 - the temperature loss takes the detached log-probabilities, so only log(alpha) moves.
 
-The critics are one batched ensemble (`CriticEnsemble`), the optimizers are fused Adam,
-the target update is one ``_foreach_lerp_``, and nothing syncs with ``.item()``; the
+The critics are one batched ensemble (`CriticEnsemble`), the three fused Adams step as one
+kernel call (`JointAdamStep`), the target update is one ``_foreach_lerp_``, nothing syncs
+with ``.item()``, and only the replay fields SAC reads are gathered (`replay_fields`); the
 forward/backward can additionally be compiled with ``torch.compile``.
 """
 
