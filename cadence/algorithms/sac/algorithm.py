@@ -22,7 +22,6 @@ from __future__ import annotations
 import copy
 import logging
 import math
-from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -30,6 +29,7 @@ from torch import nn
 
 from cadence.algorithms.algorithm import Algorithm, AlgStep, LossInfo
 from cadence.algorithms.sac import loss as sac_loss
+from cadence.algorithms.sac.compiled import compile_with_fallback
 from cadence.algorithms.sac.joint_adam import JointAdamStep
 from cadence.data.nest import Nest, map_structure
 from cadence.data.specs import DiscreteTensorSpec, Spec
@@ -118,7 +118,7 @@ class SACAlgorithm(Algorithm):
         self._online = list(self.critic.parameters())
         self._target = list(self.target_critic.parameters())
         self.compile_mode = compile_mode
-        self._losses_fn = _compiled(self._losses, compile_mode)
+        self._losses_fn = compile_with_fallback(self._losses, compile_mode, lambda: self.training)
 
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:
         return self._optimizers
@@ -245,29 +245,6 @@ class SACAlgorithm(Algorithm):
     def _losses(self, inputs: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor]:
         loss_info, priorities = self._loss_terms(self.train_step(inputs).info)
         return loss_info.loss, loss_info.extra, priorities.detach()
-
-
-class _CompiledWithFallback:
-    """``torch.compile(fn)``, or ``fn`` itself for good once compiling it has failed."""
-
-    def __init__(self, fn: Callable[..., Any], mode: str):
-        self.fn = fn
-        self.compiled: Callable[..., Any] | None = torch.compile(fn, mode=mode, dynamic=False)
-
-    def __call__(self, *args: Any) -> Any:
-        if self.compiled is None:
-            return self.fn(*args)
-        try:
-            return self.compiled(*args)
-        except Exception as error:  # noqa: BLE001 - any backend failure falls back to eager
-            logger.warning("torch.compile of %s failed (%s); running it eagerly", self.fn.__name__, error)
-            self.compiled = None
-            return self.fn(*args)
-
-
-def _compiled(fn: Callable[..., Any], mode: str) -> Callable[..., Any]:
-    """``fn`` compiled with ``mode`` (falling back to eager on failure), or ``fn`` for ``"off"``."""
-    return fn if mode == "off" else _CompiledWithFallback(fn, mode)
 
 
 def _adam(params: Any, learning_rate: float) -> torch.optim.Adam:

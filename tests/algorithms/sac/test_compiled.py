@@ -1,0 +1,55 @@
+"""`CompiledWithFallback`: guards skipped only for signatures already run with them."""
+
+from __future__ import annotations
+
+import torch
+
+from cadence.algorithms.sac import compiled
+from cadence.algorithms.sac.compiled import CompiledWithFallback, compile_with_fallback
+
+
+def _affine(x: torch.Tensor, scale: float) -> torch.Tensor:
+    return x * scale + 1
+
+
+def test_off_returns_the_function_itself():
+    assert compile_with_fallback(_affine, "off") is _affine
+
+
+def test_steady_state_calls_match_eager_and_a_new_shape_is_guarded_again():
+    fn = CompiledWithFallback(_affine, "default")
+    x = torch.arange(4.0)
+    for _ in range(compiled.GUARDED_CALLS + 2):
+        torch.testing.assert_close(fn(x, 2.0), _affine(x, 2.0))
+    # A shape never seen must not run the graph compiled for the old one unguarded.
+    y = torch.arange(6.0)
+    torch.testing.assert_close(fn(y, 2.0), _affine(y, 2.0))
+    assert fn.compiled is not None
+    counts = sorted(fn._guarded_calls.values())
+    assert counts == [1, compiled.GUARDED_CALLS]
+
+
+def test_state_key_separates_signatures():
+    flag = {"training": True}
+    fn = CompiledWithFallback(_affine, "default", state_key=lambda: flag["training"])
+    x = torch.ones(3)
+    for _ in range(3):
+        fn(x, 1.0)
+    flag["training"] = False
+    fn(x, 1.0)
+    assert len(fn._guarded_calls) == 2
+
+
+def test_a_compile_failure_falls_back_to_eager(caplog):
+    def fails_to_compile(x: torch.Tensor) -> torch.Tensor:
+        return x + 1
+
+    fn = CompiledWithFallback(fails_to_compile, "default")
+
+    def broken(*args):
+        raise RuntimeError("backend exploded")
+
+    fn.compiled = broken
+    torch.testing.assert_close(fn(torch.zeros(2)), torch.ones(2))
+    assert fn.compiled is None
+    assert "running it eagerly" in caplog.text
