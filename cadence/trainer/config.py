@@ -46,7 +46,12 @@ class TrainerConfig:
     )
     device: str = field(default="cpu", metadata={"doc": "Torch device of the learner ('cpu', 'cuda')."})
     num_threads: int = field(
-        default=0, validator=ge(0), metadata={"doc": "torch.set_num_threads (0: leave torch's default)."}
+        default=0,
+        validator=ge(0),
+        metadata={
+            "doc": "torch.set_num_threads (0: torch's default, less the cores taken by "
+            "'parallel' env workers)."
+        },
     )
     progress_bar: Literal["auto", "on", "off"] = field(
         default="auto", validator=in_(["auto", "on", "off"]),

@@ -1,0 +1,34 @@
+"""`cadence.trainer.run`: how the learner's torch threads share the machine with env workers."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+import torch
+
+from cadence.envs.worker_pool import available_cores
+from cadence.trainer.config import TrainerConfig
+from cadence.trainer.run import _share_cores_with_env_workers
+
+
+@pytest.fixture
+def torch_threads():
+    """Restores torch's thread count after the test."""
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_torch_leaves_the_env_workers_their_cores(torch_threads):
+    torch.set_num_threads(available_cores())
+    workers = max(1, available_cores() - 1)
+    _share_cores_with_env_workers(TrainerConfig(), types.SimpleNamespace(num_workers=workers))
+    assert torch.get_num_threads() == max(1, available_cores() - workers)
+
+
+def test_an_explicit_thread_count_or_an_env_without_workers_is_left_alone(torch_threads):
+    torch.set_num_threads(2)
+    _share_cores_with_env_workers(TrainerConfig(num_threads=2), types.SimpleNamespace(num_workers=2))
+    _share_cores_with_env_workers(TrainerConfig(), types.SimpleNamespace())  # e.g. serial
+    assert torch.get_num_threads() == 2
