@@ -12,7 +12,7 @@ optimizers' own step, and checkpoints and ``load_state_dict`` are untouched.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from typing import Any
 
 import torch
@@ -45,6 +45,8 @@ class JointAdamStep:
     def __init__(self, optimizers: Sequence[torch.optim.Optimizer]):
         self.optimizers = list(optimizers)
         self._params = [p for opt in self.optimizers for g in opt.param_groups for p in g["params"]]
+        # The groups of the last step and what they were built from (see `_fingerprint`).
+        self._cached: tuple[Hashable, dict[tuple[Any, ...], list[list[torch.Tensor]]]] | None = None
 
     def zero_grad(self) -> None:
         """Drops every gradient (``set_to_none``), in one loop over the parameters."""
@@ -70,9 +72,54 @@ class JointAdamStep:
             )
 
     def _joint_groups(self) -> dict[tuple[Any, ...], list[list[torch.Tensor]]] | None:
-        """The tensors of each (settings, device, dtype) group, or None to fall back."""
+        """The tensors of each (settings, device, dtype) group, or None to fall back.
+
+        Rebuilding the groups walks every parameter's state in Python (~0.15 ms for SAC), so
+        the groups of the last step are reused while `_fingerprint` is unchanged; only the
+        gradients, new tensors after every backward, are read again.
+        """
         if _global_optimizer_pre_hooks or _global_optimizer_post_hooks:
             return None
+        fingerprint = self._fingerprint()
+        if fingerprint is None:
+            return None
+        if self._cached is not None and self._cached[0] == fingerprint:
+            groups = self._cached[1]
+            for params, grads, *_ in groups.values():
+                grads[:] = [param.grad for param in params]
+                if any(grad is None or grad.is_sparse for grad in grads):
+                    break
+            else:
+                return groups
+        groups = self._build_groups()
+        # Groups that left out a parameter without a gradient must not serve a later step.
+        joined = sum(len(tensors[0]) for tensors in groups.values()) if groups else 0
+        total = sum(len(g["params"]) for opt in self.optimizers for g in opt.param_groups)
+        self._cached = (fingerprint, groups) if groups is not None and joined == total else None
+        return groups
+
+    def _fingerprint(self) -> Hashable | None:
+        """What the groups depend on besides the gradients, or None if one cannot join.
+
+        ``load_state_dict`` gives an optimizer new ``state`` and ``param_groups`` objects
+        (so new ids); a first step fills ``state`` (its length); a changed step size or
+        beta shows in the settings. The state tensors themselves are assumed to change only
+        that way, as ``torch.optim`` does.
+        """
+        parts: list[Any] = []
+        for optimizer in self.optimizers:
+            if not _joinable(optimizer):
+                return None
+            parts += (id(optimizer.state), len(optimizer.state), id(optimizer.param_groups))
+            for group in optimizer.param_groups:
+                settings = _settings(group)
+                if settings is None:
+                    return None
+                parts += (settings, len(group["params"]))
+        return tuple(parts)
+
+    def _build_groups(self) -> dict[tuple[Any, ...], list[list[torch.Tensor]]] | None:
+        """`_joint_groups` built from scratch."""
         groups: dict[tuple[Any, ...], list[list[torch.Tensor]]] = {}
         for optimizer in self.optimizers:
             if not _joinable(optimizer):

@@ -66,3 +66,36 @@ def test_zero_grad_drops_every_gradient():
     _loss(model, alpha, 0).backward()
     stepper.zero_grad()
     assert all(p.grad is None for p in [*model.parameters(), alpha])
+
+
+def test_a_parameter_without_gradient_is_stepped_again_once_it_has_one():
+    def run(joint: bool):
+        model, alpha, optimizers = _model_and_optimizers(0)
+        stepper = JointAdamStep(optimizers)
+        for step in range(5):
+            stepper.zero_grad() if joint else [o.zero_grad(set_to_none=True) for o in optimizers]
+            loss = _loss(model, alpha, step)
+            if step == 2:  # alpha gets no gradient this step only
+                loss = (model(torch.ones(1, 4)) ** 2).sum()
+            loss.backward()
+            stepper.step() if joint else [o.step() for o in optimizers]
+        return [p.detach().clone() for p in [*model.parameters(), alpha]]
+
+    for a, b in zip(run(joint=False), run(joint=True), strict=True):
+        assert torch.equal(a, b)
+
+
+def test_a_changed_learning_rate_is_used_by_the_next_joint_step():
+    def run(joint: bool):
+        model, alpha, optimizers = _model_and_optimizers(0)
+        stepper = JointAdamStep(optimizers)
+        for step in range(4):
+            if step == 2:
+                optimizers[1].param_groups[0]["lr"] = 0.5
+            stepper.zero_grad() if joint else [o.zero_grad(set_to_none=True) for o in optimizers]
+            _loss(model, alpha, step).backward()
+            stepper.step() if joint else [o.step() for o in optimizers]
+        return [p.detach().clone() for p in [*model.parameters(), alpha]]
+
+    for a, b in zip(run(joint=False), run(joint=True), strict=True):
+        assert torch.equal(a, b)
