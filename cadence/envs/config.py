@@ -32,7 +32,8 @@ class EnvConfig:
         default="auto",
         validator=in_(["serial", "thread", "parallel", "tensor", "auto"]),
         metadata={
-            "doc": "Batching back end ('auto': tensor-native if available, else by step cost)."
+            "doc": "Batching back end ('auto': tensor-native if available and the batch is "
+            "large or not on a CPU, else serial or parallel by step cost)."
         },
     )
     max_episode_steps: int | None = field(

@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 import gymnasium as gym
+import torch
 
 from cadence.envs.environment import Environment, PyEnvironment
 from cadence.envs.gym_adapter import GymAdapter
@@ -17,6 +18,12 @@ from cadence.envs.time_limit import TimeLimit
 
 Backend = Literal["serial", "thread", "parallel", "tensor", "auto"]
 BACKENDS = ("serial", "thread", "parallel", "tensor", "auto")
+
+# On a CPU a tensor-native env costs about the same per batch step at any batch size (a few
+# dozen small torch ops), so it beats stepping Gymnasium envs one by one only in large
+# batches: CartPole-v1 on 2 cores, serial is 2.5x faster at 8 envs and about even at 32
+# (benchmarks/env_throughput.py). On an accelerator it always wins.
+_TENSOR_MIN_CPU_ENVS = 32
 
 # What a `ParallelEnvironment` step costs beyond its envs' own work (seconds): signalling
 # the workers, waiting for them to wake, copying the batch out of shared memory. Spreading
@@ -110,7 +117,8 @@ def make_env(
         backend: ``"serial"`` (in-process), ``"thread"`` (one env thread),
             ``"parallel"`` (worker processes on shared memory), ``"tensor"``
             (cadence's tensor-native implementation of ``name``), or ``"auto"``
-            (the fastest for this env and machine).
+            (the fastest for this env and machine: tensor-native on an accelerator or
+            for large batches, else serial or parallel by the env's step cost).
         seed: the batch's seed.
         device: where time steps are delivered (and tensor-native envs run).
         max_episode_steps: an episode limit applied with cadence's `TimeLimit`.
@@ -137,7 +145,8 @@ def make_env(
     from cadence.envs import tensor
 
     tensor_ok = isinstance(name, str) and tensor.has_tensor_env(name) and not gym_wrappers
-    if backend == "tensor" or (backend == "auto" and tensor_ok):
+    tensor_pays = num_envs >= _TENSOR_MIN_CPU_ENVS or torch.device(device).type != "cpu"
+    if backend == "tensor" or (backend == "auto" and tensor_ok and tensor_pays):
         if not tensor_ok:
             raise ValueError(tensor.no_tensor_env_message(name, bool(gym_wrappers)))
         return tensor.make_tensor_env(

@@ -93,9 +93,11 @@ def test_each_backend_builds_its_class(backend, cls):
         assert env.batch_size == 2
 
 
-def test_auto_prefers_the_tensor_env_and_falls_back_without_one():
-    with make_env("CartPole-v1", 2) as env:
+def test_auto_prefers_the_tensor_env_for_large_batches_and_falls_back_without_one():
+    with make_env("CartPole-v1", 64) as env:
         assert isinstance(env, TensorEnvironment)
+    with make_env("CartPole-v1", 2) as env:  # one by one is faster on a CPU
+        assert isinstance(env, SerialEnvironment)
     with make_env(
         "Pendulum-v1", 1, gym_wrappers=[functools.partial(FrameStack, num_stack=2)]
     ) as env:
