@@ -47,6 +47,7 @@ class JointAdamStep:
         self._params = [p for opt in self.optimizers for g in opt.param_groups for p in g["params"]]
         # The groups of the last step and what they were built from (see `_fingerprint`).
         self._cached: tuple[Hashable, dict[tuple[Any, ...], list[list[torch.Tensor]]]] | None = None
+        self._step_bases: dict[tuple[Any, ...], torch.Tensor] = {}
 
     def zero_grad(self) -> None:
         """Drops every gradient (``set_to_none``), in one loop over the parameters."""
@@ -64,7 +65,11 @@ class JointAdamStep:
         for key, tensors in groups.items():
             lr, beta1, beta2, weight_decay, eps, amsgrad, maximize = key[:7]  # then device, dtype
             params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps = tensors
-            torch._foreach_add_(steps, 1)
+            base = steps[0]._base
+            if base is not None and base is self._step_bases.get(key):
+                base.add_(1)  # every step of the group at once, see `_share_steps`
+            else:
+                torch._foreach_add_(steps, 1)
             torch._fused_adam_(
                 params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps,
                 lr=lr, beta1=beta1, beta2=beta2, weight_decay=weight_decay, eps=eps,
@@ -91,12 +96,40 @@ class JointAdamStep:
                     break
             else:
                 return groups
+        self._step_bases = {}  # a group rebuilt may leave out a view of a shared base
         groups = self._build_groups()
         # Groups that left out a parameter without a gradient must not serve a later step.
         joined = sum(len(tensors[0]) for tensors in groups.values()) if groups else 0
         total = sum(len(g["params"]) for opt in self.optimizers for g in opt.param_groups)
         self._cached = (fingerprint, groups) if groups is not None and joined == total else None
+        if self._cached is not None:
+            self._share_steps(groups)
         return groups
+
+    def _share_steps(self, groups: dict[tuple[Any, ...], list[list[torch.Tensor]]]) -> None:
+        """Makes each group's per-parameter step counters views of one tensor.
+
+        Why: ``_foreach_add_`` over SAC's 15 scalar CPU step tensors takes ~90 us (one
+        dispatched add and scalar copy each); one ``add_`` on their common base takes ~5.
+        Each optimizer's ``state[param]["step"]`` becomes a 0-dim view holding the same
+        value, so the optimizers' own steps, ``state_dict`` and ``load_state_dict`` work
+        unchanged (a loaded state gets new tensors, a new fingerprint and new views).
+        """
+        self._step_bases = {}
+        for key, tensors in groups.items():
+            steps = tensors[5]
+            if any(step.dim() != 0 or step.device.type != "cpu" for step in steps):
+                continue
+            base = torch.stack(steps)
+            views = list(base.unbind())
+            for optimizer in self.optimizers:
+                for param_state in optimizer.state.values():
+                    step = param_state.get("step")
+                    for index, old in enumerate(steps):
+                        if step is old:
+                            param_state["step"] = views[index]
+            tensors[5] = views
+            self._step_bases[key] = base
 
     def _fingerprint(self) -> Hashable | None:
         """What the groups depend on besides the gradients, or None if one cannot join.

@@ -3,6 +3,8 @@ to them when it cannot."""
 
 from __future__ import annotations
 
+import io
+
 import torch
 from torch import nn
 
@@ -99,3 +101,23 @@ def test_a_changed_learning_rate_is_used_by_the_next_joint_step():
 
     for a, b in zip(run(joint=False), run(joint=True), strict=True):
         assert torch.equal(a, b)
+
+
+def test_shared_step_counters_round_trip_through_a_checkpoint():
+    model, alpha, optimizers = _model_and_optimizers(0)
+    stepper = JointAdamStep(optimizers)
+    for step in range(3):
+        stepper.zero_grad()
+        _loss(model, alpha, step).backward()
+        stepper.step()
+    states = [o.state_dict() for o in optimizers]
+    assert all(float(s["step"]) == 3 for state in states for s in state["state"].values())
+    buffer = io.BytesIO()
+    torch.save(states, buffer)
+    buffer.seek(0)
+    for optimizer, state in zip(optimizers, torch.load(buffer), strict=True):
+        optimizer.load_state_dict(state)
+    stepper.zero_grad()
+    _loss(model, alpha, 3).backward()
+    stepper.step()
+    assert all(float(s["step"]) == 4 for o in optimizers for s in o.state.values())
