@@ -28,19 +28,21 @@ class EpisodeStats:
             ``{"return": [N], "length": [N]}`` plus ``"info/<key>": [N]`` holding the
             value of each ``env_info`` key at the episode's LAST step.
         """
-        returns, lengths, infos = [], [], {k: [] for k in time_steps.env_info}
-        for t in range(time_steps.step_type.shape[0]):
-            step = time_steps[t]
-            first = step.step_type == StepType.FIRST
-            self._return = torch.where(first, 0.0, self._return + step.reward.double())
-            self._length = torch.where(first, 0, self._length + 1)
-            last = step.step_type == StepType.LAST
-            returns.append(self._return[last])
-            lengths.append(self._length[last])
-            for key, value in step.env_info.items():
-                infos[key].append(value[last])
-        stats = {"return": torch.cat(returns), "length": torch.cat(lengths)}
-        stats.update({f"info/{k}": torch.cat(v) for k, v in infos.items()})
+        step_type = time_steps.step_type
+        first, last = step_type == StepType.FIRST, step_type == StepType.LAST
+        rewards = torch.where(first, 0.0, time_steps.reward.double())
+        sums = rewards.cumsum(0)  # [T, B]
+        steps = torch.arange(1, step_type.shape[0] + 1, device=step_type.device).unsqueeze(1)
+        # The latest FIRST at or before each step (-1: none in this unroll): where its episode's
+        # sums start; before any, the episode goes on from the last unroll's running values.
+        reset = torch.where(first, steps - 1, -1).cummax(0).values
+        restarted = reset >= 0
+        base = sums.gather(0, reset.clamp(min=0))
+        returns = torch.where(restarted, sums - base, self._return + sums)
+        lengths = torch.where(restarted, steps - 1 - reset, self._length + steps)
+        self._return, self._length = returns[-1].clone(), lengths[-1].clone()
+        stats = {"return": returns[last], "length": lengths[last]}
+        stats.update({f"info/{k}": v[last] for k, v in time_steps.env_info.items()})
         return stats
 
     def state_dict(self) -> dict[str, Any]:
