@@ -76,6 +76,23 @@ def _compiled_linear(flat: torch.Tensor, weight: torch.Tensor, bias: torch.Tenso
     return torch.bmm(flat, weight) + bias
 
 
+SMALL_K = 8
+"""Compiled, an ensemble matmul with at most this many input features is unrolled (`ensemble_matmul`)."""
+
+
+def ensemble_matmul(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """``[E, N, K] @ [E, K, out] -> [E, N, out]``, as a ``bmm`` or, compiled with small K,
+    as K multiply-adds that inductor fuses into the kernel consuming the result (a ``bmm``
+    with K of 1-8, e.g. a critic's action input, writes a full ``[E, N, out]`` buffer at a
+    fraction of its arithmetic peak)."""
+    if torch.compiler.is_compiling() and x.shape[-1] <= SMALL_K:
+        out = x[..., :1] * weight[:, :1]
+        for k in range(1, x.shape[-1]):
+            out = out + x[..., k : k + 1] * weight[:, k : k + 1]
+        return out
+    return torch.bmm(x, weight)
+
+
 class EnsembleLayerNorm(nn.Module):
     """LayerNorm with a separate scale and shift per member: ``[E, *B, dim]``."""
 
@@ -139,10 +156,15 @@ class EnsembleMLP(nn.Sequential):
         self.ensemble_size = ensemble_size
         self.output_dim = out_dim
 
-    def forward(self, x: torch.Tensor, detach_parameters: bool = False) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, detach_parameters: bool = False, start: int = 0
+    ) -> torch.Tensor:
         """``[E, *B, in_dim] -> [E, *B, out_dim]``; ``detach_parameters``: the gradient reaches
-        ``x`` only (e.g. an actor loss through critics it must not train)."""
-        for layer in self:
+        ``x`` only (e.g. an actor loss through critics it must not train); ``start``: the
+        first layer to apply (``x`` is then that layer's input)."""
+        for index, layer in enumerate(self):
+            if index < start:
+                continue
             if isinstance(layer, (EnsembleLinear, EnsembleLayerNorm)):
                 x = layer(x, detach_parameters)
             else:

@@ -13,7 +13,7 @@ from torch import nn
 
 from cadence.data.nest import Nest
 from cadence.networks.config import ActivationName
-from cadence.networks.ensemble import EnsembleMLP
+from cadence.networks.ensemble import EnsembleMLP, ensemble_matmul
 from cadence.networks.mlp import MLP
 
 
@@ -136,3 +136,34 @@ class CriticEnsemble(nn.Module):
         inputs = torch.cat([features, action.float()], dim=-1)
         inputs = inputs.expand(self.num_critics, *inputs.shape)
         return self.mlp(inputs, detach_parameters).squeeze(-1)
+
+    def with_policy_actions(
+        self, observation: Nest, action: torch.Tensor, policy_action: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``self(observation, action)`` and ``self(observation, policy_action,
+        detach_parameters=True)``, both ``[E, N]``, sharing their observation work.
+
+        The first layer's observation part ``features @ W_obs`` is the same for both, so
+        it is computed once (its detached copy serves the policy's pass, whose gradient
+        then reaches ``policy_action`` only, as with ``detach_parameters``), and the first
+        layer takes each action through ``W_act`` alone; the policy's backward pass thus
+        skips the gradient of the (detached) features.
+
+        Args:
+            observation: ``[N, ...]``.
+            action: ``[N, action_dim]``, e.g. the replayed actions.
+            policy_action: ``[N, action_dim]``, e.g. the policy's reparameterised actions.
+        """
+        first = self.mlp[0]
+        features = self.encoder(observation)
+        num_features = features.shape[-1]
+        expand = (self.num_critics, *features.shape[:-1], -1)
+        weight_obs, weight_act = first.weight[:, :num_features], first.weight[:, num_features:]
+        shared = ensemble_matmul(features.expand(expand), weight_obs) + first.bias
+        hidden = shared + ensemble_matmul(action.float().expand(expand), weight_act)
+        policy_hidden = shared.detach() + ensemble_matmul(
+            policy_action.float().expand(expand), weight_act.detach()
+        )
+        q = self.mlp(hidden, start=1).squeeze(-1)
+        q_policy = self.mlp(policy_hidden, detach_parameters=True, start=1).squeeze(-1)
+        return q, q_policy

@@ -11,8 +11,10 @@ because their gradients never mix:
 - the critic loss takes the stored actions, so its gradient never reaches the policy;
 - the temperature loss takes the detached log-probabilities, so only log(alpha) moves.
 
-The critics are one batched ensemble (`CriticEnsemble`), the three fused Adams step as one
-kernel call (`JointAdamStep`), the target update is one ``_foreach_lerp_``, nothing syncs
+The critics are one batched ensemble (`CriticEnsemble`) whose replayed-action and
+policy-action passes share their observation work (`CriticEnsemble.with_policy_actions`),
+the three fused Adams step as one kernel call (`JointAdamStep`), the target update is one
+``_foreach_lerp_``, nothing syncs
 with ``.item()``, and only the replay fields SAC reads are gathered (`replay_fields`); the
 forward/backward can additionally be compiled with ``torch.compile``.
 """
@@ -206,10 +208,9 @@ class SACAlgorithm(Algorithm):
 
     def _continuous_terms(self, inputs: Batch) -> dict[str, torch.Tensor]:
         observation = inputs["observation"]
-        q = self.critic(observation, inputs["action"])
         action, log_prob = self.actor(observation).rsample_with_log_prob()
-        q_pi = self.critic(observation, action, detach_parameters=True).min(0).values
-        return {"q": q, "log_prob": log_prob, "q_pi": q_pi}
+        q, q_pi = self.critic.with_policy_actions(observation, inputs["action"], action)
+        return {"q": q, "log_prob": log_prob, "q_pi": q_pi.min(0).values}
 
     def _discrete_terms(self, inputs: Batch) -> dict[str, torch.Tensor]:
         q_all = self.critic(inputs["observation"])
