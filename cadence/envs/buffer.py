@@ -159,11 +159,7 @@ class TimeStepBuffer:
 
     def read(self, device: torch.device | str = "cpu") -> TimeStep:
         """A torch `TimeStep` of all rows, copied out of the block (one memcpy)."""
-        copy = self._bytes.copy()
-        time_step = self._assemble([torch.from_numpy(a) for a in self.layout.view_list(copy)])
-        if device != _CPU and torch.device(device).type != "cpu":
-            time_step = time_step.to(device)
-        return time_step
+        return self.read_prepared(self.prepare(), device)
 
     def prepare(self) -> tuple[np.ndarray, TimeStep]:
         """A fresh block and a torch `TimeStep` over it, for `read_prepared` to fill.

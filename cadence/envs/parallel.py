@@ -159,7 +159,6 @@ class ParallelEnvironment(Environment):
         self._step_all = dict.fromkeys(range(len(self._slices)), STEP)
         self._shm: SharedMemory | None = None
         self._spin_us = spin_us
-        self._spin_s = spin_us * 1e-6
         context = mp.get_context(start_method)
         if start_method == "forkserver":
             # The server imports these once; workers forked from it import nothing more.
@@ -332,7 +331,12 @@ class ParallelEnvironment(Environment):
             if not dead:
                 self._check_replacement_specs(worker, specs)
                 replies, dead = self._pool.request({worker: self._attach_message()})
-                self._raise_errors(replies)
+                try:
+                    self._raise_errors(replies)
+                except EnvironmentWorkerError as error:
+                    # Left unattached, it could only be reached through its pipe: unusable.
+                    self._broken = f"the replacement for env worker {worker} failed to attach: {error}"
+                    raise
             if not dead:
                 self._pool.ring_doorbell(worker)
                 return
@@ -441,14 +445,15 @@ class ParallelEnvironment(Environment):
             self._env_info_spec,
             self._num_envs,
         )
-        self._pool.use_doorbell(control, self._spin_s)
+        self._pool.use_doorbell(control, self._spin_us * 1e-6)
         del control  # the doorbell keeps its own view; this one would keep the block open
         self._request({w: self._attach_message() for w in range(self.num_workers)})
         for worker in range(self.num_workers):
             self._pool.ring_doorbell(worker)
 
     def _attach_message(self) -> tuple[str, tuple[Any, ...]]:
-        return ("attach", (self._shm.name, self._num_envs, self.num_workers, self._spin_s))
+        spin_s = self._spin_us * 1e-6
+        return ("attach", (self._shm.name, self._num_envs, self.num_workers, spin_s))
 
     def _release_shared_memory(self) -> None:
         # Views over the block must go before it can close; unlink frees it system-wide.
