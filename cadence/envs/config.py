@@ -48,6 +48,15 @@ class EnvConfig:
         validator=optional(ge(1)),
         metadata={"doc": "Worker processes of the 'parallel' back end (None: one per spare core)."},
     )
+    spin_us: float = field(
+        default=1000.0,
+        validator=ge(0.0),
+        metadata={
+            "doc": "How long the 'parallel' back end's parent and workers poll shared memory "
+            "for each other before sleeping (0: always sleep, e.g. on a machine shared by "
+            "many jobs)."
+        },
+    )
     env_kwargs: dict[str, Any] = field(
         factory=dict,
         validator=deep_mapping(key_validator=instance_of(str), mapping_validator=instance_of(dict)),

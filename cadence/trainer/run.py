@@ -157,6 +157,7 @@ def make_training_env(config: Any, num_envs: int, seed: int, backend: str | None
         max_episode_steps=env_config.max_episode_steps,
         env_kwargs=dict(env_config.env_kwargs or {}),
         num_workers=env_config.num_workers,
+        spin_us=env_config.spin_us,
     )
 
 

@@ -32,3 +32,16 @@ def test_an_explicit_thread_count_or_an_env_without_workers_is_left_alone(torch_
     _share_cores_with_env_workers(TrainerConfig(num_threads=2), types.SimpleNamespace(num_workers=2))
     _share_cores_with_env_workers(TrainerConfig(), types.SimpleNamespace())  # e.g. serial
     assert torch.get_num_threads() == 2
+
+
+@pytest.mark.timeout(120)
+def test_the_parallel_back_ends_spin_is_set_from_the_config():
+    import cadence
+    from cadence.trainer.run import make_training_env
+
+    config = cadence.load_config(
+        "ppo_cartpole", ["env.backend=parallel", "env.num_envs=2", "env.spin_us=0"]
+    )
+    with make_training_env(config, config.env.num_envs, config.seed) as env:
+        assert env.spin_us == 0.0
+        assert env.step(torch.zeros(2, dtype=torch.int64)).step_type.shape == (2,)
