@@ -33,7 +33,7 @@ from __future__ import annotations
 import os
 import select
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from cadence.envs.channel import OK, STEP, Channel
@@ -45,6 +45,13 @@ _SLOTS = 8  # int64 slots per row: one 64-byte cache line
 # the first one, and a sleeper that waits long wakes once a second to look again.
 _SLEEP_MS = (1, 10, 100, 1000)
 _yield: Callable[[], None] = getattr(os, "sched_yield", lambda: time.sleep(0))
+
+
+def _sleep_timeouts_ms() -> Iterator[int]:
+    """1, 10, 100, then 1000 ms for ever: the bounds of a sleeper's successive sleeps."""
+    yield from _SLEEP_MS
+    while True:
+        yield _SLEEP_MS[-1]
 
 
 def control_block_nbytes(num_workers: int) -> int:
@@ -162,13 +169,11 @@ class ParentDoorbell:
         dead: set[int] = set()
         try:
             waiting = [w for w in pending if not self._answered(w)]
-            sleeps = 0
+            timeouts = _sleep_timeouts_ms()
             while waiting:
                 owners = {channels[w].fd: (w, False) for w in waiting}
                 owners.update({sentinels[w]: (w, True) for w in waiting})
-                timeout = _SLEEP_MS[min(sleeps, len(_SLEEP_MS) - 1)]
-                sleeps += 1
-                for worker, by_sentinel in _poll(owners, timeout):
+                for worker, by_sentinel in _poll(owners, next(timeouts)):
                     if worker in dead or self._answered(worker):
                         continue
                     if by_sentinel or not channels[worker].drain_signal():
@@ -235,19 +240,17 @@ class WorkerDoorbell:
     def _sleep(self) -> None:
         slots, command = self._slots, self._base + COMMAND
         slots[self._base + WORKER_SLEEPS] = 1
-        sleeps = 0
+        timeouts = _sleep_timeouts_ms()
         try:
             while slots[command] == self._last:
-                timeout = _SLEEP_MS[min(sleeps, len(_SLEEP_MS) - 1)]
-                sleeps += 1
-                if self._poller.poll(timeout) and slots[command] == self._last:
+                if self._poller.poll(next(timeouts)) and slots[command] == self._last:
                     if not self._channel.drain_signal():  # a stale wake-up byte, or the end
                         raise EOFError("the parent closed the env worker pipe")
         finally:
             slots[self._base + WORKER_SLEEPS] = 0
 
 
-def _poll(owners: dict[int, tuple[int, bool]], timeout_ms: int | None) -> list[tuple[int, bool]]:
+def _poll(owners: dict[int, tuple[int, bool]], timeout_ms: int) -> list[tuple[int, bool]]:
     poller = select.poll()
     for fd in owners:
         poller.register(fd, select.POLLIN)
