@@ -14,15 +14,14 @@ because their gradients never mix:
 The critics are one batched ensemble (`CriticEnsemble`) whose replayed-action and
 policy-action passes share their observation work (`CriticEnsemble.with_policy_actions`),
 the three fused Adams step as one kernel call (`JointAdamStep`), the target update is one
-``_foreach_lerp_``, nothing syncs
-with ``.item()``, and only the replay fields SAC reads are gathered (`replay_fields`); the
-forward/backward can additionally be compiled with ``torch.compile``.
+``_foreach_lerp_``, nothing syncs with ``.item()``, and only the replay fields SAC reads
+are gathered (`replay_fields`); the forward/backward can additionally be compiled with
+``torch.compile``.
 """
 
 from __future__ import annotations
 
 import copy
-import logging
 import math
 from typing import Any
 
@@ -37,8 +36,6 @@ from cadence.data.nest import Nest, map_structure
 from cadence.data.specs import DiscreteTensorSpec, Spec
 from cadence.data.time_step import StepType, TimeStep
 from cadence.replay.buffer import ReplaySample
-
-logger = logging.getLogger(__name__)
 
 Batch = dict[str, Any]
 """A minibatch of ``[N]`` transitions: ``observation``, ``action``, ``reward``, ``discount``,
