@@ -38,12 +38,29 @@ class ArrayLayout:
             (tuple(shape), np.dtype(dtype), offset)
             for (_, shape, dtype), offset in zip(fields, self.offsets, strict=True)
         ]
+        # The whole block as one numpy record: a fresh block and its field arrays cost one
+        # allocation and a field lookup each, where `view_list` builds an array per field.
+        self._record_names = [f"f{i}" for i in range(len(fields))]
+        self.record_dtype = np.dtype(
+            {
+                "names": self._record_names,
+                "formats": [(dtype, shape) for shape, dtype, _ in self._placements],
+                "offsets": self.offsets,
+                "itemsize": self.nbytes,
+            },
+            align=True,
+        )
 
     def views(self, memory: Any) -> dict[str, np.ndarray]:
         """Arrays over ``memory`` (anything supporting the buffer protocol), by name."""
         return {
             name: a for (name, _, _), a in zip(self.fields, self.view_list(memory), strict=True)
         }
+
+    def new_block(self) -> tuple[np.ndarray, list[np.ndarray]]:
+        """A fresh (uninitialised) block as bytes, and its arrays in field order."""
+        record = np.empty((), self.record_dtype)
+        return np.frombuffer(record, np.uint8), [record[name] for name in self._record_names]
 
     def view_list(self, memory: Any) -> list[np.ndarray]:
         """Arrays over ``memory`` in field order."""
@@ -167,8 +184,8 @@ class TimeStepBuffer:
         Building the tensors costs most of a `read`; a caller that waits for the rows
         (`ParallelEnvironment`, while its workers step) builds them meanwhile.
         """
-        block = np.empty(self.layout.nbytes, np.uint8)
-        return block, self._assemble([torch.from_numpy(a) for a in self.layout.view_list(block)])
+        block, arrays = self.layout.new_block()
+        return block, self._assemble([torch.from_numpy(a) for a in arrays])
 
     def read_prepared(
         self, prepared: tuple[np.ndarray, TimeStep], device: torch.device | str = "cpu"
