@@ -57,6 +57,14 @@ class EnvConfig:
             "many jobs)."
         },
     )
+    pin_workers: bool | None = field(
+        default=None,
+        validator=optional(instance_of(bool)),
+        metadata={
+            "doc": "Pin each 'parallel' worker to a core of its own (None: when there is one "
+            "worker per core)."
+        },
+    )
     env_kwargs: dict[str, Any] = field(
         factory=dict,
         validator=deep_mapping(key_validator=instance_of(str), mapping_validator=instance_of(dict)),

@@ -107,6 +107,7 @@ def make_env(
     num_workers: int | None = None,
     max_worker_restarts: int = 3,
     spin_us: float = 1000.0,
+    pin_workers: bool | None = None,
 ) -> Environment:
     """Builds a batch of ``num_envs`` environments; environment ``i`` is seeded ``seed + i``.
 
@@ -130,6 +131,8 @@ def make_env(
             (within `ParallelEnvironment`'s window) before the error is raised; 0 never.
         spin_us: how long ``"parallel"``'s parent and workers poll shared memory for
             each other before sleeping (see `ParallelEnvironment`); 0 always sleeps.
+        pin_workers: whether ``"parallel"`` pins each worker to a core of its own
+            (``None``: when there is one worker per core; see `ParallelEnvironment`).
 
     Raises:
         UnknownEnvironmentError: ``name`` is not a registered id (close ids are suggested).
@@ -175,6 +178,7 @@ def make_env(
         device=device,
         max_worker_restarts=max_worker_restarts,
         spin_us=spin_us,
+        pin_workers=pin_workers,
     )
 
 

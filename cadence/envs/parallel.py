@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import logging
 import multiprocessing as mp
+import os
 from collections.abc import Callable, Sequence
 from multiprocessing.shared_memory import SharedMemory
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -119,6 +120,12 @@ class ParallelEnvironment(Environment):
             pipe; see `cadence.envs.doorbell`. Polling saves the wake-ups that make up
             most of a fast env's step; it adapts, so a side that usually waits longer
             sleeps at once. 0: always sleep.
+        pin_workers: whether each worker is pinned to a core of its own (worker ``w``
+            to the ``w``-th core this process may run on). ``None``: only when there is
+            one worker per such core, where pinning is symmetric even if several runs
+            share the machine. Pinned, the two halves of a batch can never be left on
+            one core: after a pause (a training phase) the scheduler's load estimate
+            of the woken workers is low and it did not separate them for ~100 ms.
 
     Raises:
         EnvironmentWorkerError: an env raised in a worker (with the worker's
@@ -141,6 +148,7 @@ class ParallelEnvironment(Environment):
         max_worker_restarts: int = 3,
         restart_window_s: float = 600.0,
         spin_us: float = 1000.0,
+        pin_workers: bool | None = None,
     ):
         if not env_fns:
             raise ValueError("ParallelEnvironment needs at least one environment")
@@ -159,6 +167,7 @@ class ParallelEnvironment(Environment):
         self._step_all = dict.fromkeys(range(len(self._slices)), STEP)
         self._shm: SharedMemory | None = None
         self._spin_us = spin_us
+        self._cores = worker_cores(len(self._slices), pin_workers)
         context = mp.get_context(start_method)
         if start_method == "forkserver":
             # The server imports these once; workers forked from it import nothing more.
@@ -289,7 +298,8 @@ class ParallelEnvironment(Environment):
         """Starts ``worker`` (a replacement, with fresh envs, once the batch is built)."""
         start, stop = self._slices[worker]
         env_fns = [_with_seed_offset(fn, seed_offset) for fn in self._env_fns[start:stop]]
-        self._pool.spawn(worker, worker_main, (worker, start, env_fns, self._built))
+        core = None if self._cores is None else self._cores[worker]
+        self._pool.spawn(worker, worker_main, (worker, start, env_fns, self._built, core))
 
     def _gather_specs(self, workers: Sequence[int]) -> tuple[tuple[Any, ...] | None, set[int]]:
         """The specs that new ``workers`` report once their envs are built, and those that died.
@@ -552,6 +562,18 @@ class ParallelEnvironment(Environment):
             if start <= env_index < stop:
                 return worker, env_index - start
         raise AssertionError("the slices cover the batch")
+
+
+def worker_cores(num_workers: int, pin: bool | None) -> list[int] | None:
+    """The core each worker is pinned to (see `ParallelEnvironment`'s ``pin_workers``), or ``None``."""
+    if pin is False or not hasattr(os, "sched_setaffinity"):
+        if pin:
+            logger.warning("pin_workers: this platform cannot pin processes to cores; not pinned")
+        return None
+    cores = sorted(os.sched_getaffinity(0))
+    if pin is None and (len(cores) < 2 or num_workers != len(cores)):
+        return None
+    return [cores[w % len(cores)] for w in range(num_workers)]
 
 
 def split_evenly(num_envs: int, num_workers: int) -> list[tuple[int, int]]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import signal
 import traceback
 from collections.abc import Callable, Sequence
@@ -48,6 +49,7 @@ def worker_main(
     start: int,
     env_fns: list[Callable[[], PyEnvironment]],
     fresh: bool = False,
+    core: int | None = None,
 ) -> None:
     """A worker's life: build the envs, report their specs, then serve requests until "close".
 
@@ -57,9 +59,15 @@ def worker_main(
         start: the batch index of its first env.
         env_fns: the factories of its envs, in batch order.
         fresh: whether it replaces a worker that died (its envs reset on their next step).
+        core: the core to run on (``None``: wherever the scheduler puts it).
     """
     # Ctrl-C goes to the whole process group; the parent alone decides when workers stop.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if core is not None:
+        try:
+            os.sched_setaffinity(0, {core})
+        except OSError as error:  # e.g. the core left this process's cpuset meanwhile
+            logger.warning("env worker %d could not be pinned to core %d: %s", worker, core, error)
     torch.set_num_threads(1)
     envs: list[PyEnvironment] = []
     channel = Channel(conn)

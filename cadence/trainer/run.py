@@ -158,6 +158,7 @@ def make_training_env(config: Any, num_envs: int, seed: int, backend: str | None
         env_kwargs=dict(env_config.env_kwargs or {}),
         num_workers=env_config.num_workers,
         spin_us=env_config.spin_us,
+        pin_workers=env_config.pin_workers,
     )
 
 

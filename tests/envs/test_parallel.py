@@ -19,7 +19,7 @@ from cadence.envs import (
     SerialEnvironment,
     make_env,
 )
-from cadence.envs.parallel import split_evenly
+from cadence.envs.parallel import split_evenly, worker_cores
 from cadence.envs.worker_pool import RestartBudget
 from cadence.testing import FailingEnv, ImageEnv
 
@@ -308,3 +308,39 @@ def test_sleeping_and_spinning_workers_deliver_the_same_stream(spin_us):
     for want, got in zip(expected, steps, strict=True):
         assert got.step_type.equal(want.step_type)
         assert got.observation.equal(want.observation)
+
+
+_CAN_PIN = hasattr(os, "sched_setaffinity") and len(os.sched_getaffinity(0)) >= 2
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.skipif(not _CAN_PIN, reason="needs two cores and sched_setaffinity")
+def test_pinned_workers_run_each_on_a_core_of_its_own_and_step_as_before():
+    cores = sorted(os.sched_getaffinity(0))[:2]
+    reference = make_env("CartPole-v1", 4, "serial", seed=3)
+    expected = [reference.reset()] + [reference.step(_alternating(t)) for t in range(10)]
+    with make_env("CartPole-v1", 4, "parallel", seed=3, num_workers=2, pin_workers=True) as env:
+        assert [os.sched_getaffinity(p.pid) for p in env.processes] == [{c} for c in cores]
+        steps = [env.reset()] + [env.step(_alternating(t)) for t in range(10)]
+    for want, got in zip(expected, steps, strict=True):
+        assert got.observation.equal(want.observation)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.skipif(not _CAN_PIN, reason="needs two cores and sched_setaffinity")
+def test_unpinned_workers_may_run_on_every_core():
+    allowed = os.sched_getaffinity(0)
+    with make_env("CartPole-v1", 2, "parallel", num_workers=2, pin_workers=False) as env:
+        assert all(os.sched_getaffinity(p.pid) == allowed for p in env.processes)
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs sched_setaffinity")
+def test_workers_are_pinned_by_default_only_with_one_worker_per_core(monkeypatch):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {4, 5, 6, 7})
+    assert worker_cores(4, None) == [4, 5, 6, 7]  # symmetric: any co-runner can balance
+    assert worker_cores(2, None) is None  # spare cores: the scheduler places them better
+    assert worker_cores(2, True) == [4, 5]
+    assert worker_cores(6, True) == [4, 5, 6, 7, 4, 5]
+    assert worker_cores(4, False) is None
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
+    assert worker_cores(1, None) is None  # one core: nothing to spread

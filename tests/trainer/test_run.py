@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import types
 
 import pytest
@@ -35,13 +36,17 @@ def test_an_explicit_thread_count_or_an_env_without_workers_is_left_alone(torch_
 
 
 @pytest.mark.timeout(120)
-def test_the_parallel_back_ends_spin_is_set_from_the_config():
+def test_the_parallel_back_ends_spin_and_pinning_are_set_from_the_config():
     import cadence
     from cadence.trainer.run import make_training_env
 
     config = cadence.load_config(
-        "ppo_cartpole", ["env.backend=parallel", "env.num_envs=2", "env.spin_us=0"]
+        "ppo_cartpole",
+        ["env.backend=parallel", "env.num_envs=2", "env.spin_us=0", "env.pin_workers=false"],
     )
     with make_training_env(config, config.env.num_envs, config.seed) as env:
         assert env.spin_us == 0.0
+        allowed = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+        if allowed is not None:  # not pinned, though there is one worker per core on CI
+            assert all(os.sched_getaffinity(p.pid) == allowed for p in env.processes)
         assert env.step(torch.zeros(2, dtype=torch.int64)).step_type.shape == (2,)
