@@ -76,7 +76,7 @@ def test_preprocess_drops_ignored_actions_and_matches_gae():
     )
     # By hand for env 0 at t = 1: the time-limit LAST at t = 2 bootstraps from its value.
     assert batch["advantage"][2].item() == pytest.approx(
-        3.0 + 0.9 * value[2, 0] - value[1, 0], abs=1e-5
+        (3.0 + 0.9 * value[2, 0] - value[1, 0]).item(), abs=1e-5
     )
 
 
