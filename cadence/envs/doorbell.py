@@ -116,18 +116,6 @@ class ParentDoorbell:
         elif self._slots[base + WORKER_SLEEPS]:
             channel.send_op(STEP)
 
-    def ring_steps(self, channels: Sequence[Channel]) -> None:
-        """`ring` every worker for a step (the hot path: one loop, no message to check)."""
-        slots = self._slots
-        for base, channel in zip(range(0, self._parent, _SLOTS), channels, strict=True):
-            slots[base + COMMAND_IS_MESSAGE] = 0
-            slots[base + COMMAND] += 1
-            if slots[base + WORKER_SLEEPS]:
-                try:
-                    channel.send_op(STEP)
-                except OSError:
-                    pass  # a dead worker's pipe: the wait sees its sentinel and reports it
-
     def wait(
         self,
         workers: Sequence[int],
@@ -144,19 +132,13 @@ class ParentDoorbell:
             The messages among the answers by worker (``None`` for a plain "done"),
             and the workers that died instead of answering.
         """
-        start, slots = time.perf_counter(), self._slots
-        # The answer and command slots of each pending worker (indices, for a tight loop).
-        pending = [(base + DONE, base + COMMAND) for base in (w * _SLOTS for w in workers)]
-        pending = [p for p in pending if slots[p[0]] != slots[p[1]]]
+        start = time.perf_counter()
+        pending = [w for w in workers if not self._answered(w)]
         deadline = start + self._policy.budget()
         while pending and time.perf_counter() < deadline:
             _yield()
-            pending = [p for p in pending if slots[p[0]] != slots[p[1]]]
-        if pending:
-            waiting = [w for w in workers if not self._answered(w)]
-            dead = self._sleep_until_answered(waiting, channels, sentinels)
-        else:
-            dead = set()
+            pending = [w for w in pending if not self._answered(w)]
+        dead = self._sleep_until_answered(pending, channels, sentinels) if pending else set()
         self._policy.record(time.perf_counter() - start)
         replies: dict[int, Any] = {}
         for worker in workers:

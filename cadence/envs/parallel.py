@@ -525,10 +525,7 @@ class ParallelEnvironment(Environment):
             The replies' payloads by worker, and the workers that died (and were replaced).
         """
         self._check_usable()
-        if messages is self._step_all:
-            replies, dead = self._pool.step_all(while_waiting)
-        else:
-            replies, dead = self._pool.request(messages, while_waiting)
+        replies, dead = self._pool.request(messages, while_waiting)
         for worker in sorted(dead):
             self._recover(worker)
         self._raise_errors(replies)

@@ -6,8 +6,9 @@ until "close". Until it is attached, requests come through its pipe (see
 `cadence.envs.channel`); from then on through the doorbell in the same block
 (see `cadence.envs.doorbell`): a step request is a number in shared memory, the
 actions are read from shared memory and the time steps written there, each
-worker into its own rows, and the answer is a number again. An exception in an env is sent to the parent with
-the env's index and the worker's traceback; the worker then goes on serving.
+worker into its own rows, and the answer is a number again. An exception in an
+env is sent to the parent with the env's index and the worker's traceback; the
+worker then goes on serving.
 
 A worker that replaces one that died starts with every env *fresh*: the next
 step resets it instead of stepping it. A ``("step", skip)`` request leaves the
@@ -128,26 +129,23 @@ def _serve(
 def _all_envs_stepper(
     envs: list[PyEnvironment], start: int, shared: dict[str, Any]
 ) -> Callable[[], tuple[str, Any] | None]:
-    """The hot path, a plain step of every env, as `_run` would run it but leaner.
+    """The hot path, a plain step of every env, without the layers of `_run`.
 
-    Per step it saves the layers `_run` goes through for any request (the reply
-    wrapping, `_handle`'s dispatch, a call per env through `_each`): with fast envs
-    they cost a worker as much as an env step, and the parent waits for the slowest
-    worker.
+    It saves what `_run` does for any request (the reply wrapping, `_handle`'s
+    dispatch, a call per env through `_each`): with fast envs that cost a worker as
+    much as an env step, and the parent waits for the slowest worker.
 
     Returns:
         A function that steps the envs and returns ``None``, or the error reply.
     """
-    if list(shared["actions"]) != [""]:  # nested actions: rows are built by `action_rows`
-        return lambda: _run("step", None, envs, start, shared)
-    actions, buffer = shared["actions"][""][start : start + len(envs)], shared["buffer"]
+    actions, buffer = shared["actions"], shared["buffer"]
+    rows = slice(start, start + len(envs))
     steps = [env.step for env in envs]
 
     def step_all() -> tuple[str, Any] | None:
         time_steps: list[TimeStep] = []
         try:
-            # Copied: envs may keep the action they are given.
-            for step, action in zip(steps, actions.copy(), strict=True):
+            for step, action in zip(steps, action_rows(actions, rows), strict=True):
                 time_steps.append(step(action))
         except Exception as exc:  # noqa: BLE001 - an env's failure is the parent's to raise
             return "error", _describe_error(exc, len(time_steps))
@@ -191,11 +189,7 @@ def _handle(
     command: str, arg: Any, envs: list[PyEnvironment], start: int, shared: dict[str, Any]
 ) -> Any:
     """Runs one request; "step" and "reset" write this worker's rows of the shared buffer."""
-    if command == "step":
-        rows = slice(start, start + len(envs))
-        if arg is None and not shared["fresh"]:  # the hot path: every env steps
-            actions = action_rows(shared["actions"], rows)
-            return shared["buffer"].write_rows(start, _each(envs, _step, actions))
+    if command == "step":  # with fresh envs or some to skip (else `_all_envs_stepper`)
         return _step_some(envs, start, shared, skip=set(arg or ()))
     if command == "reset":
         shared["fresh"].clear()
@@ -355,10 +349,6 @@ def _each(
     except Exception as exc:
         raise _EnvFailed(len(results)) from exc
     return results
-
-
-def _step(env: PyEnvironment, action: Nest) -> TimeStep:
-    return env.step(action)
 
 
 def _reset(env: PyEnvironment, _: Any) -> TimeStep:

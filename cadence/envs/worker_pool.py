@@ -104,16 +104,6 @@ class WorkerPool:
                 pass  # a dead worker's pipe: `gather` sees its EOF and reports the death
         return self.gather(messages)
 
-    def step_all(
-        self, while_waiting: Callable[[], None] | None = None
-    ) -> tuple[dict[int, Reply], set[int]]:
-        """`request` of `STEP` from every worker (the hot path of stepping)."""
-        workers = range(len(self.processes))
-        if not all(self._rung):
-            return self.request(dict.fromkeys(workers, STEP), while_waiting)
-        self._doorbell.ring_steps(self._channels)
-        return self._await_doorbell(workers, while_waiting)
-
     def _request_by_doorbell(
         self, messages: dict[int, Any], while_waiting: Callable[[], None] | None
     ) -> tuple[dict[int, Reply], set[int]]:
@@ -123,14 +113,9 @@ class WorkerPool:
                 doorbell.ring(worker, channels[worker], None if message is STEP else message)
             except OSError:
                 pass  # a dead worker's pipe: the wait sees its sentinel and reports the death
-        return self._await_doorbell(messages, while_waiting)
-
-    def _await_doorbell(
-        self, workers: Iterable[int], while_waiting: Callable[[], None] | None
-    ) -> tuple[dict[int, Reply], set[int]]:
         if while_waiting is not None:
             while_waiting()
-        answers, dead = self._doorbell.wait(list(workers), self._channels, self._sentinels)
+        answers, dead = doorbell.wait(list(messages), channels, self._sentinels)
         return {w: _OK if a is None else a for w, a in answers.items()}, dead
 
     def gather(self, workers: Iterable[int]) -> tuple[dict[int, Reply], set[int]]:
