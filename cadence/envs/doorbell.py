@@ -33,7 +33,7 @@ from __future__ import annotations
 import os
 import select
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from cadence.envs.channel import OK, STEP, Channel
@@ -98,6 +98,7 @@ class ParentDoorbell:
     def __init__(self, memory: Any, num_workers: int, spin_s: float):
         self._slots = _rows(memory, num_workers)
         self._parent = num_workers * _SLOTS + PARENT_SLEEPS
+        self._bases = list(range(0, self._parent, _SLOTS))  # every worker's row
         self._policy = SpinPolicy(spin_s)
 
     def reset_row(self, worker: int) -> None:
@@ -116,6 +117,37 @@ class ParentDoorbell:
         elif self._slots[base + WORKER_SLEEPS]:
             channel.send_op(STEP)
 
+    def step_all(
+        self,
+        channels: Sequence[Channel],
+        sentinels: Sequence[int],
+        while_waiting: Callable[[], None] | None = None,
+    ) -> tuple[dict[int, Any], set[int]] | None:
+        """Rings every worker for a step, runs ``while_waiting``, then waits for all of them.
+
+        `ring` and `wait` in one function: every `ParallelEnvironment.step` comes here,
+        and with fast envs the parent's calls and dicts per step cost as much as the
+        workers' stepping.
+
+        Returns:
+            ``None`` when every worker answered its step plainly; otherwise what `wait`
+            returns (an env's error comes as a message, a dead worker in the set).
+        """
+        slots, bases = self._slots, self._bases
+        for worker, channel in enumerate(channels):
+            try:
+                self.ring(worker, channel)
+            except OSError:
+                pass  # a dead worker's pipe: the wait sees its sentinel and reports it
+        if while_waiting is not None:
+            while_waiting()
+        start = time.perf_counter()
+        pending = self._spin(bases, start)
+        if pending or any(slots[base + REPLY_IS_MESSAGE] for base in bases):
+            return self._collect(range(len(bases)), pending, channels, sentinels, start)
+        self._policy.record(time.perf_counter() - start)
+        return None
+
     def wait(
         self,
         workers: Sequence[int],
@@ -132,17 +164,32 @@ class ParentDoorbell:
             The messages among the answers by worker (``None`` for a plain "done"),
             and the workers that died instead of answering.
         """
-        start, slots = time.perf_counter(), self._slots
-        # Rows of the workers yet to answer (compared inline: this loop is every step's wait).
-        pending = [
-            base
-            for base in (w * _SLOTS for w in workers)
-            if slots[base + DONE] != slots[base + COMMAND]
-        ]
+        start = time.perf_counter()
+        pending = self._spin([w * _SLOTS for w in workers], start)
+        return self._collect(workers, pending, channels, sentinels, start)
+
+    def _spin(self, bases: Sequence[int], start: float) -> list[int]:
+        """Polls the rows at ``bases`` (yielding the core) until all answered or the spin
+        budget from ``start`` is spent; returns the rows still pending."""
+        slots = self._slots
+        # Compared inline, not through `_answered`: this loop is every step's wait.
+        pending = [base for base in bases if slots[base + DONE] != slots[base + COMMAND]]
         deadline = start + self._policy.budget()
         while pending and time.perf_counter() < deadline:
             _yield()
             pending = [base for base in pending if slots[base + DONE] != slots[base + COMMAND]]
+        return pending
+
+    def _collect(
+        self,
+        workers: Iterable[int],
+        pending: list[int],
+        channels: Sequence[Channel],
+        sentinels: Sequence[int],
+        start: float,
+    ) -> tuple[dict[int, Any], set[int]]:
+        """Sleeps until the ``pending`` rows answered (or their workers died), then reads
+        the messages among the answers of ``workers`` (see `wait`)."""
         dead = set()
         if pending:
             waiting = [base // _SLOTS for base in pending]

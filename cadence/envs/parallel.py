@@ -235,13 +235,14 @@ class ParallelEnvironment(Environment):
         return self._deliver()
 
     def step(self, action: Nest) -> TimeStep:
-        self._write_actions(action_to_numpy(action))
+        self._write_actions(action)
         cuts, self._pending_cuts = self._pending_cuts, {}
-        messages = self._step_all
-        if cuts:  # workers restarted outside a step: their cut envs wait for this LAST
-            messages = {**messages, **{w: ("step", rows) for w, rows in cuts.items()}}
         try:
-            died = self._request(messages, self._prepare)[1]
+            if cuts:  # workers restarted outside a step: their cut envs wait for this LAST
+                messages = {**self._step_all, **{w: ("step", rows) for w, rows in cuts.items()}}
+                died = self._request(messages, self._prepare)[1]
+            else:
+                died = self._step_workers()
             while died:
                 # A replacement resets the envs whose episodes had just ended; the others
                 # end theirs with LAST here and reset on their next step.
@@ -252,7 +253,8 @@ class ParallelEnvironment(Environment):
             # An env raised: the cut episodes still owe their LAST to the next step.
             self._pending_cuts = {**cuts, **self._pending_cuts}
             raise
-        self._end_episodes(cuts)
+        if cuts:
+            self._end_episodes(cuts)
         return self._deliver()
 
     def render(self, env_index: int = 0) -> np.ndarray | None:
@@ -493,6 +495,7 @@ class ParallelEnvironment(Environment):
         self._prepared = self._buffer.prepare()
 
     def _write_actions(self, action: Nest) -> None:
+        action = action_to_numpy(action)
         for name, array in self._actions.items():
             value = action if name == "" else _leaf(action, name)
             if np.shape(value) != array.shape:
@@ -525,7 +528,22 @@ class ParallelEnvironment(Environment):
             The replies' payloads by worker, and the workers that died (and were replaced).
         """
         self._check_usable()
-        replies, dead = self._pool.request(messages, while_waiting)
+        return self._settle(*self._pool.request(messages, while_waiting))
+
+    def _step_workers(self) -> set[int]:
+        """`_request` of a plain step from every worker (the hot path of `step`).
+
+        Returns:
+            The workers that died (and were replaced).
+        """
+        self._check_usable()
+        outcome = self._pool.step_all(self._prepare)
+        return set() if outcome is None else self._settle(*outcome)[1]
+
+    def _settle(
+        self, replies: dict[int, tuple[str, Any]], dead: set[int]
+    ) -> tuple[dict[int, Any], set[int]]:
+        """Restarts the ``dead`` workers, then raises an env's error among the ``replies``."""
         for worker in sorted(dead):
             self._recover(worker)
         self._raise_errors(replies)

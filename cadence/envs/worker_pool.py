@@ -104,6 +104,22 @@ class WorkerPool:
                 pass  # a dead worker's pipe: `gather` sees its EOF and reports the death
         return self.gather(messages)
 
+    def step_all(
+        self, while_waiting: Callable[[], None] | None = None
+    ) -> tuple[dict[int, Reply], set[int]] | None:
+        """`request` of `STEP` from every worker: the hot path of stepping.
+
+        Returns:
+            ``None`` when every worker answered its step plainly; else the replies and
+            the dead workers, as `request` returns them.
+        """
+        if not all(self._rung):
+            return self.request(dict.fromkeys(range(len(self.processes)), STEP), while_waiting)
+        outcome = self._doorbell.step_all(self._channels, self._sentinels, while_waiting)
+        if outcome is None:
+            return None
+        return _replies(*outcome)
+
     def _request_by_doorbell(
         self, messages: dict[int, Any], while_waiting: Callable[[], None] | None
     ) -> tuple[dict[int, Reply], set[int]]:
@@ -115,8 +131,7 @@ class WorkerPool:
                 pass  # a dead worker's pipe: the wait sees its sentinel and reports the death
         if while_waiting is not None:
             while_waiting()
-        answers, dead = doorbell.wait(list(messages), channels, self._sentinels)
-        return {w: _OK if a is None else a for w, a in answers.items()}, dead
+        return _replies(*doorbell.wait(list(messages), channels, self._sentinels))
 
     def gather(self, workers: Iterable[int]) -> tuple[dict[int, Reply], set[int]]:
         """Waits (blocking, not spinning) for a reply or the death of each of ``workers``."""
@@ -245,6 +260,11 @@ class RestartBudget:
     def recent(self, worker: int) -> int:
         """The restarts of ``worker`` recorded within the window (as of the last `spend`)."""
         return len(self._times[worker])
+
+
+def _replies(answers: dict[int, Any], dead: set[int]) -> tuple[dict[int, Reply], set[int]]:
+    """A doorbell's answers as replies (a plain "done" is ``("ok", None)``), and the dead."""
+    return {w: _OK if a is None else a for w, a in answers.items()}, dead
 
 
 def available_cores() -> int:
