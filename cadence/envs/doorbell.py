@@ -143,10 +143,13 @@ class ParentDoorbell:
             while_waiting()
         start = time.perf_counter()
         pending = self._spin(bases, start)
-        if pending or any(slots[base + REPLY_IS_MESSAGE] for base in bases):
-            return self._collect(range(len(bases)), pending, channels, sentinels, start)
-        self._policy.record(time.perf_counter() - start)
-        return None
+        if not pending and not any(slots[base + REPLY_IS_MESSAGE] for base in bases):
+            self._policy.record(time.perf_counter() - start)
+            return None
+        answers, dead = self._collect(range(len(bases)), pending, channels, sentinels, start)
+        if dead or any(answer is not None for answer in answers.values()):
+            return answers, dead
+        return None  # plain answers that came while this side slept
 
     def wait(
         self,

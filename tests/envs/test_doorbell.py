@@ -106,6 +106,42 @@ def test_steps_and_messages_round_trip_in_order(spin_s):
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.parametrize("spin_s", [0.0, 1e-3], ids=["sleeping", "spinning"])
+def test_step_all_is_none_for_plain_answers_and_the_replies_otherwise(spin_s):
+    link = _Link(spin_s)
+    answers = iter([None, None, ("error", (0, "ValueError: bad", "tb")), None])
+    steps_seen = []
+
+    def handle(message):
+        steps_seen.append(message)
+        return next(answers)
+
+    ran_while_waiting = []
+    thread = link.serve(handle)
+    try:
+        channels, sentinels = [link.parent_channel], [link.death_r]
+        assert link.parent.step_all(channels, sentinels, lambda: ran_while_waiting.append(1)) is None
+        assert link.parent.step_all(channels, sentinels) is None
+        # A worker that answers with a message (an env's error) is not a plain step.
+        assert link.parent.step_all(channels, sentinels) == (
+            {0: ("error", (0, "ValueError: bad", "tb"))},
+            set(),
+        )
+        assert link.parent.step_all(channels, sentinels) is None
+    finally:
+        link.close(thread)
+    assert steps_seen == [None] * 4 and ran_while_waiting == [1]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("spin_s", [0.0, 1e-3], ids=["sleeping", "spinning"])
+def test_step_all_reports_a_worker_that_dies_instead_of_answering(spin_s):
+    link = _Link(spin_s)
+    threading.Timer(0.05, os.write, (link.death_w, b"x")).start()
+    assert link.parent.step_all([link.parent_channel], [link.death_r]) == ({}, {0})
+
+
+@pytest.mark.timeout(60)
 def test_a_reply_larger_than_the_pipe_buffer_does_not_deadlock():
     link = _Link(spin_s=0.0)
     frame = bytes(4 << 20)  # the worker answers before writing it: the parent reads as it comes
