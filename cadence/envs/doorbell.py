@@ -125,9 +125,9 @@ class ParentDoorbell:
     ) -> tuple[dict[int, Any], set[int]] | None:
         """Rings every worker for a step, runs ``while_waiting``, then waits for all of them.
 
-        `ring` and `wait` in one function: every `ParallelEnvironment.step` comes here,
-        and with fast envs the parent's calls and dicts per step cost as much as the
-        workers' stepping.
+        `ring` and `wait` in one call, without a reply dict unless something other than a
+        plain answer came: each plain `ParallelEnvironment.step` comes here, and with fast
+        envs the parent's calls and dicts per step cost as much as the workers' stepping.
 
         Returns:
             ``None`` when every worker answered its step plainly; otherwise what `wait`
