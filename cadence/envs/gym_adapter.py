@@ -122,15 +122,21 @@ class GymAdapter(PyEnvironment):
         self._env.close()
 
     def get_state(self) -> Any:
-        """The pickled env and RNGs; raises if the env cannot be pickled."""
-        return pickle.dumps(
-            {
-                "env": self._env,
-                "seed": self._seed,
-                "needs_reset": self._needs_reset,
-                "action_space_rng": self._env.action_space.np_random.bit_generator.state,
-            }
-        )
+        """The pickled env and RNGs; raises if the env cannot be pickled.
+
+        A MuJoCo env pickles as its constructor's arguments (Gymnasium's ``EzPickle``),
+        which rebuild a fresh simulation: its state is saved beside it (`_mujoco_state`).
+        """
+        state = {
+            "env": self._env,
+            "seed": self._seed,
+            "needs_reset": self._needs_reset,
+            "action_space_rng": self._env.action_space.np_random.bit_generator.state,
+        }
+        mujoco_state = _mujoco_state(self._env.unwrapped)
+        if mujoco_state is not None:
+            state["mujoco"] = mujoco_state
+        return pickle.dumps(state)
 
     def set_state(self, state: Any) -> None:
         state = pickle.loads(state)
@@ -139,6 +145,8 @@ class GymAdapter(PyEnvironment):
         self._seed = state["seed"]
         self._needs_reset = state["needs_reset"]
         self._env.action_space.np_random.bit_generator.state = state["action_space_rng"]
+        if "mujoco" in state:
+            _set_mujoco_state(self._env.unwrapped, state["mujoco"])
 
     def _convert_observation(self, observation: Any) -> Nest:
         if self._flat_obs_dtype is not None:
@@ -168,6 +176,39 @@ class GymAdapter(PyEnvironment):
                 if _is_numeric_scalar(value):
                     keys[key] = None
         return list(keys)
+
+
+def _mujoco_state(env: gym.Env) -> dict[str, Any] | None:
+    """A MuJoCo env's simulation and RNG (``None`` for other envs).
+
+    Every array of its ``MjData``, not only MuJoCo's integration state: an env also
+    reads what the last step computed (Ant, before stepping, its torso's position),
+    and with all of them a restored env steps exactly as the saved one would.
+    """
+    data = getattr(env, "data", None)
+    if data is None or type(data).__module__.partition(".")[0] != "mujoco":
+        return None
+    arrays = {}
+    for name in dir(data):
+        if name.startswith("_"):
+            continue
+        value = getattr(data, name)
+        if isinstance(value, np.ndarray):
+            arrays[name] = value.copy()
+    return {"arrays": arrays, "time": data.time, "np_random": env.np_random.bit_generator.state}
+
+
+def _set_mujoco_state(env: gym.Env, state: dict[str, Any]) -> None:
+    """Puts a `_mujoco_state` back into ``env`` (built from the same constructor arguments)."""
+    data = env.data
+    for name, array in state["arrays"].items():
+        target = getattr(data, name)
+        # Per-contact and per-constraint arrays change size from step to step; the next
+        # step recomputes them from the rest.
+        if target.shape == array.shape:
+            target[...] = array
+    data.time = state["time"]
+    env.np_random.bit_generator.state = state["np_random"]
 
 
 def _is_numeric_scalar(value: Any) -> bool:

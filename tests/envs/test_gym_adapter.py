@@ -189,3 +189,36 @@ def test_state_round_trip_continues_the_same_episode():
             want.discount,
         )
         np.testing.assert_array_equal(got.observation, want.observation)
+
+
+@pytest.mark.parametrize("name", ["Hopper-v5", "Ant-v5"])
+def test_a_mujoco_state_restores_the_simulation_into_a_new_env(name):
+    """A MuJoCo env pickles as its constructor's arguments; its simulation must come back too.
+
+    Into a new env, as on resuming a run; Hopper's episodes end and reset within the
+    steps (the reset noise comes from the restored RNG); Ant reads its torso's position
+    as the last step left it.
+    """
+    env = GymAdapter(gym.make(name), seed=3)
+    env.reset()
+    rng = np.random.default_rng(0)
+    space = env.gym_env.action_space
+    draw = lambda: rng.uniform(space.low, space.high).astype(space.dtype)  # noqa: E731
+    for _ in range(20):
+        env.step(draw())
+    state = env.get_state()
+    actions = [draw() for _ in range(150)]
+    expected = [env.step(a) for a in actions]
+    restored = GymAdapter(gym.make(name), seed=99)
+    restored.set_state(state)
+    for action, want in zip(actions, expected, strict=True):
+        got = restored.step(action)
+        assert (got.step_type, got.reward, got.discount) == (
+            want.step_type,
+            want.reward,
+            want.discount,
+        )
+        np.testing.assert_array_equal(got.observation, want.observation)
+        assert got.env_info == want.env_info
+    if name == "Hopper-v5":
+        assert any(t.step_type == StepType.FIRST for t in expected)

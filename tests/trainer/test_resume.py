@@ -8,7 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from cadence.testing.resume import cli_train_command, comparable_metrics, signal_after_checkpoint
+from cadence.testing.resume import (
+    check_exact_resume,
+    cli_train_command,
+    comparable_metrics,
+    signal_after_checkpoint,
+)
 from cadence.trainer.metrics import read_metrics
 
 OVERRIDES = [
@@ -75,3 +80,17 @@ def test_a_complete_run_is_not_trained_again(uninterrupted_root):
     assert result.returncode == 0
     assert f"{root}: already complete" in result.stdout
     assert (root / "metrics.jsonl").read_text() == before
+
+
+def test_a_mujoco_run_resumes_exactly(tmp_path):
+    """A MuJoCo env pickles as its constructor's arguments: its simulation must be saved too."""
+    overrides = [
+        "env.num_envs=2",
+        "trainer.unroll_length=32",
+        "trainer.num_env_steps=256",  # 4 iterations; episodes end and reset within them
+        "trainer.checkpoint_interval=2",
+        "trainer.eval_interval=0",
+        "trainer.progress_bar=off",
+        "seed=5",
+    ]
+    check_exact_resume("ppo_hopper", overrides, tmp_path, stop_after=2)
