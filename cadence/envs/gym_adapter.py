@@ -17,6 +17,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
+from gymnasium.utils import EzPickle
 
 from cadence.data.nest import Nest, is_nested, map_structure
 from cadence.data.specs import CompositeSpec, Spec, TensorSpec, spec_from_space
@@ -126,14 +127,27 @@ class GymAdapter(PyEnvironment):
 
         A MuJoCo env pickles as its constructor's arguments (Gymnasium's ``EzPickle``),
         which rebuild a fresh simulation: its state is saved beside it (`_mujoco_state`).
+        Any other env or wrapper pickled that way would come back fresh, so its state
+        cannot be saved (``TypeError``; a resumed run then resets the environments).
         """
+        mujoco_state = _mujoco_state(self._env.unwrapped)
+        fresh = [
+            type(layer).__name__
+            for layer in _layers(self._env)
+            if isinstance(layer, EzPickle)
+            and not (layer is self._env.unwrapped and mujoco_state is not None)
+        ]
+        if fresh:
+            raise TypeError(
+                f"{', '.join(fresh)} pickles as its constructor's arguments (Gymnasium's "
+                "EzPickle): it would be restored as a fresh env, so its state cannot be saved"
+            )
         state = {
             "env": self._env,
             "seed": self._seed,
             "needs_reset": self._needs_reset,
             "action_space_rng": self._env.action_space.np_random.bit_generator.state,
         }
-        mujoco_state = _mujoco_state(self._env.unwrapped)
         if mujoco_state is not None:
             state["mujoco"] = mujoco_state
         return pickle.dumps(state)
@@ -176,6 +190,14 @@ class GymAdapter(PyEnvironment):
                 if _is_numeric_scalar(value):
                     keys[key] = None
         return list(keys)
+
+
+def _layers(env: gym.Env) -> list[gym.Env]:
+    """The wrappers of ``env`` from the outside in, then the env they wrap."""
+    layers = [env]
+    while isinstance(layers[-1], gym.Wrapper):
+        layers.append(layers[-1].env)
+    return layers
 
 
 def _mujoco_state(env: gym.Env) -> dict[str, Any] | None:

@@ -222,3 +222,30 @@ def test_a_mujoco_state_restores_the_simulation_into_a_new_env(name):
         assert got.env_info == want.env_info
     if name == "Hopper-v5":
         assert any(t.step_type == StepType.FIRST for t in expected)
+
+
+class _ConstructorPickledEnv(gym.Env, gym.utils.EzPickle):
+    """Pickles as its constructor's argument: its position would come back as 0."""
+
+    observation_space = spaces.Box(-10.0, 10.0, (1,), np.float32)
+    action_space = spaces.Discrete(2)
+
+    def __init__(self, start: float = 0.0):
+        gym.utils.EzPickle.__init__(self, start)
+        self.position = start
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.array([self.position], np.float32), {}
+
+    def step(self, action):
+        self.position += 1.0 if action else -1.0
+        return np.array([self.position], np.float32), 0.0, False, False, {}
+
+
+def test_the_state_of_an_env_pickled_as_its_constructor_arguments_is_refused():
+    env = GymAdapter(gym.wrappers.TimeLimit(_ConstructorPickledEnv(), 10), seed=0)
+    env.reset()
+    env.step(np.int64(1))
+    with pytest.raises(TypeError, match="_ConstructorPickledEnv pickles as its constructor"):
+        env.get_state()
