@@ -22,6 +22,7 @@ from gymnasium.utils import EzPickle
 from cadence.data.nest import Nest, is_nested, map_structure
 from cadence.data.specs import CompositeSpec, Spec, TensorSpec, spec_from_space
 from cadence.data.time_step import StepType, TimeStep
+from cadence.envs.env_state import loads_env_state
 from cadence.envs.environment import PyEnvironment
 
 _FIRST, _MID, _LAST = int(StepType.FIRST), int(StepType.MID), int(StepType.LAST)
@@ -153,7 +154,14 @@ class GymAdapter(PyEnvironment):
         return pickle.dumps(state)
 
     def set_state(self, state: Any) -> None:
-        state = pickle.loads(state)
+        """Restores a `get_state`; only plain data and the env's own classes are loaded
+        (see `cadence.envs.env_state`): a checkpoint's state cannot run other code."""
+        state = loads_env_state(state, self._env)
+        if type(state["env"]) is not type(self._env):
+            raise TypeError(
+                f"the state is of a {type(state['env']).__name__}, this env is a "
+                f"{type(self._env).__name__}: it was saved for another env config"
+            )
         self._env.close()
         self._env = state["env"]
         self._seed = state["seed"]
