@@ -232,10 +232,10 @@ def _set_mujoco_state(env: gym.Env, state: dict[str, Any]) -> None:
     """Puts a `_mujoco_state` back into ``env`` (built from the same constructor arguments)."""
     data = env.data
     for name, array in state["arrays"].items():
-        target = getattr(data, name)
+        target = None if name.startswith("_") else getattr(data, name, None)
         # Per-contact and per-constraint arrays change size from step to step; the next
         # step recomputes them from the rest.
-        if target.shape == array.shape:
+        if isinstance(target, np.ndarray) and target.shape == np.shape(array):
             target[...] = array
     data.time = state["time"]
     env.np_random.bit_generator.state = state["np_random"]
