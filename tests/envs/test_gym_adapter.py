@@ -181,6 +181,11 @@ def test_state_round_trip_continues_the_same_episode():
     actions = [np.int64(a) for a in rng.integers(0, 2, 40)]
     expected = [env.step(a) for a in actions]
     env.set_state(state)
+    _assert_steps_as(env, actions, expected)
+
+
+def _assert_steps_as(env: GymAdapter, actions: list, expected: list) -> None:
+    """``env`` answers ``actions`` with exactly the ``expected`` time steps."""
     for action, want in zip(actions, expected, strict=True):
         got = env.step(action)
         assert (got.step_type, got.reward, got.discount) == (
@@ -189,6 +194,7 @@ def test_state_round_trip_continues_the_same_episode():
             want.discount,
         )
         np.testing.assert_array_equal(got.observation, want.observation)
+        assert got.env_info == want.env_info
 
 
 @pytest.mark.parametrize("name", ["Hopper-v5", "Ant-v5"])
@@ -211,15 +217,7 @@ def test_a_mujoco_state_restores_the_simulation_into_a_new_env(name):
     expected = [env.step(a) for a in actions]
     restored = GymAdapter(gym.make(name), seed=99)
     restored.set_state(state)
-    for action, want in zip(actions, expected, strict=True):
-        got = restored.step(action)
-        assert (got.step_type, got.reward, got.discount) == (
-            want.step_type,
-            want.reward,
-            want.discount,
-        )
-        np.testing.assert_array_equal(got.observation, want.observation)
-        assert got.env_info == want.env_info
+    _assert_steps_as(restored, actions, expected)
     if name == "Hopper-v5":
         assert any(t.step_type == StepType.FIRST for t in expected)
 
