@@ -74,7 +74,7 @@ def test_plain_data_and_the_envs_own_classes_load():
     assert type(loaded["env"]) is DictObservationEnv
 
 
-def test_a_state_of_another_env_is_refused_with_both_names():
+def test_a_state_of_another_env_names_its_class_and_is_refused():
     cartpole = GymAdapter(gym.make("CartPole-v1"), seed=0)
     cartpole.reset()
     state = cartpole.get_state()
