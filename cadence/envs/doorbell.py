@@ -108,14 +108,21 @@ class ParentDoorbell:
             self._slots[base + slot] = 0
 
     def ring(self, worker: int, channel: Channel, message: Any = None) -> None:
-        """Sends ``worker`` a step request, or ``message`` (pickled through ``channel``)."""
+        """Sends ``worker`` a step request, or ``message`` (pickled through ``channel``).
+
+        A dead worker's closed pipe is not an error here: `wait` sees its sentinel and
+        reports the death.
+        """
         base = worker * _SLOTS
         self._slots[base + COMMAND_IS_MESSAGE] = message is not None
         self._slots[base + COMMAND] += 1
-        if message is not None:
-            channel.send(message)  # wakes a sleeping worker too
-        elif self._slots[base + WORKER_SLEEPS]:
-            channel.send_op(STEP)
+        try:
+            if message is not None:
+                channel.send(message)  # wakes a sleeping worker too
+            elif self._slots[base + WORKER_SLEEPS]:
+                channel.send_op(STEP)
+        except OSError:
+            pass
 
     def step_all(
         self,
@@ -135,10 +142,7 @@ class ParentDoorbell:
         """
         slots, bases = self._slots, self._bases
         for worker, channel in enumerate(channels):
-            try:
-                self.ring(worker, channel)
-            except OSError:
-                pass  # a dead worker's pipe: the wait sees its sentinel and reports it
+            self.ring(worker, channel)
         if while_waiting is not None:
             while_waiting()
         start = time.perf_counter()

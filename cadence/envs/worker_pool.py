@@ -125,10 +125,7 @@ class WorkerPool:
     ) -> tuple[dict[int, Reply], set[int]]:
         doorbell, channels = self._doorbell, self._channels
         for worker, message in messages.items():
-            try:
-                doorbell.ring(worker, channels[worker], None if message is STEP else message)
-            except OSError:
-                pass  # a dead worker's pipe: the wait sees its sentinel and reports the death
+            doorbell.ring(worker, channels[worker], None if message is STEP else message)
         if while_waiting is not None:
             while_waiting()
         return _replies(*doorbell.wait(list(messages), channels, self._sentinels))
