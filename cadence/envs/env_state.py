@@ -82,8 +82,7 @@ def loads_env_state(data: bytes, env: gym.Env) -> Any:
 def env_classes(env: gym.Env) -> frozenset[type]:
     """The classes of ``env``'s wrappers and of the env, with every class their modules define."""
     classes: set[type] = set()
-    layer: Any = env
-    while True:
+    for layer in wrapper_layers(env):
         for cls in type(layer).__mro__:
             if cls.__module__ in _SHARED_MODULES:
                 continue
@@ -96,9 +95,15 @@ def env_classes(env: gym.Env) -> frozenset[type]:
                     for v in vars(module).values()
                     if isinstance(v, type) and v.__module__ == cls.__module__
                 )
-        if not isinstance(layer, gym.Wrapper):
-            return frozenset(classes)
-        layer = layer.env
+    return frozenset(classes)
+
+
+def wrapper_layers(env: gym.Env) -> list[gym.Env]:
+    """The wrappers of ``env`` from the outside in, then the env they wrap."""
+    layers = [env]
+    while isinstance(layers[-1], gym.Wrapper):
+        layers.append(layers[-1].env)
+    return layers
 
 
 class _EnvStateUnpickler(pickle.Unpickler):

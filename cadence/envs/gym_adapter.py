@@ -22,7 +22,7 @@ from gymnasium.utils import EzPickle
 from cadence.data.nest import Nest, is_nested, map_structure
 from cadence.data.specs import CompositeSpec, Spec, TensorSpec, spec_from_space
 from cadence.data.time_step import StepType, TimeStep
-from cadence.envs.env_state import loads_env_state
+from cadence.envs.env_state import loads_env_state, wrapper_layers
 from cadence.envs.environment import PyEnvironment
 
 _FIRST, _MID, _LAST = int(StepType.FIRST), int(StepType.MID), int(StepType.LAST)
@@ -134,7 +134,7 @@ class GymAdapter(PyEnvironment):
         mujoco_state = _mujoco_state(self._env.unwrapped)
         fresh = [
             type(layer).__name__
-            for layer in _layers(self._env)
+            for layer in wrapper_layers(self._env)
             if isinstance(layer, EzPickle)
             and not (layer is self._env.unwrapped and mujoco_state is not None)
         ]
@@ -198,14 +198,6 @@ class GymAdapter(PyEnvironment):
                 if _is_numeric_scalar(value):
                     keys[key] = None
         return list(keys)
-
-
-def _layers(env: gym.Env) -> list[gym.Env]:
-    """The wrappers of ``env`` from the outside in, then the env they wrap."""
-    layers = [env]
-    while isinstance(layers[-1], gym.Wrapper):
-        layers.append(layers[-1].env)
-    return layers
 
 
 def _mujoco_state(env: gym.Env) -> dict[str, Any] | None:
