@@ -1,19 +1,25 @@
 """How much faster can two worker processes step a batch than one process can, on this machine?
 
 `env_throughput.py` compares `ParallelEnvironment` with `SerialEnvironment`. This
-script measures the ceiling of that ratio with no cadence code at all, in one run
-with interleaved rounds, for a batch of ``--envs`` Gymnasium envs split over two
-processes:
+script measures the ceilings of that ratio, in one run with interleaved rounds,
+for a batch of ``--envs`` envs split over two processes:
 
-- ``free``: two processes stepping their halves with no synchronisation at all,
-  over one process stepping the whole batch: what the cores give.
+- ``free``: two processes stepping their halves of plain Gymnasium envs with no
+  synchronisation at all, over one process stepping the whole batch: what the
+  cores give.
 - ``lockstep``: the same two processes stepping in lockstep, as a batched env
   must (the parent stores a step number in shared memory, each worker steps its
   half and stores it back, everyone polls while yielding the core), over one
-  process: where synchronous process-parallel stepping stands here, before it
-  spends anything on actions, observations or tensors (this bare barrier's
-  parent spins, yielding, all through the step).
+  process: where synchronous process-parallel stepping stands here.
+- ``lockstep, cadence work``: the same barrier, its workers doing exactly what a
+  `ParallelEnvironment` worker does per step (cadence's env stack, reading their
+  rows of the actions, writing their rows of a `TimeStepBuffer`), over
+  `SerialEnvironment`: the ceiling of ``parallel / serial`` with a parent that
+  costs nothing per step.
 - ``cadence``: `ParallelEnvironment` over `SerialEnvironment`, the same envs.
+
+The barriers' parent does nothing per step but the barrier itself; idle barrier
+workers sleep, so that they take no time from the other columns.
 
     python benchmarks/parallel_ceiling.py                     # HalfCheetah-v5, 8 envs
     python benchmarks/parallel_ceiling.py --env CartPole-v1 --envs 32
@@ -27,6 +33,7 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from multiprocessing.shared_memory import SharedMemory
 
 import gymnasium as gym
@@ -34,10 +41,15 @@ import numpy as np
 import torch
 
 from cadence.envs import GymEnvFactory, ParallelEnvironment, SerialEnvironment
+from cadence.envs.buffer import TimeStepBuffer, action_to_numpy
+from cadence.envs.parallel import worker_cores
+from cadence.envs.parallel_worker import _all_envs_stepper, action_layout_for
 
 _STOP = -1
 # Control block: the parent's step number, each worker's answer (or step count), ready flags.
 _SLOTS, _READY = 5, 3
+_IDLE_S = 0.002  # a barrier worker with no step for this long naps between looks
+FREE, LOCKSTEP, CADENCE_WORK = "free", "lockstep", "cadence work"
 
 
 def _make(name: str, count: int, seed: int) -> list[gym.Env]:
@@ -55,25 +67,66 @@ def _step_all(envs: list[gym.Env], actions: list) -> None:
             env.reset()
 
 
-def _worker(name: str, count: int, seed: int, shm_name: str, slot: int, free: bool) -> None:
-    """Steps ``count`` envs: freely while the parent's number is positive, or in lockstep."""
+def _gym_stepper(name: str, first: int, count: int, seed: int) -> Callable[[], None]:
+    """One step of plain Gymnasium envs ``first .. first + count - 1``, reset when done."""
+    envs = _make(name, count, seed + first)
+    actions = [env.action_space.sample() for env in envs]
+    return lambda: _step_all(envs, actions)
+
+
+def _cadence_stepper(name: str, first: int, count: int, seed: int) -> Callable[[], None]:
+    """One step as a `ParallelEnvironment` worker takes it (its own hot path), minus the doorbell."""
+    envs = [GymEnvFactory(name, first + i, seed)() for i in range(count)]
+    env = envs[0]
+    buffer = TimeStepBuffer(env.observation_spec, env.action_spec, env.env_info_spec, count)
+    layout = action_layout_for(env.action_spec, count)
+    actions = layout.views(bytearray(layout.nbytes))
+    generator = torch.Generator().manual_seed(seed + first)
+    np.copyto(actions[""], action_to_numpy(env.action_spec.sample((count,), generator)))
+    step = _all_envs_stepper(envs, 0, {"actions": actions, "buffer": buffer})
+
+    def run() -> None:
+        error = step()
+        if error is not None:
+            raise RuntimeError(f"an env failed: {error}")
+
+    return run
+
+
+def _worker(
+    name: str,
+    first: int,
+    count: int,
+    seed: int,
+    shm_name: str,
+    slot: int,
+    mode: str,
+    core: int | None,
+) -> None:
+    """Steps envs ``first ..`` freely while the parent's number is positive, or in lockstep."""
+    if core is not None:
+        os.sched_setaffinity(0, {core})
     shm = SharedMemory(name=shm_name)
     control = np.ndarray((_SLOTS,), np.int64, buffer=shm.buf)
-    envs = _make(name, count, seed)
-    actions = [env.action_space.sample() for env in envs]
+    stepper = _cadence_stepper if mode == CADENCE_WORK else _gym_stepper
+    step = stepper(name, first, count, seed)
     control[_READY + slot] = 1
     done = 0
     while True:
+        idle_since = time.perf_counter()
         while control[0] == done:
-            os.sched_yield()
+            if time.perf_counter() - idle_since < _IDLE_S:
+                os.sched_yield()
+            else:  # another column is being timed: take no time from it
+                time.sleep(0.0005)
         if control[0] == _STOP:
             break
-        if free:  # count steps until told to stop
+        if mode == FREE:  # count steps until told to stop
             while control[0] != _STOP:
-                _step_all(envs, actions)
+                step()
                 control[1 + slot] += count
             break
-        _step_all(envs, actions)
+        step()
         done = int(control[0])
         control[1 + slot] = done
     del control
@@ -81,18 +134,23 @@ def _worker(name: str, count: int, seed: int, shm_name: str, slot: int, free: bo
 
 
 class TwoWorkers:
-    """Two processes, each hosting half the batch, driven through a shared control block."""
+    """Two processes, each hosting half the batch, driven through a shared control block.
 
-    def __init__(self, name: str, num_envs: int, seed: int, free: bool):
+    They are pinned to cores as `ParallelEnvironment` pins its workers (``worker_cores``).
+    """
+
+    def __init__(self, name: str, num_envs: int, seed: int, mode: str):
         self.shm = SharedMemory(create=True, size=64)
         self.control = np.ndarray((_SLOTS,), np.int64, buffer=self.shm.buf)
         self.control[:] = 0
-        self.free = free
+        self.free = mode == FREE
         context = mp.get_context("spawn")
         half = num_envs // 2
+        cores = worker_cores(2, None) or [None, None]
         self.processes = [
             context.Process(
-                target=_worker, args=(name, half, seed + w * half, self.shm.name, w, free)
+                target=_worker,
+                args=(name, w * half, half, seed, self.shm.name, w, mode, cores[w]),
             )
             for w in range(2)
         ]
@@ -163,49 +221,66 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     name, n = args.env, args.envs
-    print(f"{name} x{n}, two processes vs one | {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}")
+    print(
+        f"{name} x{n}, two processes vs one | {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}"
+    )
 
     one = _make(name, n, args.seed)
     one_process_rate(one, 1.0)  # warm up
-    free = TwoWorkers(name, n, args.seed, free=True)
+    free = TwoWorkers(name, n, args.seed, FREE)
     # Free workers cannot be paused: one measurement, between two of the single process.
-    rates = {"one process": [one_process_rate(one, 1.0)]}
-    rates["free"] = [free.rate(2.0, n)]
+    before = one_process_rate(one, 1.0)
+    free_rate = free.rate(2.0, n)
     free.close()
-    rates["one process"].append(one_process_rate(one, 1.0))
+    free_ratio = free_rate / statistics.mean([before, one_process_rate(one, 1.0)])
 
-    lockstep = TwoWorkers(name, n, args.seed, free=False)
+    barriers = {mode: TwoWorkers(name, n, args.seed, mode) for mode in (LOCKSTEP, CADENCE_WORK)}
     factories = [GymEnvFactory(name, i, args.seed) for i in range(n)]
     serial, parallel = SerialEnvironment(factories), ParallelEnvironment(factories, num_workers=2)
     generator = torch.Generator().manual_seed(args.seed)
     actions = [serial.action_spec.sample((n,), generator) for _ in range(64)]
     serial.reset()
     parallel.reset()
-    columns = {
-        "one process (lockstep row)": lambda: one_process_rate(one, args.seconds),
-        "lockstep": lambda: lockstep.rate(args.seconds, n),
+    columns: dict[str, Callable[[], float]] = {
+        "one process": lambda: one_process_rate(one, args.seconds),
+        LOCKSTEP: lambda: barriers[LOCKSTEP].rate(args.seconds, n),
         "serial": lambda: cadence_rate(serial, actions, args.seconds),
+        CADENCE_WORK: lambda: barriers[CADENCE_WORK].rate(args.seconds, n),
         "parallel": lambda: cadence_rate(parallel, actions, args.seconds),
     }
+    rates: dict[str, list[float]] = {key: [] for key in columns}
     try:
         for column in columns.values():
             column()  # warm up
         for _ in range(args.rounds):
             for key, column in columns.items():
-                rates.setdefault(key, []).append(column())
+                rates[key].append(column())
     finally:
-        lockstep.close()
+        for barrier in barriers.values():
+            barrier.close()
         serial.close()
         parallel.close()
-    median = {key: statistics.median(values) for key, values in rates.items()}
-    for key, value in median.items():
-        print(f"  {key:<28} {value / 1e3:8.1f}k env steps/s")
-    print(f"  free two processes / one:      {median['free'] / median['one process']:.2f}x"
-          "  (what the cores give)")
-    print(f"  lockstep two processes / one:  "
-          f"{median['lockstep'] / median['one process (lockstep row)']:.2f}x"
-          "  (a bare spin barrier, no cadence code: where synchronous stepping stands here)")
-    print(f"  cadence parallel / serial:     {median['parallel'] / median['serial']:.2f}x")
+
+    def ratio(over: str, under: str) -> float:  # the median of the rounds' ratios
+        return statistics.median(a / b for a, b in zip(rates[over], rates[under], strict=True))
+
+    print(f"  {'free':<28} {free_rate / 1e3:8.1f}k env steps/s  (one measurement)")
+    for key, values in rates.items():
+        print(f"  {key:<28} {statistics.median(values) / 1e3:8.1f}k env steps/s")
+    print(f"  free two processes / one:            {free_ratio:.2f}x  (what the cores give)")
+    print(
+        f"  lockstep two processes / one:        {ratio(LOCKSTEP, 'one process'):.2f}x"
+        "  (a bare barrier: where synchronous stepping stands here)"
+    )
+    print(
+        f"  lockstep, cadence work / serial:     {ratio(CADENCE_WORK, 'serial'):.2f}x"
+        "  (the ceiling of parallel / serial: a parent that costs nothing per step)"
+    )
+    print(f"  cadence parallel / serial:           {ratio('parallel', 'serial'):.2f}x")
+    print(
+        f"  cadence parallel / that ceiling:     {ratio('parallel', CADENCE_WORK):.2f}x"
+        "  (what the parent's work per step leaves)"
+    )
     return 0
 
 
