@@ -18,8 +18,8 @@ for a batch of ``--envs`` envs split over two processes:
   costs nothing per step.
 - ``cadence``: `ParallelEnvironment` over `SerialEnvironment`, the same envs.
 
-The barriers' parent does nothing per step but the barrier itself; idle barrier
-workers sleep, so that they take no time from the other columns.
+The barriers' parent does nothing per step but the barrier itself; barrier
+workers block while the other columns are timed, so that they take no time from them.
 
     python benchmarks/parallel_ceiling.py                     # HalfCheetah-v5, 8 envs
     python benchmarks/parallel_ceiling.py --env CartPole-v1 --envs 32
@@ -35,6 +35,7 @@ import sys
 import time
 from collections.abc import Callable
 from multiprocessing.shared_memory import SharedMemory
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -46,9 +47,9 @@ from cadence.envs.parallel import worker_cores
 from cadence.envs.parallel_worker import _all_envs_stepper, action_layout_for
 
 _STOP = -1
-# Control block: the parent's step number, each worker's answer (or step count), ready flags.
-_SLOTS, _READY = 5, 3
-_IDLE_S = 0.002  # a barrier worker with no step for this long naps between looks
+# Control block: the parent's step number, each worker's answer (or step count), ready flags,
+# and whether the workers should block on their event (while the other columns are timed).
+_SLOTS, _READY, _PAUSED = 6, 3, 5
 FREE, LOCKSTEP, CADENCE_WORK = "free", "lockstep", "cadence work"
 
 
@@ -102,6 +103,7 @@ def _worker(
     slot: int,
     mode: str,
     core: int | None,
+    resume: Any,
 ) -> None:
     """Steps envs ``first ..`` freely while the parent's number is positive, or in lockstep."""
     if core is not None:
@@ -113,12 +115,11 @@ def _worker(
     control[_READY + slot] = 1
     done = 0
     while True:
-        idle_since = time.perf_counter()
         while control[0] == done:
-            if time.perf_counter() - idle_since < _IDLE_S:
+            if control[_PAUSED]:
+                resume.wait()
+            else:
                 os.sched_yield()
-            else:  # another column is being timed: take no time from it
-                time.sleep(0.0005)
         if control[0] == _STOP:
             break
         if mode == FREE:  # count steps until told to stop
@@ -145,31 +146,43 @@ class TwoWorkers:
         self.control[:] = 0
         self.free = mode == FREE
         context = mp.get_context("spawn")
+        self.resume = context.Event()
+        self.resume.set()
         half = num_envs // 2
         cores = worker_cores(2, None) or [None, None]
         self.processes = [
             context.Process(
                 target=_worker,
-                args=(name, w * half, half, seed, self.shm.name, w, mode, cores[w]),
+                args=(name, w * half, half, seed, self.shm.name, w, mode, cores[w], self.resume),
             )
             for w in range(2)
         ]
         for process in self.processes:
             process.start()
-        while not self.control[_READY:].all():  # both have built their envs
+        while not self.control[_READY : _READY + 2].all():  # both have built their envs
             time.sleep(0.01)
 
     def rate(self, seconds: float, num_envs: int) -> float:
         if self.free:
             return self._free_rate(seconds)
-        control, steps, start = self.control, 0, time.perf_counter()
+        self.control[_PAUSED] = 0
+        self.resume.set()
+        self._step()  # untimed: the workers may still have been blocked
+        steps, start = 0, time.perf_counter()
         while time.perf_counter() - start < seconds:
-            control[0] += 1
-            target = control[0]
-            while control[1] != target or control[2] != target:
-                os.sched_yield()
+            self._step()
             steps += num_envs
-        return steps / (time.perf_counter() - start)
+        rate = steps / (time.perf_counter() - start)
+        self.resume.clear()  # blocked, they take no time from the other columns
+        self.control[_PAUSED] = 1
+        return rate
+
+    def _step(self) -> None:
+        control = self.control
+        control[0] += 1
+        target = control[0]
+        while control[1] != target or control[2] != target:
+            os.sched_yield()
 
     def _free_rate(self, seconds: float) -> float:
         # Free workers run once, for the whole measurement (they cannot be paused).
@@ -185,6 +198,8 @@ class TwoWorkers:
 
     def close(self) -> None:
         self.control[0] = _STOP
+        self.control[_PAUSED] = 0
+        self.resume.set()
         for process in self.processes:
             process.join(timeout=10)
         del self.control
