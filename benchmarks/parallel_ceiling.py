@@ -35,7 +35,7 @@ import sys
 import time
 from collections.abc import Callable
 from multiprocessing.shared_memory import SharedMemory
-from typing import Any
+from multiprocessing.synchronize import Event
 
 import gymnasium as gym
 import numpy as np
@@ -83,7 +83,12 @@ def _cadence_stepper(name: str, first: int, count: int, seed: int) -> Callable[[
     layout = action_layout_for(env.action_spec, count)
     actions = layout.views(bytearray(layout.nbytes))
     generator = torch.Generator().manual_seed(seed + first)
-    np.copyto(actions[""], action_to_numpy(env.action_spec.sample((count,), generator)))
+    sample = action_to_numpy(env.action_spec.sample((count,), generator))
+    for path, array in actions.items():  # "" for a flat action, else each leaf's path
+        value = sample
+        for key in filter(None, path.split("/")):
+            value = value[key]
+        np.copyto(array, value)
     step = _all_envs_stepper(envs, 0, {"actions": actions, "buffer": buffer})
 
     def run() -> None:
@@ -103,7 +108,7 @@ def _worker(
     slot: int,
     mode: str,
     core: int | None,
-    resume: Any,
+    resume: Event,
 ) -> None:
     """Steps envs ``first ..`` freely while the parent's number is positive, or in lockstep."""
     if core is not None:
@@ -161,21 +166,26 @@ class TwoWorkers:
             process.start()
         while not self.control[_READY : _READY + 2].all():  # both have built their envs
             time.sleep(0.01)
+        self._pause()
 
     def rate(self, seconds: float, num_envs: int) -> float:
-        if self.free:
-            return self._free_rate(seconds)
         self.control[_PAUSED] = 0
         self.resume.set()
+        if self.free:
+            return self._free_rate(seconds)
         self._step()  # untimed: the workers may still have been blocked
         steps, start = 0, time.perf_counter()
         while time.perf_counter() - start < seconds:
             self._step()
             steps += num_envs
         rate = steps / (time.perf_counter() - start)
-        self.resume.clear()  # blocked, they take no time from the other columns
-        self.control[_PAUSED] = 1
+        self._pause()
         return rate
+
+    def _pause(self) -> None:
+        """Makes the waiting workers block: they take no time from the other columns."""
+        self.resume.clear()
+        self.control[_PAUSED] = 1
 
     def _step(self) -> None:
         control = self.control
