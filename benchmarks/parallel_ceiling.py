@@ -43,7 +43,7 @@ import torch
 
 from cadence.envs import GymEnvFactory, ParallelEnvironment, SerialEnvironment
 from cadence.envs.buffer import TimeStepBuffer, action_to_numpy
-from cadence.envs.parallel import worker_cores
+from cadence.envs.parallel import _leaf, worker_cores
 from cadence.envs.parallel_worker import _all_envs_stepper, action_layout_for
 
 _STOP = -1
@@ -85,10 +85,7 @@ def _cadence_stepper(name: str, first: int, count: int, seed: int) -> Callable[[
     generator = torch.Generator().manual_seed(seed + first)
     sample = action_to_numpy(env.action_spec.sample((count,), generator))
     for path, array in actions.items():  # "" for a flat action, else each leaf's path
-        value = sample
-        for key in filter(None, path.split("/")):
-            value = value[key]
-        np.copyto(array, value)
+        np.copyto(array, sample if path == "" else _leaf(sample, path))
     step = _all_envs_stepper(envs, 0, {"actions": actions, "buffer": buffer})
 
     def run() -> None:
@@ -169,8 +166,7 @@ class TwoWorkers:
         self._pause()
 
     def rate(self, seconds: float, num_envs: int) -> float:
-        self.control[_PAUSED] = 0
-        self.resume.set()
+        self._resume()
         if self.free:
             return self._free_rate(seconds)
         self._step()  # untimed: the workers may still have been blocked
@@ -186,6 +182,10 @@ class TwoWorkers:
         """Makes the waiting workers block: they take no time from the other columns."""
         self.resume.clear()
         self.control[_PAUSED] = 1
+
+    def _resume(self) -> None:
+        self.control[_PAUSED] = 0
+        self.resume.set()
 
     def _step(self) -> None:
         control = self.control
@@ -208,8 +208,7 @@ class TwoWorkers:
 
     def close(self) -> None:
         self.control[0] = _STOP
-        self.control[_PAUSED] = 0
-        self.resume.set()
+        self._resume()
         for process in self.processes:
             process.join(timeout=10)
         del self.control
