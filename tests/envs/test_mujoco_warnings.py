@@ -1,0 +1,81 @@
+"""MuJoCo's warnings reach Python's warnings, not stdout and a MUJOCO_LOG.TXT in the working directory."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pytest
+
+from cadence.envs import GymEnvFactory, MujocoWarning, make_env
+from cadence.envs.mujoco_warnings import route_mujoco_warnings
+
+mujoco = pytest.importorskip("mujoco")
+
+_BODY = "<mujoco><worldbody><body><joint/><geom size='.1'/></body></worldbody></mujoco>"
+
+
+@pytest.fixture
+def no_handler(tmp_path, monkeypatch):
+    """MuJoCo without a warning handler, in an empty working directory; restored after."""
+    before = mujoco.get_mju_user_warning()
+    mujoco.set_mju_user_warning(None)
+    monkeypatch.chdir(tmp_path)
+    yield tmp_path
+    mujoco.set_mju_user_warning(before)
+
+
+def unstable_step() -> None:
+    """A simulation step that makes MuJoCo warn, whatever its version ("Nan ... in QPOS")."""
+    model = mujoco.MjModel.from_xml_string(_BODY)
+    data = mujoco.MjData(model)
+    data.qpos[:] = np.nan
+    mujoco.mj_step(model, data)
+
+
+def test_building_a_mujoco_env_routes_the_warnings(no_handler, capfd):
+    GymEnvFactory("Hopper-v5", 0, 0)().close()
+    with pytest.warns(MujocoWarning, match="QPOS"):
+        unstable_step()
+    assert capfd.readouterr().out == ""
+    assert not (no_handler / "MUJOCO_LOG.TXT").exists()
+
+
+def test_a_mujoco_batch_writes_no_log_file(no_handler):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", MujocoWarning)
+        with make_env("HalfCheetah-v5", 2, backend="serial") as env:
+            env.step(env.action_spec.sample((2,)))
+    assert not (no_handler / "MUJOCO_LOG.TXT").exists()
+
+
+def test_a_non_mujoco_env_does_not_import_mujoco():
+    # Importing MuJoCo takes ~0.1 s, which every CartPole worker would pay.
+    code = (
+        "import sys; from cadence.envs import GymEnvFactory; "
+        "GymEnvFactory('CartPole-v1', 0, 0)().close(); print('mujoco' in sys.modules)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.strip() == "False"
+
+
+def test_a_handler_of_the_users_stays(no_handler):
+    seen = []
+    mujoco.set_mju_user_warning(seen.append)
+    assert not route_mujoco_warnings()
+    unstable_step()
+    assert len(seen) == 1 and "QPOS" in seen[0]
+
+
+def test_a_warning_filtered_into_an_error_is_logged_not_fatal(no_handler, caplog):
+    # Raised inside MuJoCo's C callback, the error would abort the process.
+    assert route_mujoco_warnings()
+    with warnings.catch_warnings(), caplog.at_level(logging.WARNING):
+        warnings.simplefilter("error", MujocoWarning)
+        unstable_step()
+    assert "QPOS" in caplog.text
