@@ -236,14 +236,27 @@ def bars(table: Table, tensor_envs: int) -> list[Bar]:
     """The project's throughput bars (the foundation issue), from one run's table."""
     cheetah, cartpole = ("HalfCheetah-v5", 8), ("CartPole-v1", 32)
     return [
-        Bar("parallel / serial, HalfCheetah-v5 x8",
-            ratio(table, cheetah, ("parallel",), "serial"), 1.6),
-        Bar("parallel / gym AsyncVectorEnv, HalfCheetah-v5 x8",
-            ratio(table, cheetah, ("parallel",), "gym async"), 3.0),
-        Bar("fastest CPU back end x32 / gym single-env loop, CartPole-v1",
-            ratio(table, cartpole, CPU_BACKENDS, "gym loop"), 0.8),
-        Bar(f"tensor CartPole-v1 x{tensor_envs} on CPU",
-            table.get(("CartPole-v1", tensor_envs), {}).get("tensor"), 5e6, unit="steps/s"),
+        Bar(
+            "parallel / serial, HalfCheetah-v5 x8",
+            ratio(table, cheetah, ("parallel",), "serial"),
+            1.6,
+        ),
+        Bar(
+            "parallel / gym AsyncVectorEnv, HalfCheetah-v5 x8",
+            ratio(table, cheetah, ("parallel",), "gym async"),
+            3.0,
+        ),
+        Bar(
+            "fastest CPU back end x32 / gym single-env loop, CartPole-v1",
+            ratio(table, cartpole, CPU_BACKENDS, "gym loop"),
+            0.8,
+        ),
+        Bar(
+            f"tensor CartPole-v1 x{tensor_envs} on CPU",
+            table.get(("CartPole-v1", tensor_envs), {}).get("tensor"),
+            5e6,
+            unit="steps/s",
+        ),
     ]
 
 
@@ -251,20 +264,31 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--steps", type=int, default=100_000,
-                        help="max env steps per timed round (a round also stops at --seconds)")
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=100_000,
+        help="max env steps per timed round (a round also stops at --seconds)",
+    )
     # Many short rounds: each column is sampled all through the row's time, so bursts of
     # load from other processes land on every column alike.
     parser.add_argument("--seconds", type=float, default=0.05, help="max seconds per timed round")
     parser.add_argument("--repeats", type=int, default=15, help="timed rounds; the median is kept")
     parser.add_argument("--envs", type=int, nargs="+", default=[1, 8, 32], help="batch sizes")
     parser.add_argument("--envs-names", nargs="+", default=["CartPole-v1", "HalfCheetah-v5"])
-    parser.add_argument("--tensor-envs", type=int, default=4096,
-                        help="batch size of the extra tensor-native CartPole row (0: none)")
+    parser.add_argument(
+        "--tensor-envs",
+        type=int,
+        default=4096,
+        help="batch size of the extra tensor-native CartPole row (0: none)",
+    )
     parser.add_argument("--columns", nargs="+", choices=COLUMNS, default=list(COLUMNS))
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--quick", action="store_true",
-                        help="a smoke run: batches of at most 8 envs, 3 short rounds each")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="a smoke run: batches of at most 8 envs, 3 short rounds each",
+    )
     return parser.parse_args(argv)
 
 
@@ -276,10 +300,12 @@ def main(argv: list[str] | None = None) -> int:
         budget = Budget(min(args.steps, 10_000), 0.05, 3, warmup_seconds=0.05)
     columns = tuple(args.columns)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    print(f"env steps/s, random policy, median of {budget.repeats} round(s) of"
-          f" <= {budget.max_seconds} s | {cores} cores, load {os.getloadavg()[0]:.1f},"
-          f" torch {torch.__version__}"
-          f" ({torch.get_num_threads()} threads), gymnasium {gym.__version__}")
+    print(
+        f"env steps/s, random policy, median of {budget.repeats} round(s) of"
+        f" <= {budget.max_seconds} s | {cores} cores, load {os.getloadavg()[0]:.1f},"
+        f" torch {torch.__version__}"
+        f" ({torch.get_num_threads()} threads), gymnasium {gym.__version__}"
+    )
     print(f"{'env x num_envs':<22}" + "".join(f"{c:>11}" for c in COLUMNS))
     table: Table = {}
     cpu_table: Table = {}  # per CPU second of this process: meaningful for in-process columns
@@ -292,8 +318,10 @@ def main(argv: list[str] | None = None) -> int:
         row = (name, num_envs)
         table[row], cpu_table[row] = run_row(name, num_envs, args.seed, budget, row_columns)
         print_row(f"{name} x{num_envs}", table[row])
-    print(f"\n(total {time.perf_counter() - start:.0f} s, load {os.getloadavg()[0]:.1f})"
-          " Bars, as ratios of columns of one row of this run:")
+    print(
+        f"\n(total {time.perf_counter() - start:.0f} s, load {os.getloadavg()[0]:.1f})"
+        " Bars, as ratios of columns of one row of this run:"
+    )
     for bar in bars(table, args.tensor_envs):
         print(bar.line())
     print_cpu_check(cpu_table)
@@ -309,8 +337,10 @@ def print_cpu_check(cpu_table: Table) -> None:
     cartpole = ("CartPole-v1", 32)
     value = ratio(cpu_table, cartpole, ("serial", "thread"), "gym loop")
     if value is not None:
-        print("  In CPU time of this process (robust to load from other processes):"
-              f" in-process back end x32 / gym loop, CartPole-v1: {value:.2f}x")
+        print(
+            "  In CPU time of this process (robust to load from other processes):"
+            f" in-process back end x32 / gym loop, CartPole-v1: {value:.2f}x"
+        )
 
 
 if __name__ == "__main__":

@@ -46,8 +46,18 @@ def _sb3_ppo_cartpole(seed: int):
     env = make_vec_env("CartPole-v1", n_envs=8, seed=seed)
     # rl-baselines3-zoo hyperparams/ppo.yml, CartPole-v1.
     return PPO(
-        "MlpPolicy", env, n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98, n_epochs=20,
-        ent_coef=0.0, learning_rate=_linear(1e-3), clip_range=_linear(0.2), seed=seed, device="cpu",
+        "MlpPolicy",
+        env,
+        n_steps=32,
+        batch_size=256,
+        gae_lambda=0.8,
+        gamma=0.98,
+        n_epochs=20,
+        ent_coef=0.0,
+        learning_rate=_linear(1e-3),
+        clip_range=_linear(0.2),
+        seed=seed,
+        device="cpu",
     )
 
 
@@ -60,10 +70,20 @@ def _sb3_dqn_cartpole(seed: int):
     # over exploration_fraction of the steps passed to learn(); scaled so that it decays over
     # the zoo's 0.16 * 5e4 = 8k steps under this benchmark's larger budget too.
     return DQN(
-        "MlpPolicy", env, learning_rate=2.3e-3, batch_size=64, buffer_size=100_000,
-        learning_starts=1000, gamma=0.99, target_update_interval=10, train_freq=256,
-        gradient_steps=128, exploration_fraction=0.16 * 50_000 / DQN_BUDGET,
-        exploration_final_eps=0.04, policy_kwargs={"net_arch": [256, 256]}, seed=seed,
+        "MlpPolicy",
+        env,
+        learning_rate=2.3e-3,
+        batch_size=64,
+        buffer_size=100_000,
+        learning_starts=1000,
+        gamma=0.99,
+        target_update_interval=10,
+        train_freq=256,
+        gradient_steps=128,
+        exploration_fraction=0.16 * 50_000 / DQN_BUDGET,
+        exploration_final_eps=0.04,
+        policy_kwargs={"net_arch": [256, 256]},
+        seed=seed,
         device="cpu",
     )
 
@@ -104,15 +124,26 @@ def run_cadence(task: Task, seed: int, eval_every: int) -> Result:
     steps_per_iter = config.env.num_envs * config.trainer.unroll_length
     interval = max(1, eval_every // steps_per_iter)
     with tempfile.TemporaryDirectory() as root:
-        config = load_config(task.config, [
-            f"seed={seed}", f"trainer.num_env_steps={task.budget}", f"trainer.eval_interval={interval}",
-            "trainer.num_eval_episodes=10", f"trainer.stop_at_eval_return={task.bar}",
-            "trainer.checkpoint_interval=0", "trainer.progress_bar=off", f"root_dir={root}/run",
-        ])
+        config = load_config(
+            task.config,
+            [
+                f"seed={seed}",
+                f"trainer.num_env_steps={task.budget}",
+                f"trainer.eval_interval={interval}",
+                "trainer.num_eval_episodes=10",
+                f"trainer.stop_at_eval_return={task.bar}",
+                "trainer.checkpoint_interval=0",
+                "trainer.progress_bar=off",
+                f"root_dir={root}/run",
+            ],
+        )
         train(config)
         records = read_metrics(f"{root}/run")
     for record in records:
-        if record.get("eval/episode_return") is not None and record["eval/episode_return"] >= task.bar:
+        if (
+            record.get("eval/episode_return") is not None
+            and record["eval/episode_return"] >= task.bar
+        ):
             return Result(True, record["train_time"], record["env_steps"])
     return Result(False, records[-1]["train_time"], records[-1]["env_steps"])
 
@@ -149,7 +180,9 @@ def run_sb3(task: Task, seed: int, eval_every: int) -> Result:
     start = time.perf_counter()
     model.learn(total_timesteps=task.budget, callback=callback)
     seconds = time.perf_counter() - start - callback.eval_seconds
-    return Result(callback.solved_at is not None, seconds, callback.solved_at or model.num_timesteps)
+    return Result(
+        callback.solved_at is not None, seconds, callback.solved_at or model.num_timesteps
+    )
 
 
 def _median(results: list[Result], field: str) -> float:
@@ -157,12 +190,18 @@ def _median(results: list[Result], field: str) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--task", choices=sorted(TASKS), default="ppo_cartpole")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--eval-every", type=int, default=2048, help="env steps between evaluations (both sides)")
+    parser.add_argument(
+        "--eval-every", type=int, default=2048, help="env steps between evaluations (both sides)"
+    )
     parser.add_argument("--skip-sb3", action="store_true")
-    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch threads (both sides)")
+    parser.add_argument(
+        "--threads", type=int, default=os.cpu_count() or 1, help="torch threads (both sides)"
+    )
     args = parser.parse_args(argv)
     torch.set_num_threads(max(1, args.threads))
     task = TASKS[args.task]
@@ -178,7 +217,9 @@ def main(argv: list[str] | None = None) -> int:
     for name, results in rows.items():
         if results:
             solved = sum(r.solved for r in results)
-            print(f"{name:<10} {solved:>4}/{len(results):<2} {_median(results, 'train_seconds'):>9.1f} {_median(results, 'env_steps'):>10.0f}")
+            print(
+                f"{name:<10} {solved:>4}/{len(results):<2} {_median(results, 'train_seconds'):>9.1f} {_median(results, 'env_steps'):>10.0f}"
+            )
     if rows["sb3"]:
         ratio = _median(rows["cadence"], "train_seconds") / _median(rows["sb3"], "train_seconds")
         print(f"\ncadence / sb3 median training time: {ratio:.2f}x (target <= 0.5)")
@@ -187,7 +228,10 @@ def main(argv: list[str] | None = None) -> int:
 
 def _print_row(name: str, seed: int, result: Result) -> None:
     status = "solved" if result.solved else "NOT solved"
-    print(f"{name:<8} seed {seed}: {status} in {result.train_seconds:.1f} s, {result.env_steps} env steps", flush=True)
+    print(
+        f"{name:<8} seed {seed}: {status} in {result.train_seconds:.1f} s, {result.env_steps} env steps",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

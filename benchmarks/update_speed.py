@@ -47,19 +47,21 @@ def make_cadence(obs_dim: int, act_dim: int, compile_mode: str) -> Callable[[int
     sac = make_sac(SACConfig(compile=compile_mode), TensorSpec((obs_dim,)), action_spec, network)
     buffer = ReplayBuffer(num_envs=1, capacity=BUFFER_SIZE)
     steps = BUFFER_SIZE
-    buffer.add_sequence({
-        "time_step": {
-            "step_type": torch.ones(steps, 1, dtype=torch.int64),
-            "reward": torch.randn(steps, 1),
-            "discount": torch.ones(steps, 1),
-            "observation": torch.randn(steps, 1, obs_dim),
-            "prev_action": torch.rand(steps, 1, act_dim) * 2 - 1,
-            "env_id": torch.zeros(steps, 1, dtype=torch.int64),
-            "env_info": {},
-        },
-        "action": torch.rand(steps, 1, act_dim) * 2 - 1,
-        "info": {},
-    })
+    buffer.add_sequence(
+        {
+            "time_step": {
+                "step_type": torch.ones(steps, 1, dtype=torch.int64),
+                "reward": torch.randn(steps, 1),
+                "discount": torch.ones(steps, 1),
+                "observation": torch.randn(steps, 1, obs_dim),
+                "prev_action": torch.rand(steps, 1, act_dim) * 2 - 1,
+                "env_id": torch.zeros(steps, 1, dtype=torch.int64),
+                "env_info": {},
+            },
+            "action": torch.rand(steps, 1, act_dim) * 2 - 1,
+            "info": {},
+        }
+    )
     sac.train()
 
     def run(n: int) -> None:
@@ -83,8 +85,13 @@ def make_sb3(obs_dim: int, act_dim: int) -> Callable[[int], None]:
         action_space = gym.spaces.Box(-1.0, 1.0, (act_dim,), np.float32)
 
     model = SAC(
-        "MlpPolicy", Shapes(), batch_size=BATCH_SIZE, buffer_size=BUFFER_SIZE,
-        policy_kwargs={"net_arch": list(HIDDEN)}, device="cpu", seed=0,
+        "MlpPolicy",
+        Shapes(),
+        batch_size=BATCH_SIZE,
+        buffer_size=BUFFER_SIZE,
+        policy_kwargs={"net_arch": list(HIDDEN)},
+        device="cpu",
+        seed=0,
     )
     model.set_logger(configure(None, []))
     buffer = model.replay_buffer
@@ -101,7 +108,9 @@ def make_sb3(obs_dim: int, act_dim: int) -> Callable[[int], None]:
     return run
 
 
-def measure(runners: dict[str, Callable[[int], None]], block: int, repeats: int) -> dict[str, float]:
+def measure(
+    runners: dict[str, Callable[[int], None]], block: int, repeats: int
+) -> dict[str, float]:
     """Median updates/s of each runner, the runners alternating block by block."""
     rates: dict[str, list[float]] = {name: [] for name in runners}
     for _ in range(repeats):
@@ -113,21 +122,32 @@ def measure(runners: dict[str, Callable[[int], None]], block: int, repeats: int)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--shapes", nargs="+", choices=sorted(SHAPES), default=["pendulum", "halfcheetah"])
-    parser.add_argument("--threads", type=int, default=1, help="torch threads, the same for both sides")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--shapes", nargs="+", choices=sorted(SHAPES), default=["pendulum", "halfcheetah"]
+    )
+    parser.add_argument(
+        "--threads", type=int, default=1, help="torch threads, the same for both sides"
+    )
     parser.add_argument("--block", type=int, default=50, help="updates per timed block")
     parser.add_argument("--repeats", type=int, default=5, help="timed blocks per side")
     parser.add_argument(
-        "--compile", nargs="+", default=["off", "default"],
+        "--compile",
+        nargs="+",
+        default=["off", "default"],
         help="cadence's SACConfig.compile modes to measure ('off' is eager)",
     )
     parser.add_argument("--skip-sb3", action="store_true")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(f"SAC updates/s, batch {BATCH_SIZE}, {HIDDEN} networks, {args.threads} torch thread(s), "
-          f"load average {load:.1f} on {os.cpu_count()} cpus", flush=True)
+    print(
+        f"SAC updates/s, batch {BATCH_SIZE}, {HIDDEN} networks, {args.threads} torch thread(s), "
+        f"load average {load:.1f} on {os.cpu_count()} cpus",
+        flush=True,
+    )
     failed = False
     for shape in args.shapes:
         obs_dim, act_dim = SHAPES[shape]
@@ -149,8 +169,10 @@ def main(argv: list[str] | None = None) -> int:
             best = max(rate for name, rate in rates.items() if name != "sb3")
             verdict = "PASS" if best / rates["sb3"] >= TARGET_RATIO else "FAIL"
             failed |= verdict == "FAIL"
-            print(f"  best cadence / sb3: {best / rates['sb3']:.2f}x (target >= {TARGET_RATIO}): {verdict}",
-                  flush=True)
+            print(
+                f"  best cadence / sb3: {best / rates['sb3']:.2f}x (target >= {TARGET_RATIO}): {verdict}",
+                flush=True,
+            )
     return 1 if failed else 0
 
 

@@ -71,8 +71,12 @@ class ActorCriticAlgorithm(Algorithm):
         self._optimizer = optimizer(self.network.parameters())
         self._clip_actions = not action_spec.is_discrete and hasattr(action_spec, "minimum")
         if self._clip_actions:
-            self.register_buffer("_action_low", torch.as_tensor(action_spec.minimum), persistent=False)
-            self.register_buffer("_action_high", torch.as_tensor(action_spec.maximum), persistent=False)
+            self.register_buffer(
+                "_action_low", torch.as_tensor(action_spec.minimum), persistent=False
+            )
+            self.register_buffer(
+                "_action_high", torch.as_tensor(action_spec.maximum), persistent=False
+            )
 
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:
         return {"actor_critic": self._optimizer}
@@ -105,7 +109,12 @@ class ActorCriticAlgorithm(Algorithm):
         observation = map_structure(lambda x: x.flatten(0, 1), time_step.observation)
         value = self.network.value(observation).reshape(num_steps, batch_size)
         advantage = generalized_advantage_estimation(
-            time_step.reward, time_step.discount, time_step.step_type, value, self.gamma, self.gae_lambda
+            time_step.reward,
+            time_step.discount,
+            time_step.step_type,
+            value,
+            self.gamma,
+            self.gae_lambda,
         )
         valid = (time_step.step_type[:-1] != StepType.LAST).flatten()
         samples = {

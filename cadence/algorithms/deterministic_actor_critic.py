@@ -133,7 +133,9 @@ class DeterministicActorCritic(Algorithm):
 
     def to_normalized_action(self, action: torch.Tensor) -> torch.Tensor:
         """The inverse of `to_env_action`."""
-        return (action.to(self._action_center.dtype) - self._action_center) / self._action_half_range
+        return (
+            action.to(self._action_center.dtype) - self._action_center
+        ) / self._action_half_range
 
     # ----------------------------------------------------------- training
     @torch.no_grad()
@@ -174,7 +176,13 @@ class DeterministicActorCritic(Algorithm):
         reward = inputs["reward"].to(value.dtype)
         window = reward.shape[1]
         targets = n_step_return(
-            reward, inputs["discount"], inputs["step_type"], value, self.gamma, window - 1, time_dim=1
+            reward,
+            inputs["discount"],
+            inputs["step_type"],
+            value,
+            self.gamma,
+            window - 1,
+            time_dim=1,
         )
         return targets[:, 0]
 
@@ -306,10 +314,13 @@ def make_deterministic_networks(
         make_encoder(observation_spec, config), action_dim, config.hidden_sizes, **layers
     )
     critic = CriticEnsemble(
-        make_encoder(observation_spec, config), action_dim, config.hidden_sizes, num_critics, **layers
+        make_encoder(observation_spec, config),
+        action_dim,
+        config.hidden_sizes,
+        num_critics,
+        **layers,
     )
     return actor, critic
-
 
 
 class SharedHyperparameters(Protocol):
@@ -357,6 +368,7 @@ def make_deterministic_actor_critic(
         critic_learning_rate=config.critic_learning_rate,
         **variant,
     )
+
 
 def action_bounds(action_spec: Spec) -> tuple[torch.Tensor, torch.Tensor]:
     """The ``[A]`` float32 minimum and maximum of a bounded, continuous, 1-D action spec.

@@ -51,7 +51,9 @@ class OffPolicyConfig:
     )
     prioritized_replay: bool = field(
         default=False,
-        metadata={"doc": "Sample windows by priority (Schaul et al. 2016) with importance weights."},
+        metadata={
+            "doc": "Sample windows by priority (Schaul et al. 2016) with importance weights."
+        },
     )
     priority_alpha: float = field(
         default=0.6, validator=ge(0), metadata={"doc": "Priority exponent alpha (0: uniform)."}

@@ -156,7 +156,11 @@ def make_env(
         if not tensor_ok:
             raise ValueError(tensor.no_tensor_env_message(name, bool(gym_wrappers)))
         return tensor.make_tensor_env(
-            name, num_envs, seed=seed, device=device, max_episode_steps=max_episode_steps,
+            name,
+            num_envs,
+            seed=seed,
+            device=device,
+            max_episode_steps=max_episode_steps,
             **(env_kwargs or {}),
         )
     factories = [
@@ -215,7 +219,7 @@ def _is_mujoco_env(name: str) -> bool:
 def _pick_cpu_backend(
     factory: GymEnvFactory, num_envs: int, num_workers: int | None = None
 ) -> Backend:
-    """"parallel" where spreading the batch over worker processes saves more than it costs."""
+    """Picks "parallel" where spreading the batch over worker processes saves more than it costs."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     workers = min(num_workers or cores or 1, num_envs)
     if workers < 2:

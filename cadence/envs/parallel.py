@@ -347,7 +347,9 @@ class ParallelEnvironment(Environment):
                     self._raise_errors(replies)
                 except EnvironmentWorkerError as error:
                     # Left unattached, it could only be reached through its pipe: unusable.
-                    self._broken = f"the replacement for env worker {worker} failed to attach: {error}"
+                    self._broken = (
+                        f"the replacement for env worker {worker} failed to attach: {error}"
+                    )
                     raise
             if not dead:
                 self._pool.ring_doorbell(worker)

@@ -32,11 +32,16 @@ class TrainerConfig:
         default=10, validator=ge(1), metadata={"doc": "Episodes per evaluation."}
     )
     eval_seed_offset: int = field(
-        default=1_000_000, validator=ge(1),
-        metadata={"doc": "Evaluation envs are seeded seed + offset so they never repeat training episodes."},
+        default=1_000_000,
+        validator=ge(1),
+        metadata={
+            "doc": "Evaluation envs are seeded seed + offset so they never repeat training episodes."
+        },
     )
     checkpoint_interval: int = field(
-        default=50, validator=ge(0), metadata={"doc": "Iterations between checkpoints (0: only at the end)."}
+        default=50,
+        validator=ge(0),
+        metadata={"doc": "Iterations between checkpoints (0: only at the end)."},
     )
     keep_checkpoints: int = field(
         default=3, validator=ge(1), metadata={"doc": "How many recent checkpoints to keep."}
@@ -44,7 +49,9 @@ class TrainerConfig:
     stop_at_eval_return: float | None = field(
         default=None, metadata={"doc": "Stop early once the mean eval return reaches this."}
     )
-    device: str = field(default="cpu", metadata={"doc": "Torch device of the learner ('cpu', 'cuda')."})
+    device: str = field(
+        default="cpu", metadata={"doc": "Torch device of the learner ('cpu', 'cuda')."}
+    )
     num_threads: int = field(
         default=0,
         validator=ge(0),
@@ -54,11 +61,10 @@ class TrainerConfig:
         },
     )
     progress_bar: Literal["auto", "on", "off"] = field(
-        default="auto", validator=in_(["auto", "on", "off"]),
+        default="auto",
+        validator=in_(["auto", "on", "off"]),
         metadata={"doc": "Show a progress bar ('auto': only when stdout is a terminal)."},
     )
     deterministic: bool = field(
         default=True, metadata={"doc": "Use deterministic torch algorithms (exact resume on CPU)."}
     )
-
-

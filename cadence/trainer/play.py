@@ -59,7 +59,9 @@ def load_policy(
     return algorithm, transformer
 
 
-def play(config: Any, run_dir: Path, episodes: int = 1, video_path: Path | None = None) -> PlayResult:
+def play(
+    config: Any, run_dir: Path, episodes: int = 1, video_path: Path | None = None
+) -> PlayResult:
     """Runs ``episodes`` episodes one after another in a `ThreadEnvironment`.
 
     With ``video_path`` every time step's frame (the first of each episode
@@ -79,17 +81,26 @@ def play(config: Any, run_dir: Path, episodes: int = 1, video_path: Path | None 
 
 def evaluate(config: Any, run_dir: Path, episodes: int = 10) -> dict[str, float]:
     """Mean and standard deviation of the return over ``episodes`` episodes."""
-    env = make_env(config.env.name, episodes, "serial" if config.env.backend == "parallel" else config.env.backend,
-                   config.seed + PLAY_SEED_OFFSET, max_episode_steps=config.env.max_episode_steps,
-                   env_kwargs=dict(config.env.env_kwargs or {}))
+    env = make_env(
+        config.env.name,
+        episodes,
+        "serial" if config.env.backend == "parallel" else config.env.backend,
+        config.seed + PLAY_SEED_OFFSET,
+        max_episode_steps=config.env.max_episode_steps,
+        env_kwargs=dict(config.env.env_kwargs or {}),
+    )
     try:
         algorithm, transformer = load_policy(config, run_dir, env)
         results = evaluate_episodes(algorithm, env, transformer=transformer)
     finally:
         env.close()
     returns = results["return"]
-    return {"mean_return": float(returns.mean()), "std_return": float(returns.std(unbiased=False)),
-            "mean_length": float(results["length"].double().mean()), "episodes": float(returns.numel())}
+    return {
+        "mean_return": float(returns.mean()),
+        "std_return": float(returns.std(unbiased=False)),
+        "mean_length": float(results["length"].double().mean()),
+        "episodes": float(returns.numel()),
+    }
 
 
 @torch.no_grad()
@@ -128,8 +139,14 @@ def _make_play_env(config: Any, render: bool) -> Environment:
         backend = "tensor"  # renders itself; its dynamics match the Gymnasium env's
     elif render:
         env_kwargs.setdefault("render_mode", "rgb_array")
-    return make_env(config.env.name, 1, backend, config.seed + PLAY_SEED_OFFSET,
-                    max_episode_steps=config.env.max_episode_steps, env_kwargs=env_kwargs)
+    return make_env(
+        config.env.name,
+        1,
+        backend,
+        config.seed + PLAY_SEED_OFFSET,
+        max_episode_steps=config.env.max_episode_steps,
+        env_kwargs=env_kwargs,
+    )
 
 
 def write_video(path: Path, frames: list[np.ndarray], fps: int = 30) -> None:
@@ -137,9 +154,13 @@ def write_video(path: Path, frames: list[np.ndarray], fps: int = 30) -> None:
     import imageio.v2 as imageio
 
     if not frames or frames[0] is None:
-        raise ValueError("the environment rendered no frames; does it support render_mode='rgb_array'?")
+        raise ValueError(
+            "the environment rendered no frames; does it support render_mode='rgb_array'?"
+        )
     path.parent.mkdir(parents=True, exist_ok=True)
-    with imageio.get_writer(path, fps=fps, codec="libx264", macro_block_size=1, pixelformat="yuv420p") as writer:
+    with imageio.get_writer(
+        path, fps=fps, codec="libx264", macro_block_size=1, pixelformat="yuv420p"
+    ) as writer:
         for frame in frames:
             writer.append_data(_even_size(np.asarray(frame, dtype=np.uint8)))
 

@@ -37,5 +37,7 @@ class PreemptionGuard:
         self._previous.clear()
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
-        logger.warning("received %s: checkpointing after this iteration", signal.Signals(signum).name)
+        logger.warning(
+            "received %s: checkpointing after this iteration", signal.Signals(signum).name
+        )
         self.requested = True

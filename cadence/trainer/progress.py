@@ -42,7 +42,9 @@ class ProgressBar:
     def __enter__(self) -> ProgressBar:
         if self._progress is not None:
             self._progress.start()
-            self._task = self._progress.add_task("train", total=self._total, speed="-", ret="-", eval="-")
+            self._task = self._progress.add_task(
+                "train", total=self._total, speed="-", ret="-", eval="-"
+            )
         return self
 
     def __exit__(self, *exc_info: object) -> None:

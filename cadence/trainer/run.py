@@ -71,7 +71,9 @@ def build_trainer(config: Any, run_dir: Path) -> Trainer:
         config.data_transformers, env.observation_spec, replay_buffer
     )
     algorithm = build_algorithm(
-        config.algorithm, transformed_spec(transformer, env.observation_spec), env.action_spec,
+        config.algorithm,
+        transformed_spec(transformer, env.observation_spec),
+        env.action_spec,
         config.network,
     )
     algorithm.to(device)
@@ -146,7 +148,9 @@ def _check_transformers_fit(config: Any) -> None:
         )
 
 
-def make_training_env(config: Any, num_envs: int, seed: int, backend: str | None = None) -> Environment:
+def make_training_env(
+    config: Any, num_envs: int, seed: int, backend: str | None = None
+) -> Environment:
     """The environments of ``config.env`` with ``num_envs`` copies seeded from ``seed``."""
     env_config = config.env
     return make_env(

@@ -59,7 +59,13 @@ class Trainer:
         self.run_dir = Path(run_dir)
         self.eval_seed = eval_seed
         self.checkpoints = CheckpointManager(self.run_dir / "checkpoints", config.keep_checkpoints)
-        self.counters = {"iteration": 0, "env_steps": 0, "num_episodes": 0, "wall_time": 0.0, "train_time": 0.0}
+        self.counters = {
+            "iteration": 0,
+            "env_steps": 0,
+            "num_episodes": 0,
+            "wall_time": 0.0,
+            "train_time": 0.0,
+        }
         self._pending: dict[str, list[torch.Tensor]] = {}
         self.last_eval: dict[str, float] = {}
         self._eval_iteration = -1
@@ -77,7 +83,10 @@ class Trainer:
         writer = MetricsWriter(self.run_dir, self.counters["iteration"], self.counters["env_steps"])
         outcome: Outcome = "complete"
         try:
-            with PreemptionGuard() as preemption, ProgressBar(self.config.num_env_steps, self.config.progress_bar) as bar:
+            with (
+                PreemptionGuard() as preemption,
+                ProgressBar(self.config.num_env_steps, self.config.progress_bar) as bar,
+            ):
                 if resumed:
                     bar.update(self.counters["env_steps"])
                 while self.counters["env_steps"] < self.config.num_env_steps:
@@ -110,17 +119,29 @@ class Trainer:
         evaluated = self._every(self.config.eval_interval) and self._evaluate(writer=None)
         if self._every(self.config.summary_interval) or evaluated:
             self._log(writer)
-        bar.update(counters["env_steps"], self._steps_per_s(elapsed), self._latest_return(), self.last_eval.get("eval/episode_return"))
+        bar.update(
+            counters["env_steps"],
+            self._steps_per_s(elapsed),
+            self._latest_return(),
+            self.last_eval.get("eval/episode_return"),
+        )
         if self._every(self.config.checkpoint_interval):
             self.save()
         target = self.config.stop_at_eval_return
         if evaluated and target is not None and self.last_eval["eval/episode_return"] >= target:
-            logger.info("eval return %.1f reached %.1f at iteration %d", self.last_eval["eval/episode_return"], target, iteration)
+            logger.info(
+                "eval return %.1f reached %.1f at iteration %d",
+                self.last_eval["eval/episode_return"],
+                target,
+                iteration,
+            )
             return "stopped_at_eval_return"
         return "complete"
 
     # ------------------------------------------------------------ log points
-    def _accumulate(self, losses: dict[str, float], episodes: dict[str, torch.Tensor], elapsed: float) -> None:
+    def _accumulate(
+        self, losses: dict[str, float], episodes: dict[str, torch.Tensor], elapsed: float
+    ) -> None:
         pending = self._pending
         for key, value in losses.items():
             pending.setdefault(key, []).append(torch.tensor([value], dtype=torch.float64))
@@ -143,13 +164,20 @@ class Trainer:
                 metrics[key] = float(values.mean())
         metrics["rollout/num_episodes"] = float(self.counters["num_episodes"])
         metrics.update(self.last_eval if self._eval_iteration == self.counters["iteration"] else {})
-        self._latest_rollout_return = metrics.get("rollout/episode_return", self._latest_rollout_return)
+        self._latest_rollout_return = metrics.get(
+            "rollout/episode_return", self._latest_rollout_return
+        )
         writer.write(self._counter_record(), metrics)
 
     def _counter_record(self) -> dict[str, float]:
         c = self.counters
         c["wall_time"] = self._wall_time_at_start + time.perf_counter() - self._session_start
-        return {"iteration": c["iteration"], "env_steps": c["env_steps"], "wall_time": c["wall_time"], "train_time": c["train_time"]}
+        return {
+            "iteration": c["iteration"],
+            "env_steps": c["env_steps"],
+            "wall_time": c["wall_time"],
+            "train_time": c["train_time"],
+        }
 
     # ------------------------------------------------------------ evaluation
     def _evaluate(self, writer: MetricsWriter | None) -> bool:
@@ -165,7 +193,11 @@ class Trainer:
         for key, values in episodes.items():
             self.last_eval.update(_episode_metrics("eval", key, values.double().cpu()))
         self._eval_iteration = self.counters["iteration"]
-        logger.info("iteration %d: eval return %.2f", self.counters["iteration"], self.last_eval["eval/episode_return"])
+        logger.info(
+            "iteration %d: eval return %.2f",
+            self.counters["iteration"],
+            self.last_eval["eval/episode_return"],
+        )
         if writer is not None:
             self._log(writer)
         return True
@@ -222,7 +254,10 @@ class Trainer:
             return self.collector.env.get_state()
         except Exception as error:  # noqa: BLE001 - any env may fail to pickle
             if not self._warned_env_state:
-                logger.warning("environment state cannot be saved (%s); a resumed run resets the environments", error)
+                logger.warning(
+                    "environment state cannot be saved (%s); a resumed run resets the environments",
+                    error,
+                )
                 self._warned_env_state = True
             return None
 

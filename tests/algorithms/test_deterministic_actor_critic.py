@@ -66,8 +66,9 @@ def make_inputs(step_type, reward, discount, weights=None) -> dict[str, torch.Te
 def test_one_step_targets_by_hand_at_termination_truncation_and_reset():
     algorithm = make_algorithm(num_critics=2)
     # Members' next-state values; the target takes their minimum.
-    algorithm.target_critic = TableCritic(torch.tensor([[[5.0], [7.0], [4.0], [9.0]],
-                                                        [[3.0], [8.0], [6.0], [9.0]]]))
+    algorithm.target_critic = TableCritic(
+        torch.tensor([[[5.0], [7.0], [4.0], [9.0]], [[3.0], [8.0], [6.0], [9.0]]])
+    )
     inputs = make_inputs(
         step_type=[[MID, MID], [MID, LAST], [MID, LAST], [LAST, FIRST]],
         reward=[[0.0, 1.0], [0.0, 2.0], [0.0, 2.0], [0.0, 5.0]],

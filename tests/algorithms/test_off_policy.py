@@ -72,7 +72,10 @@ def test_initial_collection_uses_random_actions_then_the_policy():
 
 def test_sampled_training_makes_num_updates_minibatches_of_the_asked_shape():
     config = OffPolicyConfig(
-        initial_collect_steps=0, mini_batch_size=6, mini_batch_length=3, num_updates_per_train_iter=4
+        initial_collect_steps=0,
+        mini_batch_size=6,
+        mini_batch_length=3,
+        num_updates_per_train_iter=4,
     )
     scheme, algorithm = make_scheme(config)
     metrics, _ = scheme.train_iter()
@@ -94,7 +97,9 @@ def test_whole_buffer_training_visits_every_window_once_per_pass():
     # 4 envs x 8 steps cut into windows of 4: 8 windows, 4 minibatches of 2, two passes.
     assert metrics["train/num_updates"] == 8
     first_pass = torch.cat([b.indices for b in algorithm.batches[:4]])
-    assert sorted(first_pass.tolist()) == sorted(torch.cat([b.indices for b in algorithm.batches[4:]]).tolist())
+    assert sorted(first_pass.tolist()) == sorted(
+        torch.cat([b.indices for b in algorithm.batches[4:]]).tolist()
+    )
     assert len(set(first_pass.tolist())) == 8
     for batch in algorithm.batches:  # time order kept inside each window
         assert bool((batch.positions[:, 1:] - batch.positions[:, :-1] == 1).all())
@@ -127,7 +132,9 @@ def test_state_dict_round_trip_restores_buffer_and_collection_progress():
 
 
 def test_only_the_algorithms_replay_fields_are_gathered_unless_transformers_run():
-    config = OffPolicyConfig(initial_collect_steps=0, mini_batch_size=4, num_updates_per_train_iter=2)
+    config = OffPolicyConfig(
+        initial_collect_steps=0, mini_batch_size=4, num_updates_per_train_iter=2
+    )
     scheme, algorithm = make_scheme(config)
     algorithm.replay_fields = ("time_step/reward", "action")
     scheme.train_iter()

@@ -77,7 +77,9 @@ def test_random_unrolls_match_the_step_by_step_definition():
             ends = torch.rand(5, generator=generator) < 0.1
             step_types[t] = torch.where(previous == L, F, torch.where(ends, L, M))
             previous = step_types[t]
-        time_steps = _steps(step_types.tolist(), torch.randn(length, 5, generator=generator).tolist())
+        time_steps = _steps(
+            step_types.tolist(), torch.randn(length, 5, generator=generator).tolist()
+        )
         got = stats.update(time_steps)
         want_returns, want_lengths, returns, lengths = _one_step_at_a_time(
             returns, lengths, time_steps

@@ -120,7 +120,9 @@ def test_step_all_is_none_for_plain_answers_and_the_replies_otherwise(spin_s):
     thread = link.serve(handle)
     try:
         channels, sentinels = [link.parent_channel], [link.death_r]
-        assert link.parent.step_all(channels, sentinels, lambda: ran_while_waiting.append(1)) is None
+        assert (
+            link.parent.step_all(channels, sentinels, lambda: ran_while_waiting.append(1)) is None
+        )
         assert link.parent.step_all(channels, sentinels) is None
         # A worker that answers with a message (an env's error) is not a plain step.
         assert link.parent.step_all(channels, sentinels) == (

@@ -285,7 +285,9 @@ def test_split_evenly():
 
 
 def test_make_env_passes_the_restart_budget_to_its_workers():
-    env = make_env("CartPole-v1", 4, backend="parallel", seed=0, num_workers=2, max_worker_restarts=0)
+    env = make_env(
+        "CartPole-v1", 4, backend="parallel", seed=0, num_workers=2, max_worker_restarts=0
+    )
     action = torch.zeros(4, dtype=torch.int64)
     try:
         env.reset()

@@ -14,8 +14,9 @@ def test_compiled_forward_and_gradients_match_eager(out_dim):
 
     def run(fn):
         out = fn(x)
-        grads = torch.autograd.grad((out * torch.arange(out.numel()).view_as(out)).sum(),
-                                    [x, layer.weight, layer.bias])
+        grads = torch.autograd.grad(
+            (out * torch.arange(out.numel()).view_as(out)).sum(), [x, layer.weight, layer.bias]
+        )
         return out, grads
 
     eager_out, eager_grads = run(layer)

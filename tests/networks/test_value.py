@@ -123,10 +123,13 @@ def _critic_values_and_gradients(critic, observation, action, policy_action, pai
 @pytest.mark.parametrize(("obs_dim", "action_dim", "layer_norm"), [(3, 1, False), (17, 6, True)])
 def test_with_policy_actions_matches_two_separate_passes(compiled, obs_dim, action_dim, layer_norm):
     torch.manual_seed(0)
-    critic = CriticEnsemble(make_encoder(TensorSpec((obs_dim,))), action_dim, (32, 32), 2,
-                            layer_norm=layer_norm)
+    critic = CriticEnsemble(
+        make_encoder(TensorSpec((obs_dim,))), action_dim, (32, 32), 2, layer_norm=layer_norm
+    )
     observation, action, policy_action = (
-        torch.randn(16, obs_dim), torch.randn(16, action_dim), torch.randn(16, action_dim)
+        torch.randn(16, obs_dim),
+        torch.randn(16, action_dim),
+        torch.randn(16, action_dim),
     )
     reference = _critic_values_and_gradients(critic, observation, action, policy_action, False)
 

@@ -130,8 +130,13 @@ def test_loading_a_state_of_another_size_is_refused():
 
 def test_gather_reads_only_the_asked_fields_with_the_same_values():
     storage = RingStorage(num_envs=2, capacity=4)
-    storage.add_sequence({**_rows([[0, 100], [1, 101], [2, 102]]), "empty": {}, "t": (
-        torch.zeros(3, 2), torch.ones(3, 2))})
+    storage.add_sequence(
+        {
+            **_rows([[0, 100], [1, 101], [2, 102]]),
+            "empty": {},
+            "t": (torch.zeros(3, 2), torch.ones(3, 2)),
+        }
+    )
     env_ids, positions = torch.tensor([1, 0]), torch.tensor([[1, 2], [0, 1]])
     full = storage.gather(env_ids, positions)
     some = storage.gather(env_ids, positions, fields=["nested", "t/1"])

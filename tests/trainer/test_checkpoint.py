@@ -8,7 +8,12 @@ from cadence.trainer.checkpoint import CheckpointManager
 
 def test_save_publishes_latest_and_round_trips(tmp_path):
     manager = CheckpointManager(tmp_path / "checkpoints", keep=2)
-    state = {"w": torch.arange(3.0), "counters": {"iteration": 5}, "blob": b"\x00\x01", "rng": (1, 2)}
+    state = {
+        "w": torch.arange(3.0),
+        "counters": {"iteration": 5},
+        "blob": b"\x00\x01",
+        "rng": (1, 2),
+    }
     path = manager.save(5, state)
     assert manager.latest() == path
     loaded = manager.load()

@@ -30,7 +30,9 @@ def test_torch_leaves_the_env_workers_their_cores(torch_threads):
 
 def test_an_explicit_thread_count_or_an_env_without_workers_is_left_alone(torch_threads):
     torch.set_num_threads(2)
-    _share_cores_with_env_workers(TrainerConfig(num_threads=2), types.SimpleNamespace(num_workers=2))
+    _share_cores_with_env_workers(
+        TrainerConfig(num_threads=2), types.SimpleNamespace(num_workers=2)
+    )
     _share_cores_with_env_workers(TrainerConfig(), types.SimpleNamespace())  # e.g. serial
     assert torch.get_num_threads() == 2
 

@@ -14,7 +14,9 @@ class A2CConfig:
     """Synchronous advantage actor-critic: one gradient step per unroll."""
 
     name: str = field(default="a2c", validator=in_(["a2c"]), metadata={"doc": "Algorithm name."})
-    learning_rate: float = field(default=7e-4, validator=gt(0), metadata={"doc": "Optimizer step size."})
+    learning_rate: float = field(
+        default=7e-4, validator=gt(0), metadata={"doc": "Optimizer step size."}
+    )
     lr_schedule: Literal["constant", "linear"] = field(
         default="constant",
         validator=in_(["constant", "linear"]),
@@ -23,8 +25,12 @@ class A2CConfig:
     optimizer: Literal["rmsprop", "adam"] = field(
         default="rmsprop", validator=in_(["rmsprop", "adam"]), metadata={"doc": "Optimizer."}
     )
-    optimizer_eps: float = field(default=1e-5, validator=gt(0), metadata={"doc": "Optimizer epsilon."})
-    gamma: float = field(default=0.99, validator=[ge(0), le(1)], metadata={"doc": "Discount factor."})
+    optimizer_eps: float = field(
+        default=1e-5, validator=gt(0), metadata={"doc": "Optimizer epsilon."}
+    )
+    gamma: float = field(
+        default=0.99, validator=[ge(0), le(1)], metadata={"doc": "Discount factor."}
+    )
     gae_lambda: float = field(
         default=1.0, validator=[ge(0), le(1)], metadata={"doc": "GAE lambda (1 = n-step returns)."}
     )

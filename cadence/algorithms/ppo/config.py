@@ -14,14 +14,18 @@ class PPOConfig:
     """Clipped-objective PPO with GAE, minibatch epochs and optional value clipping."""
 
     name: str = field(default="ppo", validator=in_(["ppo"]), metadata={"doc": "Algorithm name."})
-    learning_rate: float = field(default=2.5e-4, validator=gt(0), metadata={"doc": "Adam step size."})
+    learning_rate: float = field(
+        default=2.5e-4, validator=gt(0), metadata={"doc": "Adam step size."}
+    )
     lr_schedule: Literal["constant", "linear"] = field(
         default="linear",
         validator=in_(["constant", "linear"]),
         metadata={"doc": "'linear' anneals the learning rate to 0 over the env-step budget."},
     )
     adam_eps: float = field(default=1e-5, validator=gt(0), metadata={"doc": "Adam epsilon."})
-    gamma: float = field(default=0.99, validator=[ge(0), le(1)], metadata={"doc": "Discount factor."})
+    gamma: float = field(
+        default=0.99, validator=[ge(0), le(1)], metadata={"doc": "Discount factor."}
+    )
     gae_lambda: float = field(
         default=0.95, validator=[ge(0), le(1)], metadata={"doc": "GAE lambda (1 = Monte Carlo)."}
     )
@@ -42,11 +46,14 @@ class PPOConfig:
         metadata={"doc": "Passes (epochs) over each unroll per training iteration."},
     )
     mini_batch_size: int = field(
-        default=128, validator=ge(1), metadata={"doc": "Steps per minibatch (of unroll_length * num_envs)."}
+        default=128,
+        validator=ge(1),
+        metadata={"doc": "Steps per minibatch (of unroll_length * num_envs)."},
     )
     normalize_advantages: bool = field(
         default=True, metadata={"doc": "Normalize advantages per minibatch to zero mean, unit std."}
     )
     target_kl: float | None = field(
-        default=None, metadata={"doc": "Stop the epochs early when the approximate KL exceeds this."}
+        default=None,
+        metadata={"doc": "Stop the epochs early when the approximate KL exceeds this."},
     )

@@ -50,5 +50,7 @@ class PPOLoss:
         if not self.config.clip_value_loss:
             return 0.5 * unclipped.mean()
         old_value = info["old_value"]
-        clipped_value = old_value + (value - old_value).clamp(-self.config.clip_coef, self.config.clip_coef)
+        clipped_value = old_value + (value - old_value).clamp(
+            -self.config.clip_coef, self.config.clip_coef
+        )
         return 0.5 * torch.maximum(unclipped, (clipped_value - target) ** 2).mean()

@@ -35,7 +35,10 @@ def make_sac(
     return SACAlgorithm(
         SACActor(observation_spec, action_spec, network_config),
         make_critic(
-            observation_spec, action_spec, network_config, config.num_critics,
+            observation_spec,
+            action_spec,
+            network_config,
+            config.num_critics,
             AbsReLU if compiled_relu else None,
         ),
         action_spec,

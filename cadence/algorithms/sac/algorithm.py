@@ -159,8 +159,10 @@ class SACAlgorithm(Algorithm):
         alpha = self.log_alpha.exp().detach()
         with torch.no_grad():
             target = sac_loss.soft_td_target(
-                inputs["reward"], inputs["discount"],
-                self._next_value(inputs["next_observation"], alpha), self.gamma,
+                inputs["reward"],
+                inputs["discount"],
+                self._next_value(inputs["next_observation"], alpha),
+                self.gamma,
             )
         info = self._discrete_terms(inputs) if self.discrete else self._continuous_terms(inputs)
         weight = inputs["weight"]
@@ -221,7 +223,9 @@ class SACAlgorithm(Algorithm):
         weight, count, alpha = info["weight"], info["count"], info["alpha"]
         critic, priorities = sac_loss.critic_loss(info["q"], info["target"], weight, count)
         if self.discrete:
-            actor = sac_loss.discrete_actor_loss(info["log_probs"], info["q_pi"], alpha, weight, count)
+            actor = sac_loss.discrete_actor_loss(
+                info["log_probs"], info["q_pi"], alpha, weight, count
+            )
             log_prob = (info["log_probs"].exp() * info["log_probs"]).sum(-1)
         else:
             actor = sac_loss.actor_loss(info["log_prob"], info["q_pi"], alpha, weight, count)

@@ -58,7 +58,9 @@ class CompiledWithFallback:
                     return self.compiled(*args)
             result = self.compiled(*args)
         except Exception as error:  # noqa: BLE001 - any backend failure falls back to eager
-            logger.warning("torch.compile of %s failed (%s); running it eagerly", _name(self.fn), error)
+            logger.warning(
+                "torch.compile of %s failed (%s); running it eagerly", _name(self.fn), error
+            )
             self.compiled = None
             return self.fn(*args)
         self._guarded_calls[key] = calls + 1
@@ -68,7 +70,8 @@ class CompiledWithFallback:
         leaves, spec = tree_flatten(args)
         tensors = tuple(
             (leaf.shape, leaf.dtype, leaf.device, leaf.requires_grad)
-            if isinstance(leaf, torch.Tensor) else (type(leaf), leaf)
+            if isinstance(leaf, torch.Tensor)
+            else (type(leaf), leaf)
             for leaf in leaves
         )
         state = self.state_key() if self.state_key is not None else None

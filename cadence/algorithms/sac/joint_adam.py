@@ -71,9 +71,21 @@ class JointAdamStep:
             else:
                 torch._foreach_add_(steps, 1)
             torch._fused_adam_(
-                params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps,
-                lr=lr, beta1=beta1, beta2=beta2, weight_decay=weight_decay, eps=eps,
-                amsgrad=amsgrad, maximize=maximize, grad_scale=None, found_inf=None,
+                params,
+                grads,
+                exp_avgs,
+                exp_avg_sqs,
+                max_exp_avg_sqs,
+                steps,
+                lr=lr,
+                beta1=beta1,
+                beta2=beta2,
+                weight_decay=weight_decay,
+                eps=eps,
+                amsgrad=amsgrad,
+                maximize=maximize,
+                grad_scale=None,
+                found_inf=None,
             )
 
     def _joint_groups(self) -> dict[tuple[Any, ...], list[list[torch.Tensor]]] | None:
@@ -198,7 +210,12 @@ def _settings(group: dict[str, Any]) -> tuple[Any, ...] | None:
         return None
     beta1, beta2 = (float(beta) for beta in group["betas"])
     return (
-        group["lr"], beta1, beta2, group["weight_decay"], group["eps"], group["amsgrad"],
+        group["lr"],
+        beta1,
+        beta2,
+        group["weight_decay"],
+        group["eps"],
+        group["amsgrad"],
         group["maximize"],
     )
 

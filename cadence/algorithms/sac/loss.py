@@ -59,7 +59,10 @@ def critic_loss(
 
 
 def actor_loss(
-    log_prob: torch.Tensor, q: torch.Tensor, alpha: torch.Tensor, weight: torch.Tensor,
+    log_prob: torch.Tensor,
+    q: torch.Tensor,
+    alpha: torch.Tensor,
+    weight: torch.Tensor,
     count: torch.Tensor,
 ) -> torch.Tensor:
     """``E[alpha * log pi(a|s) - min_e Q_e(s, a)]`` for reparameterised actions ``a ~ pi``.
@@ -74,7 +77,10 @@ def actor_loss(
 
 
 def discrete_actor_loss(
-    log_probs: torch.Tensor, q: torch.Tensor, alpha: torch.Tensor, weight: torch.Tensor,
+    log_probs: torch.Tensor,
+    q: torch.Tensor,
+    alpha: torch.Tensor,
+    weight: torch.Tensor,
     count: torch.Tensor,
 ) -> torch.Tensor:
     """``E_s[sum_a pi(a|s) (alpha * log pi(a|s) - min_e Q_e(s, a))]``; ``log_probs``, ``q`` ``[N, A]``."""
@@ -82,7 +88,10 @@ def discrete_actor_loss(
 
 
 def alpha_loss(
-    log_alpha: torch.Tensor, log_prob: torch.Tensor, target_entropy: float, weight: torch.Tensor,
+    log_alpha: torch.Tensor,
+    log_prob: torch.Tensor,
+    target_entropy: float,
+    weight: torch.Tensor,
     count: torch.Tensor,
 ) -> torch.Tensor:
     """``-log_alpha * (log pi + target_entropy)``: alpha grows while the entropy is below target.

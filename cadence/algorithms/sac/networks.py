@@ -135,12 +135,22 @@ def make_critic(
         if action_spec.shape != ():
             raise TypeError(f"SAC takes scalar discrete actions, not shape {action_spec.shape}")
         return DiscreteCriticEnsemble(
-            encoder, action_spec.num_values, config.hidden_sizes, num_critics, act,
-            config.layer_norm, config.orthogonal_init,
+            encoder,
+            action_spec.num_values,
+            config.hidden_sizes,
+            num_critics,
+            act,
+            config.layer_norm,
+            config.orthogonal_init,
         )
     if len(action_spec.shape) != 1:
         raise TypeError(f"SAC takes flat Box actions, not shape {action_spec.shape}")
     return CriticEnsemble(
-        encoder, action_spec.shape[0], config.hidden_sizes, num_critics, act,
-        config.layer_norm, config.orthogonal_init,
+        encoder,
+        action_spec.shape[0],
+        config.hidden_sizes,
+        num_critics,
+        act,
+        config.layer_norm,
+        config.orthogonal_init,
     )

@@ -55,7 +55,9 @@ class TD3Config:
     target_noise_clip: float = field(
         default=0.5,
         validator=ge(0),
-        metadata={"doc": "The smoothing noise is clipped to [-target_noise_clip, target_noise_clip]."},
+        metadata={
+            "doc": "The smoothing noise is clipped to [-target_noise_clip, target_noise_clip]."
+        },
     )
     policy_delay: int = field(
         default=2,

@@ -75,9 +75,7 @@ class PixelCartPoleEnv(gym.Env):
         self.supersample = supersample
         self._cartpole = CartPoleEnv()
         self.action_space = gym.spaces.Discrete(2)
-        self.observation_space = gym.spaces.Box(
-            0, 255, (num_frames, size, size), dtype=np.uint8
-        )
+        self.observation_space = gym.spaces.Box(0, 255, (num_frames, size, size), dtype=np.uint8)
         self._frames = np.zeros((num_frames, size, size), dtype=np.uint8)
 
     def reset(

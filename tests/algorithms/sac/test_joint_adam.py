@@ -48,7 +48,7 @@ def test_joint_step_is_bit_for_bit_each_optimizers_own_step():
     for a, b in zip(reference, joint, strict=True):
         assert torch.equal(a, b)
     for a, b in zip(reference_optimizers, joint_optimizers, strict=True):
-        for (sa, sb) in zip(a.state.values(), b.state.values(), strict=True):
+        for sa, sb in zip(a.state.values(), b.state.values(), strict=True):
             assert all(torch.equal(sa[key], sb[key]) for key in ("step", "exp_avg", "exp_avg_sq"))
     assert float(joint_optimizers[0].state[next(iter(joint_optimizers[0].state))]["step"]) == 5
 

@@ -51,7 +51,9 @@ def _sample(action_spec, weights=None) -> ReplaySample:
         "info": {},
     }
     weights = torch.ones(n) if weights is None else weights
-    return ReplaySample(steps, torch.zeros(n, dtype=torch.int64), torch.zeros(n, 2), torch.arange(n), weights)
+    return ReplaySample(
+        steps, torch.zeros(n, dtype=torch.int64), torch.zeros(n, 2), torch.arange(n), weights
+    )
 
 
 def _sac(action_spec=BOX, **overrides):
@@ -146,9 +148,15 @@ def test_no_gradient_leaks_between_actor_critic_and_alpha(action_spec):
         "critic": list(sac.critic.parameters()),
         "alpha": [sac.log_alpha],
     }
-    for loss_name, owner in [("loss/actor", "actor"), ("loss/critic", "critic"), ("loss/alpha", "alpha")]:
+    for loss_name, owner in [
+        ("loss/actor", "actor"),
+        ("loss/critic", "critic"),
+        ("loss/alpha", "alpha"),
+    ]:
         for group, params in groups.items():
-            grads = torch.autograd.grad(extra[loss_name], params, retain_graph=True, allow_unused=True)
+            grads = torch.autograd.grad(
+                extra[loss_name], params, retain_graph=True, allow_unused=True
+            )
             reached = any(g is not None and bool(g.abs().sum() > 0) for g in grads)
             assert reached == (group == owner), f"{loss_name} -> {group}: {reached}"
 
@@ -159,10 +167,16 @@ def test_update_moves_targets_by_tau_and_changes_every_network():
     target_before = [p.detach().clone() for p in sac.target_critic.parameters()]
     actor_before = [p.detach().clone() for p in sac.actor.parameters()]
     sac.update(sac.preprocess_experience(_sample(BOX)))
-    for target, old_target, online in zip(sac.target_critic.parameters(), target_before, sac.critic.parameters(), strict=True):
+    for target, old_target, online in zip(
+        sac.target_critic.parameters(), target_before, sac.critic.parameters(), strict=True
+    ):
         assert torch.allclose(target, old_target + 0.25 * (online.detach() - old_target), atol=1e-6)
-    assert any(not torch.equal(a, b) for a, b in zip(sac.critic.parameters(), online_before, strict=True))
-    assert any(not torch.equal(a, b) for a, b in zip(sac.actor.parameters(), actor_before, strict=True))
+    assert any(
+        not torch.equal(a, b) for a, b in zip(sac.critic.parameters(), online_before, strict=True)
+    )
+    assert any(
+        not torch.equal(a, b) for a, b in zip(sac.actor.parameters(), actor_before, strict=True)
+    )
 
 
 def test_actions_stay_within_the_bounds_and_discrete_actions_are_integers():
@@ -170,8 +184,12 @@ def test_actions_stay_within_the_bounds_and_discrete_actions_are_integers():
 
     observation = torch.randn(64, 3) * 10
     time_step = TimeStep(
-        step_type=torch.ones(64, dtype=torch.int64), reward=torch.zeros(64), discount=torch.ones(64),
-        observation=observation, prev_action=torch.zeros(64, 2), env_id=torch.arange(64),
+        step_type=torch.ones(64, dtype=torch.int64),
+        reward=torch.zeros(64),
+        discount=torch.ones(64),
+        observation=observation,
+        prev_action=torch.zeros(64, 2),
+        env_id=torch.arange(64),
     )
     action = _sac().rollout_step(time_step, ()).output
     assert action.shape == (64, 2) and float(action.abs().max()) <= 2.0
@@ -195,11 +213,18 @@ def test_windows_longer_than_one_step_are_refused():
 
 def test_discrete_sac_trains_on_cartpole_for_a_few_iterations(tmp_path):
     overrides = [
-        f"root_dir={tmp_path / 'run'}", "trainer.progress_bar=off", "env.name=CartPole-v1",
-        "trainer.num_env_steps=400", "trainer.unroll_length=50", "trainer.eval_interval=4",
-        "trainer.num_eval_episodes=2", "trainer.summary_interval=1",
-        "algorithm.off_policy.initial_collect_steps=100", "algorithm.off_policy.mini_batch_size=32",
-        "algorithm.off_policy.num_updates_per_train_iter=5", "network.hidden_sizes=[32,32]",
+        f"root_dir={tmp_path / 'run'}",
+        "trainer.progress_bar=off",
+        "env.name=CartPole-v1",
+        "trainer.num_env_steps=400",
+        "trainer.unroll_length=50",
+        "trainer.eval_interval=4",
+        "trainer.num_eval_episodes=2",
+        "trainer.summary_interval=1",
+        "algorithm.off_policy.initial_collect_steps=100",
+        "algorithm.off_policy.mini_batch_size=32",
+        "algorithm.off_policy.num_updates_per_train_iter=5",
+        "network.hidden_sizes=[32,32]",
     ]
     train(load_config("sac_pendulum", overrides))
     records = read_metrics(tmp_path / "run")

@@ -80,7 +80,10 @@ def test_smoothing_noise_follows_its_std_inside_the_clip():
     smooth = TargetPolicySmoothing(noise_std=0.1, noise_clip=10.0)
     noise = smooth(torch.zeros(20000, 1))
     assert abs(float(noise.std()) - 0.1) < 0.005
-    assert float(TargetPolicySmoothing(0.1, 0.0)(torch.full((100, 1), 0.3)).sub(0.3).abs().max()) < 1e-7
+    assert (
+        float(TargetPolicySmoothing(0.1, 0.0)(torch.full((100, 1), 0.3)).sub(0.3).abs().max())
+        < 1e-7
+    )
 
 
 @pytest.mark.parametrize("policy_delay", [2, 3])
@@ -98,7 +101,9 @@ def test_actor_and_targets_change_only_every_policy_delay_updates(policy_delay):
         before = {name: [p.clone() for p in m.parameters()] for name, m in modules.items()}
         algorithm.update(inputs)
         changed = {
-            name: any(not torch.equal(a, b) for a, b in zip(before[name], m.parameters(), strict=True))
+            name: any(
+                not torch.equal(a, b) for a, b in zip(before[name], m.parameters(), strict=True)
+            )
             for name, m in modules.items()
         }
         delayed_step = update % policy_delay == 0

@@ -37,7 +37,9 @@ def test_matches_gymnasium_through_the_200_step_limit(lockstep):
 
 def test_max_episode_steps_and_gravity_options_match_gymnasium(lockstep):
     env = make_pendulum(NUM_ENVS, seed=4, dtype=torch.float64, max_episode_steps=25, g=9.81)
-    stats = lockstep(env, "Pendulum-v1", random_torques(1), num_steps=80, max_episode_steps=25, g=9.81)
+    stats = lockstep(
+        env, "Pendulum-v1", random_torques(1), num_steps=80, max_episode_steps=25, g=9.81
+    )
     assert stats.episode_lengths == [25] * (3 * NUM_ENVS)
 
 
@@ -103,7 +105,9 @@ def test_angle_normalize_matches_gymnasium():
     from gymnasium.envs.classic_control.pendulum import angle_normalize as gym_normalize
 
     angles = np.linspace(-20.0, 20.0, 1001)
-    np.testing.assert_allclose(angle_normalize(torch.from_numpy(angles)).numpy(), gym_normalize(angles), atol=1e-12)
+    np.testing.assert_allclose(
+        angle_normalize(torch.from_numpy(angles)).numpy(), gym_normalize(angles), atol=1e-12
+    )
 
 
 def test_render_draws_the_rod_upright_at_theta_zero():
