@@ -212,7 +212,10 @@ def _is_mujoco_env(name: str) -> bool:
     except (gym.error.Error, ImportError):
         return False  # gym.make raises the error that says what is wrong
     if not isinstance(entry_point, str):
-        entry_point = f"{entry_point.__module__}.{entry_point.__qualname__}"
+        # A class or function; a functools.partial or other callable may name neither.
+        entry_point = (
+            f"{getattr(entry_point, '__module__', '')}.{getattr(entry_point, '__qualname__', '')}"
+        )
     return "mujoco" in entry_point.lower()
 
 

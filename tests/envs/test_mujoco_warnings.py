@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import subprocess
 import sys
 import warnings
 
+import gymnasium as gym
 import numpy as np
 import pytest
 
 from cadence.envs import GymEnvFactory, MujocoWarning, make_env
+from cadence.envs.make import _is_mujoco_env
 from cadence.envs.mujoco_warnings import route_mujoco_warnings
 
 mujoco = pytest.importorskip("mujoco")
@@ -79,3 +82,19 @@ def test_a_warning_filtered_into_an_error_is_logged_not_fatal(no_handler, caplog
         warnings.simplefilter("error", MujocoWarning)
         unstable_step()
     assert "QPOS" in caplog.text
+
+
+def test_mujoco_ids_are_told_by_their_entry_point():
+    from gymnasium.envs.classic_control.cartpole import CartPoleEnv
+    from gymnasium.envs.mujoco.hopper_v5 import HopperEnv
+
+    gym.register("cadence-test/HopperClass-v0", entry_point=HopperEnv)
+    gym.register("cadence-test/CartPolePartial-v0", entry_point=functools.partial(CartPoleEnv))
+    try:
+        assert _is_mujoco_env("HalfCheetah-v5") and _is_mujoco_env("cadence-test/HopperClass-v0")
+        assert not _is_mujoco_env("CartPole-v1")
+        assert not _is_mujoco_env("cadence-test/CartPolePartial-v0")
+        assert not _is_mujoco_env("no_such_module:Env-v0")
+    finally:
+        del gym.registry["cadence-test/HopperClass-v0"]
+        del gym.registry["cadence-test/CartPolePartial-v0"]
