@@ -3,7 +3,7 @@
 from cadence.envs.environment import Environment, PyEnvironment, PyEnvironmentWrapper
 from cadence.envs.gym_adapter import GymAdapter
 from cadence.envs.make import GymEnvFactory, UnknownEnvironmentError, make_env
-from cadence.envs.mujoco_warnings import MujocoWarning
+from cadence.envs.mujoco_setup import MujocoWarning
 from cadence.envs.parallel import EnvironmentWorkerError, ParallelEnvironment
 from cadence.envs.serial import SerialEnvironment
 from cadence.envs.thread import ThreadEnvironment

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import difflib
 import os
+import sys
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
@@ -14,7 +15,7 @@ import torch
 
 from cadence.envs.environment import Environment, PyEnvironment
 from cadence.envs.gym_adapter import GymAdapter
-from cadence.envs.mujoco_warnings import route_mujoco_warnings
+from cadence.envs.mujoco_setup import is_mujoco_env, prepare_for_mujoco
 from cadence.envs.time_limit import TimeLimit
 
 Backend = Literal["serial", "thread", "parallel", "tensor", "auto"]
@@ -74,9 +75,11 @@ class GymEnvFactory:
             # A worker process starts with Gymnasium's registry only; this registers
             # cadence's own ids (cadence/...) there too.
             check_env_id(self.name)
-            route_mujoco_warnings(import_mujoco=_is_mujoco_env(self.name))
+            if is_mujoco_env(self.name):
+                prepare_for_mujoco(self.env_kwargs.get("render_mode"))
             env = gym.make(self.name, **self.env_kwargs)
-        route_mujoco_warnings()  # for the next envs, if this one imported MuJoCo itself
+        if "mujoco" in sys.modules:  # this env or an earlier one uses MuJoCo
+            prepare_for_mujoco(getattr(env, "render_mode", None))
         for wrapper in self.gym_wrappers:
             env = wrapper(env)
         return env
@@ -203,20 +206,6 @@ def check_env_id(name: str) -> None:
         f"Unknown environment id {name!r}.{hint} (Ids come from gymnasium.registry; "
         "import the package that registers yours, or pass 'module:EnvId'.)"
     )
-
-
-def _is_mujoco_env(name: str) -> bool:
-    """Whether the Gymnasium entry point of id ``name`` names MuJoCo (its package or class)."""
-    try:
-        entry_point = gym.spec(name).entry_point
-    except (gym.error.Error, ImportError):
-        return False  # gym.make raises the error that says what is wrong
-    if not isinstance(entry_point, str):
-        # A class or function; a functools.partial or other callable may name neither.
-        entry_point = (
-            f"{getattr(entry_point, '__module__', '')}.{getattr(entry_point, '__qualname__', '')}"
-        )
-    return "mujoco" in entry_point.lower()
 
 
 def _pick_cpu_backend(

@@ -14,6 +14,7 @@ from cadence.algorithms.algorithm import Algorithm
 from cadence.algorithms.build import build_algorithm
 from cadence.envs.environment import Environment
 from cadence.envs.make import make_env
+from cadence.envs.mujoco_setup import is_mujoco_env, offscreen_gl_hint
 from cadence.trainer.checkpoint import CheckpointManager
 from cadence.trainer.evaluation import TransformedPolicy, evaluate_episodes
 from cadence.transforms.build import make_data_transformer
@@ -71,7 +72,9 @@ def play(
     try:
         policy = TransformedPolicy(*load_policy(config, run_dir, env), batch_size=1)
         frames: list[np.ndarray] = []
-        returns, lengths = _run_episodes(policy, env, episodes, frames if video_path else None)
+        returns, lengths = _run_episodes(
+            policy, env, episodes, frames if video_path else None, config.env.name
+        )
     finally:
         env.close()
     if video_path is not None:
@@ -105,7 +108,11 @@ def evaluate(config: Any, run_dir: Path, episodes: int = 10) -> dict[str, float]
 
 @torch.no_grad()
 def _run_episodes(
-    policy: TransformedPolicy, env: Environment, episodes: int, frames: list[np.ndarray] | None
+    policy: TransformedPolicy,
+    env: Environment,
+    episodes: int,
+    frames: list[np.ndarray] | None,
+    env_name: str,
 ) -> tuple[list[float], list[int]]:
     returns: list[float] = []
     lengths: list[int] = []
@@ -114,7 +121,7 @@ def _run_episodes(
     episode_return, episode_length = 0.0, 0
     while len(returns) < episodes:
         if frames is not None:
-            frames.append(env.render(0))
+            frames.append(_frame(env, env_name))
         if time_step.is_last()[0]:
             returns.append(episode_return)
             lengths.append(episode_length)
@@ -128,6 +135,17 @@ def _run_episodes(
             episode_return += float(time_step.reward[0])
             episode_length += 1
     return returns, lengths
+
+
+def _frame(env: Environment, env_name: str) -> np.ndarray | None:
+    """The env's frame; a failure to render says how to fix it where it can."""
+    try:
+        return env.render(0)
+    except Exception as error:
+        message = f"{env_name} could not render a frame ({type(error).__name__}: {error})"
+        if is_mujoco_env(env_name):
+            message += f". {offscreen_gl_hint()}"
+        raise RuntimeError(message) from error
 
 
 def _make_play_env(config: Any, render: bool) -> Environment:

@@ -3,12 +3,17 @@ per time step, from a tensor-native env and from a Gymnasium env in a thread."""
 
 from __future__ import annotations
 
+import ctypes.util
+import os
+import subprocess
+import sys
+
 import imageio.v2 as imageio
 import numpy as np
 import pytest
 
 from cadence.config import load_config, to_yaml
-from cadence.trainer.play import evaluate, play
+from cadence.trainer.play import _frame, evaluate, play
 from cadence.trainer.run import train
 
 TINY = [
@@ -87,3 +92,40 @@ def test_play_needs_a_checkpoint(tmp_path):
     config = load_config("ppo_cartpole", TINY, root_dir=tmp_path)
     with pytest.raises(FileNotFoundError, match="no checkpoint"):
         play(config, tmp_path)
+
+
+@pytest.mark.skipif(
+    not (ctypes.util.find_library("EGL") or ctypes.util.find_library("OSMesa")),
+    reason="MuJoCo needs EGL or OSMesa to render without a display",
+)
+def test_play_renders_a_mujoco_env_without_a_display(tmp_path):
+    # Gymnasium's own choice, glfw, fails at the first frame on a machine without a display.
+    root = tmp_path / "run"
+    overrides = [*TINY, "env.max_episode_steps=10", "env.backend=serial"]
+    config = load_config("ppo_hopper", overrides, root_dir=root)
+    train(config, to_yaml(config))
+    video = tmp_path / "hopper.mp4"
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY", "MUJOCO_GL")
+    }
+    code = (
+        "from cadence.cli import main; "
+        f"raise SystemExit(main(['play', {str(root)!r}, '--video', {str(video)!r}]))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+    count, first = _decode(video)
+    assert count >= 2 and first.shape[-1] == 3 and first.std() > 0
+
+
+class _Unrenderable:
+    def render(self, env_index):
+        raise RuntimeError("no OpenGL context")
+
+
+def test_a_mujoco_env_that_cannot_render_says_how_to_fix_it():
+    with pytest.raises(RuntimeError, match="Hopper-v5 could not render.*MUJOCO_GL"):
+        _frame(_Unrenderable(), "Hopper-v5")
+    with pytest.raises(RuntimeError, match="CartPole-v1 could not render") as error:
+        _frame(_Unrenderable(), "CartPole-v1")
+    assert "MUJOCO_GL" not in str(error.value)

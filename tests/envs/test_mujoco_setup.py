@@ -1,9 +1,12 @@
-"""MuJoCo's warnings reach Python's warnings, not stdout and a MUJOCO_LOG.TXT in the working directory."""
+"""MuJoCo set up per process: its warnings reach Python's (not stdout and a MUJOCO_LOG.TXT in
+the working directory), and an offscreen OpenGL back end is picked where there is no display."""
 
 from __future__ import annotations
 
+import ctypes.util
 import functools
 import logging
+import os
 import subprocess
 import sys
 import warnings
@@ -12,9 +15,8 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from cadence.envs import GymEnvFactory, MujocoWarning, make_env
-from cadence.envs.make import _is_mujoco_env
-from cadence.envs.mujoco_warnings import route_mujoco_warnings
+from cadence.envs import GymEnvFactory, MujocoWarning, make_env, mujoco_setup
+from cadence.envs.mujoco_setup import is_mujoco_env, route_mujoco_warnings, use_offscreen_gl
 
 mujoco = pytest.importorskip("mujoco")
 
@@ -91,10 +93,58 @@ def test_mujoco_ids_are_told_by_their_entry_point():
     gym.register("cadence-test/HopperClass-v0", entry_point=HopperEnv)
     gym.register("cadence-test/CartPolePartial-v0", entry_point=functools.partial(CartPoleEnv))
     try:
-        assert _is_mujoco_env("HalfCheetah-v5") and _is_mujoco_env("cadence-test/HopperClass-v0")
-        assert not _is_mujoco_env("CartPole-v1")
-        assert not _is_mujoco_env("cadence-test/CartPolePartial-v0")
-        assert not _is_mujoco_env("no_such_module:Env-v0")
+        assert is_mujoco_env("HalfCheetah-v5") and is_mujoco_env("cadence-test/HopperClass-v0")
+        assert not is_mujoco_env("CartPole-v1")
+        assert not is_mujoco_env("cadence-test/CartPolePartial-v0")
+        assert not is_mujoco_env("no_such_module:Env-v0")
     finally:
         del gym.registry["cadence-test/HopperClass-v0"]
         del gym.registry["cadence-test/CartPolePartial-v0"]
+
+
+@pytest.fixture
+def headless(monkeypatch):
+    """Linux without a display or a MUJOCO_GL choice; the libraries found are the test's."""
+    for name in ("DISPLAY", "WAYLAND_DISPLAY", "MUJOCO_GL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(mujoco_setup.sys, "platform", "linux")
+    installed = set()
+    monkeypatch.setattr(
+        mujoco_setup.ctypes.util,
+        "find_library",
+        lambda name: f"lib{name}.so" if name in installed else None,
+    )
+    return installed
+
+
+@pytest.mark.parametrize(
+    ("installed", "expected"),
+    [({"EGL", "OSMesa"}, "egl"), ({"OSMesa"}, "osmesa"), (set(), None)],
+)
+def test_without_a_display_an_installed_offscreen_back_end_is_picked(headless, installed, expected):
+    headless.update(installed)
+    assert use_offscreen_gl() == expected
+    assert os.environ.get("MUJOCO_GL") == expected
+
+
+def test_a_display_or_a_users_choice_is_left_alone(headless, monkeypatch):
+    headless.add("EGL")
+    monkeypatch.setenv("DISPLAY", ":0")
+    assert use_offscreen_gl() is None and "MUJOCO_GL" not in os.environ
+    monkeypatch.delenv("DISPLAY")
+    monkeypatch.setenv("MUJOCO_GL", "osmesa")
+    assert use_offscreen_gl() == "osmesa"
+
+
+@pytest.mark.skipif(bool(ctypes.util.find_library("OSMesa")), reason="OSMesa is installed")
+def test_a_mujoco_gl_whose_library_is_missing_is_explained():
+    code = "from cadence.envs import GymEnvFactory; GymEnvFactory('Hopper-v5', 0, 0)()"
+    env = {k: v for k, v in os.environ.items() if k != "PYOPENGL_PLATFORM"}
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**env, "MUJOCO_GL": "osmesa"},
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode != 0
+    assert "importing MuJoCo failed" in result.stderr and "apt install" in result.stderr
