@@ -158,6 +158,12 @@ def run_list(args: argparse.Namespace) -> int:
     return 0
 
 
+_OUTCOME_MESSAGES = {
+    None: "already complete",
+    "preempted": "preempted: checkpointed, and the same command resumes",
+}
+
+
 def run_train(args: argparse.Namespace) -> int:
     """Loads and checks the config (no directory is created before that), then trains it."""
     if args.help:
@@ -172,7 +178,7 @@ def run_train(args: argparse.Namespace) -> int:
     config = load_config(args.name, args.overrides, root_dir=args.root_dir)
     _log_to_terminal()
     outcome = train_experiment(config)
-    print(f"{config.root_dir}: {'already complete' if outcome is None else outcome}")
+    print(f"{config.root_dir}: {_OUTCOME_MESSAGES.get(outcome, outcome)}")
     return 0
 
 

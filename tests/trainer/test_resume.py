@@ -62,9 +62,10 @@ def test_kill_9_then_restart_matches_an_uninterrupted_run(tmp_path, uninterrupte
     assert comparable_metrics(read_metrics(root)) == comparable_metrics(uninterrupted)
 
 
-def test_sigusr1_checkpoints_exits_0_and_resumes_exactly(tmp_path, uninterrupted):
+@pytest.mark.parametrize("sig", [signal.SIGUSR1, signal.SIGINT], ids=["SIGUSR1", "Ctrl-C"])
+def test_a_preemption_signal_checkpoints_exits_0_and_resumes_exactly(tmp_path, uninterrupted, sig):
     root = tmp_path / "run"
-    process = _start_and_signal(root, signal.SIGUSR1, after_iteration=3)
+    process = _start_and_signal(root, sig, after_iteration=3)
     assert process.returncode == 0, process.stderr.read().decode()
     assert not (root / "COMPLETE").exists()
     interrupted_at = _latest_iteration(root)
