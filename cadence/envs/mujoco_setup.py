@@ -51,7 +51,7 @@ def prepare_for_mujoco(render_mode: str | None) -> None:
     """
     if render_mode in OFFSCREEN_RENDER_MODES:
         use_offscreen_gl()
-    route_mujoco_warnings(import_mujoco=True)
+    route_mujoco_warnings()
 
 
 def is_mujoco_env(name: str) -> bool:
@@ -68,31 +68,21 @@ def is_mujoco_env(name: str) -> bool:
     return "mujoco" in entry_point.lower()
 
 
-def route_mujoco_warnings(*, import_mujoco: bool = False) -> bool:
+def route_mujoco_warnings() -> bool:
     """Sends this process's MuJoCo warnings through `warnings.warn` as `MujocoWarning`.
 
-    Leaves a handler installed by anyone else in place. Importing MuJoCo takes ~0.1 s,
-    so it is not imported unless asked.
-
-    Args:
-        import_mujoco: import MuJoCo if it is installed and not imported yet (else
-            nothing happens until something else imports it).
+    Imports MuJoCo if it is installed and not imported yet. Leaves a handler installed
+    by anyone else in place.
 
     Returns:
-        Whether MuJoCo's warnings now come through `_warn`.
+        Whether MuJoCo's warnings now come through `_warn` (``False`` without MuJoCo).
     """
-    mujoco = sys.modules.get("mujoco")
-    if mujoco is None and import_mujoco:
-        try:
-            import mujoco
-        except ImportError:
-            return False
-        except Exception as error:  # e.g. MUJOCO_GL names a back end whose library is missing
-            raise RuntimeError(
-                f"importing MuJoCo failed: {error!r}. {offscreen_gl_hint()}"
-            ) from error
-    if mujoco is None:
+    try:
+        import mujoco
+    except ImportError:
         return False
+    except Exception as error:  # e.g. MUJOCO_GL names a back end whose library is missing
+        raise RuntimeError(f"importing MuJoCo failed: {error!r}. {offscreen_gl_hint()}") from error
     handler = mujoco.get_mju_user_warning()
     if handler is None:
         mujoco.set_mju_user_warning(_warn)
