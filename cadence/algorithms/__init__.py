@@ -1,21 +1,47 @@
-"""Algorithms: the `Algorithm` contract, training schemes, PPO/A2C/DQN/SAC/TD3/DDPG, and pure
-return functions (`returns`)."""
+"""Algorithms: the `Algorithm` contract, the on- and off-policy training schemes, the
+registry, PPO/A2C/DQN/SAC/TD3/DDPG, and pure return functions (`returns`).
 
-from cadence.algorithms.algorithm import Algorithm, AlgStep, LossInfo
-from cadence.algorithms.build import ALGORITHM_BUILDERS, build_algorithm
-from cadence.algorithms.off_policy import OffPolicyScheme, make_replay_buffer
-from cadence.algorithms.off_policy_config import OffPolicyConfig
-from cadence.algorithms.on_policy import OnPolicyScheme, TrainingScheme
+Names load on first use (`cadence._lazy`), so reading the registry or an algorithm's
+config imports no torch.
+"""
+
+from cadence._lazy import lazy_exports
 
 __all__ = [
-    "ALGORITHM_BUILDERS",
     "AlgStep",
     "Algorithm",
+    "AlgorithmRegistration",
+    "IterationResult",
     "LossInfo",
     "OffPolicyConfig",
     "OffPolicyScheme",
     "OnPolicyScheme",
     "TrainingScheme",
+    "UpdateResult",
+    "algorithm_names",
     "build_algorithm",
     "make_replay_buffer",
+    "register_algorithm",
+    "reset_state",
 ]
+
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "AlgStep": "algorithm",
+        "Algorithm": "algorithm",
+        "AlgorithmRegistration": "registry",
+        "IterationResult": "scheme",
+        "LossInfo": "algorithm",
+        "OffPolicyConfig": "off_policy_config",
+        "OffPolicyScheme": "off_policy",
+        "OnPolicyScheme": "on_policy",
+        "TrainingScheme": "scheme",
+        "UpdateResult": "algorithm",
+        "algorithm_names": "registry",
+        "build_algorithm": "build",
+        "make_replay_buffer": "off_policy",
+        "register_algorithm": "registry",
+        "reset_state": "algorithm",
+    },
+)

@@ -8,11 +8,10 @@ minibatches of ``mini_batch_size``, DESIGN §5): no subclass switches anything o
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 import torch
-from torch import nn
 
 from cadence.algorithms.actor_critic_network import ActorCriticNetwork
 from cadence.algorithms.algorithm import Algorithm, AlgStep, LossInfo
@@ -64,7 +63,7 @@ class ActorCriticAlgorithm(Algorithm):
         self.gae_lambda = gae_lambda
         self.learning_rate = learning_rate
         self.lr_schedule = lr_schedule
-        self.max_grad_norm = max_grad_norm
+        self.max_grad_norm: float | None = max_grad_norm
         self.num_updates_per_train_iter = num_updates_per_train_iter
         self.mini_batch_size = mini_batch_size
         self.target_kl = target_kl
@@ -87,13 +86,17 @@ class ActorCriticAlgorithm(Algorithm):
         for group in self._optimizer.param_groups:
             group["lr"] = self.learning_rate * scale
 
-    def predict_step(self, time_step: TimeStep, state: Nest) -> AlgStep:
+    def predict_step(self, time_step: TimeStep, state: Nest, agent_info: Nest = ()) -> AlgStep:
         distribution = self.network.distribution(time_step.observation)
         return AlgStep(output=self._to_env(distribution.mode), state=state)
 
-    def rollout_step(self, time_step: TimeStep, state: Nest) -> AlgStep:
+    def rollout_step(self, time_step: TimeStep, state: Nest, agent_info: Nest = ()) -> AlgStep:
+        """A sampled action; ``agent_info["deterministic"]`` (``[B]`` bool), where given,
+        makes those slots act with the policy's mode instead."""
         distribution = self.network.distribution(time_step.observation)
         action = distribution.sample()
+        if "deterministic" in agent_info:
+            action = _where_rows(agent_info["deterministic"], distribution.mode, action)
         info = {"action": action, "log_prob": distribution.log_prob(action)}
         return AlgStep(output=self._to_env(action), state=state, info=info)
 
@@ -143,15 +146,18 @@ class ActorCriticAlgorithm(Algorithm):
     def calc_loss(self, info: dict[str, torch.Tensor]) -> LossInfo:
         return self.loss(info)
 
-    def apply_gradients(self, loss: torch.Tensor) -> torch.Tensor:
-        """One optimizer step on ``loss``; returns the gradient norm before clipping."""
-        self._optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        grad_norm = nn.utils.clip_grad_norm_(self.network.parameters(), self.max_grad_norm)
-        self._optimizer.step()
-        return grad_norm
+    def stop_epochs(self, metrics: Mapping[str, float]) -> bool:
+        """Stops the passes once the mean approximate KL exceeds ``target_kl``."""
+        if self.target_kl is None or "train/approx_kl" not in metrics:
+            return False
+        return metrics["train/approx_kl"] > self.target_kl
 
     def _to_env(self, action: torch.Tensor) -> torch.Tensor:
         if self._clip_actions:
             return torch.maximum(torch.minimum(action, self._action_high), self._action_low)
         return action
+
+
+def _where_rows(condition: torch.Tensor, yes: torch.Tensor, no: torch.Tensor) -> torch.Tensor:
+    """``yes`` in the rows ``[B]`` where ``condition`` holds, else ``no``."""
+    return torch.where(condition.reshape(condition.shape + (1,) * (yes.dim() - 1)), yes, no)

@@ -1,28 +1,48 @@
-"""The `Algorithm` contract (DESIGN §5).
+"""The `Algorithm` contract (DESIGN §5): the one interface the collector and the trainer call.
 
-An algorithm is an ``nn.Module`` with three step functions, each
-``(inputs, state) -> AlgStep(output, state, info)``:
+An algorithm is an ``nn.Module`` with
 
-- `predict_step` for evaluation and play (no exploration unless asked);
-- `rollout_step` during an unroll (exploration; ``info`` is stored with the experience);
-- `train_step` on experience (recomputing what the loss needs);
+- three step functions, each ``(inputs, state) -> AlgStep(output, state, info)``:
+  `predict_step` (evaluation and play), `rollout_step` (an unroll: exploration, and
+  ``info`` is stored with the experience) and `train_step` (recomputing on experience).
+  Recurrent state is always explicit: `initial_state` gives that of new episodes, the
+  collector passes each step's ``state`` to the next and resets it to the initial state
+  where a step is FIRST, and ``agent_info`` (per-slot parameters such as a per-env
+  epsilon) reaches the acting steps as a nest of ``[B, ...]`` tensors;
+- ``calc_loss(info) -> LossInfo(loss, extra)`` with named terms;
+- an update it owns: `preprocess_experience` turns an unroll (on-policy) or replayed
+  windows (off-policy) into a batch, the scheme cuts it into minibatches, and `update`
+  does one minibatch: losses, backward, the gradient-sync hook, clipping, optimizer
+  steps, target updates. It returns an `UpdateResult` whose metrics stay tensors and
+  whose ``nonfinite`` flag the trainer reads once per iteration (no host sync per update),
+  so one update has the shape of one compiled graph;
+- `optimizers`, checkpointed with the parameters.
 
-and ``calc_loss(info) -> LossInfo(loss, extra)`` with named terms. Recurrent
-state is always explicit: ``initial_state(batch_size)`` gives the state of a new
-episode and callers pass it back in. Optimizers belong to the algorithm and are
-part of its ``state_dict``.
+The default `update` is the minibatch pipeline ``train_step -> calc_loss -> minimize ->
+after_update``; an algorithm with several losses or optimizers writes its own from the
+same parts (`minimize`, `update_result`).
 """
 
 from __future__ import annotations
 
 import abc
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import torch
 from torch import nn
 
-from cadence.data.nest import Nest
-from cadence.data.time_step import TimeStep
+from cadence.data.nest import Nest, map_structure
+from cadence.data.time_step import StepType, TimeStep
+
+Batch = dict[str, Any]
+"""A batch of experience as `preprocess_experience` makes it: a dict of nests whose leaves
+share their first dim (samples, or sequences ``[B, L, ...]``). A batch of sequences may
+carry ``"initial_state"``: the recurrent state at each sequence's first step."""
+
+GradientSync = Callable[[list[torch.Tensor]], None]
+"""Called with the parameters of the optimizers about to step, after backward and before
+clipping: a no-op in one process, an all-reduce of their ``.grad`` across ranks."""
 
 
 class AlgStep(NamedTuple):
@@ -42,29 +62,157 @@ class LossInfo(NamedTuple):
     extra: dict[str, torch.Tensor]
 
 
-class Algorithm(nn.Module, abc.ABC):
-    """Base of all algorithms: the step functions, the loss and the optimizers."""
+class UpdateResult(NamedTuple):
+    """What one `Algorithm.update` returns.
 
+    Attributes:
+        metrics: named 0-d tensors to log (``loss/*``, ``train/*``); never synced here.
+        nonfinite: 0-d bool tensor, True when a loss or a gradient norm was NaN or inf.
+        priorities: ``[N]`` new replay priorities of the minibatch's windows, or None.
+    """
+
+    metrics: dict[str, torch.Tensor]
+    nonfinite: torch.Tensor
+    priorities: torch.Tensor | None = None
+
+
+class Algorithm(nn.Module, abc.ABC):
+    """Base of all algorithms: step functions, loss, update and optimizers.
+
+    Class attributes an algorithm sets when they apply:
+
+    Attributes:
+        num_updates_per_train_iter: on-policy: passes (epochs) over each unroll.
+        mini_batch_size: on-policy: samples (or sequences) per minibatch; None for all.
+        replay_fields: off-policy: the replay row keys `preprocess_experience` reads
+            (``"time_step/observation"``, ``"action"``, ...); None gathers every field.
+            Ignored when data transformers run first, since they may read any field.
+        max_grad_norm: clip each optimizer's gradients to this global norm (None: no clip).
+    """
+
+    num_updates_per_train_iter: int = 1
+    mini_batch_size: int | None = None
+    replay_fields: Sequence[str] | None = None
+    max_grad_norm: float | None = None
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._gradient_sync: GradientSync | None = None
+
+    # ------------------------------------------------------------------ acting
     def initial_state(self, batch_size: int) -> Nest:
         """The recurrent state of ``batch_size`` new episodes (``()`` when stateless)."""
         return ()
 
     @abc.abstractmethod
-    def predict_step(self, time_step: TimeStep, state: Nest) -> AlgStep:
+    def predict_step(self, time_step: TimeStep, state: Nest, agent_info: Nest = ()) -> AlgStep:
         """Chooses actions for evaluation: ``output`` is the action nest ``[B, ...]``."""
 
     @abc.abstractmethod
-    def rollout_step(self, time_step: TimeStep, state: Nest) -> AlgStep:
+    def rollout_step(self, time_step: TimeStep, state: Nest, agent_info: Nest = ()) -> AlgStep:
         """Chooses exploratory actions during an unroll; ``info`` goes into the experience."""
 
-    def train_step(self, inputs: Any, state: Nest) -> AlgStep:
-        """Recomputes what `calc_loss` needs on a batch of experience."""
-        raise NotImplementedError(f"{type(self).__name__} does not train from replayed steps")
+    # ---------------------------------------------------------------- learning
+    @abc.abstractmethod
+    def preprocess_experience(self, experience: Any) -> Batch:
+        """An unroll (`cadence.data.Experience`, on-policy) or replayed windows
+        (`cadence.replay.ReplaySample`, off-policy) as the batch `update` takes."""
+
+    def train_step(self, inputs: Batch, state: Nest) -> AlgStep:
+        """Recomputes what `calc_loss` needs on a minibatch."""
+        raise NotImplementedError(f"{type(self).__name__} does not define train_step")
+
+    def calc_loss(self, info: Nest) -> LossInfo:
+        """The loss of a minibatch from its `train_step` info."""
+        raise NotImplementedError(f"{type(self).__name__} does not define calc_loss")
+
+    def update(self, batch: Batch) -> UpdateResult:
+        """One minibatch: ``train_step -> calc_loss -> minimize -> after_update``."""
+        step = self.train_step(batch, batch.get("initial_state", ()))
+        loss_info = self.calc_loss(step.info)
+        grad_norm = self.minimize(loss_info.loss)
+        self.after_update()
+        return self.update_result(loss_info, grad_norm, self.priorities(step.info))
+
+    def priorities(self, info: Nest) -> torch.Tensor | None:
+        """``[N]`` new replay priorities from a minibatch's `train_step` info (None: keep)."""
+        return None
+
+    def after_update(self) -> None:
+        """Runs after every optimizer step (target networks, counters)."""
+
+    def set_progress(self, fraction: float) -> None:
+        """Called before each iteration with the fraction of the env-step budget spent
+        (learning-rate and exploration schedules)."""
+
+    def stop_epochs(self, metrics: Mapping[str, float]) -> bool:
+        """On-policy: whether to stop the passes over an unroll after the one that just
+        ended, given the mean of every metric over this iteration's updates so far."""
+        return False
 
     @abc.abstractmethod
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:
         """The algorithm's optimizers by name (checkpointed with it)."""
 
+    # ------------------------------------------------------ the update's parts
+    def set_gradient_sync(self, sync: GradientSync | None) -> None:
+        """Installs the gradient-sync hook (None: none, the one-process default)."""
+        self._gradient_sync = sync
+
+    def sync_gradients(self, parameters: list[torch.Tensor]) -> None:
+        """The gradient-sync hook: between backward and the optimizer steps."""
+        if self._gradient_sync is not None:
+            self._gradient_sync(parameters)
+
+    def minimize(
+        self, loss: torch.Tensor, optimizers: Sequence[torch.optim.Optimizer] | None = None
+    ) -> torch.Tensor | None:
+        """One step of ``optimizers`` (default: all) on ``loss``.
+
+        zero_grad, backward, `sync_gradients`, clip each optimizer's gradients to
+        `max_grad_norm`, step.
+
+        Returns:
+            The largest gradient norm before clipping (0-d), or None without clipping.
+        """
+        optimizers = list(self.optimizers().values()) if optimizers is None else optimizers
+        for optimizer in optimizers:
+            optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = self.sync_and_clip(optimizers)
+        for optimizer in optimizers:
+            optimizer.step()
+        return grad_norm
+
+    def sync_and_clip(self, optimizers: Iterable[torch.optim.Optimizer]) -> torch.Tensor | None:
+        """`sync_gradients`, then each optimizer's gradients clipped to `max_grad_norm`.
+
+        Returns:
+            The largest norm before clipping, or None when there is no clipping.
+        """
+        groups = [_parameters(optimizer) for optimizer in optimizers]
+        self.sync_gradients([p for group in groups for p in group])
+        if self.max_grad_norm is None:
+            return None
+        norms = [nn.utils.clip_grad_norm_(group, self.max_grad_norm) for group in groups]
+        return norms[0] if len(norms) == 1 else torch.stack(norms).max()
+
+    @staticmethod
+    def update_result(
+        loss_info: LossInfo,
+        grad_norm: torch.Tensor | None = None,
+        priorities: torch.Tensor | None = None,
+    ) -> UpdateResult:
+        """The `UpdateResult` of one loss: its terms, ``loss/total``, ``train/grad_norm``."""
+        metrics = {key: value.detach() for key, value in loss_info.extra.items()}
+        metrics["loss/total"] = loss_info.loss.detach()
+        nonfinite = ~torch.isfinite(metrics["loss/total"])
+        if grad_norm is not None:
+            metrics["train/grad_norm"] = grad_norm.detach()
+            nonfinite = nonfinite | ~torch.isfinite(metrics["train/grad_norm"])
+        return UpdateResult(metrics, nonfinite, priorities)
+
+    # ------------------------------------------------------------------- state
     def state_dict(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
         """Network parameters and buffers, plus every optimizer's state under ``optim/``."""
         state = super().state_dict(*args, **kwargs)
@@ -77,3 +225,24 @@ class Algorithm(nn.Module, abc.ABC):
         for name, optimizer in self.optimizers().items():
             optimizer.load_state_dict(state_dict.pop(f"optim/{name}"))
         return super().load_state_dict(state_dict, strict=strict)
+
+
+def reset_state(step_type: torch.Tensor, state: Nest, initial_state: Nest) -> Nest:
+    """``state`` with the rows of FIRST steps replaced by ``initial_state``'s.
+
+    Args:
+        step_type: ``[B]`` step types.
+        state: a nest of ``[B, ...]`` recurrent states.
+        initial_state: the same nest, the state of new episodes.
+    """
+    first = step_type == StepType.FIRST
+
+    def reset(current: torch.Tensor, initial: torch.Tensor) -> torch.Tensor:
+        mask = first.reshape(first.shape + (1,) * (current.dim() - 1))
+        return torch.where(mask, initial, current)
+
+    return map_structure(reset, state, initial_state)
+
+
+def _parameters(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
+    return [p for group in optimizer.param_groups for p in group["params"]]

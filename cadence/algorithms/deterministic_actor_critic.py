@@ -29,8 +29,7 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-from cadence.algorithms.algorithm import Algorithm, AlgStep, LossInfo
-from cadence.algorithms.off_policy_config import OffPolicyConfig
+from cadence.algorithms.algorithm import Algorithm, AlgStep, LossInfo, UpdateResult
 from cadence.algorithms.returns import n_step_return
 from cadence.data.nest import Nest, map_structure
 from cadence.data.specs import BoundedTensorSpec, Spec
@@ -61,6 +60,7 @@ class DeterministicActorCritic(Algorithm):
         actor_learning_rate, critic_learning_rate: Adam step sizes.
         policy_delay: critic updates per actor and target update.
         target_action_noise: applied to the target actor's actions (None: used as they are).
+        max_grad_norm: clip the actor's and the critics' gradients to this norm (None: no clip).
 
     Raises:
         ValueError: the action spec is not bounded, continuous and 1-D.
@@ -89,6 +89,7 @@ class DeterministicActorCritic(Algorithm):
         critic_learning_rate: float,
         policy_delay: int = 1,
         target_action_noise: TargetActionNoise | None = None,
+        max_grad_norm: float | None = None,
     ):
         super().__init__()
         low, high = action_bounds(action_spec)
@@ -102,6 +103,7 @@ class DeterministicActorCritic(Algorithm):
         self.exploration_noise = exploration_noise
         self.policy_delay = policy_delay
         self.target_action_noise = target_action_noise
+        self.max_grad_norm = max_grad_norm
         self.register_buffer("_action_center", (high + low) / 2, persistent=False)
         self.register_buffer("_action_half_range", (high - low) / 2, persistent=False)
         # A buffer (not a float) so logging it never syncs, and a checkpoint keeps it.
@@ -114,14 +116,11 @@ class DeterministicActorCritic(Algorithm):
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:
         return {"actor": self._actor_optimizer, "critic": self._critic_optimizer}
 
-    def set_progress(self, fraction: float) -> None:
-        """Nothing to schedule: learning rates and noise scales are constant."""
-
-    def predict_step(self, time_step: TimeStep, state: Nest) -> AlgStep:
+    def predict_step(self, time_step: TimeStep, state: Nest, agent_info: Nest = ()) -> AlgStep:
         """The deterministic action ``mu(s)``, scaled to the env's bounds."""
         return AlgStep(output=self.to_env_action(self.actor(time_step.observation)), state=state)
 
-    def rollout_step(self, time_step: TimeStep, state: Nest) -> AlgStep:
+    def rollout_step(self, time_step: TimeStep, state: Nest, agent_info: Nest = ()) -> AlgStep:
         """``mu(s)`` plus Gaussian noise, clipped to the bounds (no info is stored)."""
         action = self.actor(time_step.observation)
         action = action + self.exploration_noise * torch.randn_like(action)
@@ -237,7 +236,7 @@ class DeterministicActorCritic(Algorithm):
         inputs = torch.cat([features, action], dim=-1).unsqueeze(0)
         return functional_call(critic.mlp, member, (inputs,))[0].squeeze(-1)
 
-    def update(self, inputs: dict[str, Any]) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    def update(self, batch: dict[str, Any]) -> UpdateResult:
         """One critic step; every ``policy_delay``-th call also an actor step and `after_update`.
 
         Returns:
@@ -245,19 +244,27 @@ class DeterministicActorCritic(Algorithm):
             scheme's average over minibatches is not diluted by the delayed steps)
             and ``[N]`` priorities: the mean |TD error| over critics, 0 for masked windows.
         """
-        step = self.train_step(inputs)
+        step = self.train_step(batch)
         critic = self.calc_loss(step.info)
-        _apply(self._critic_optimizer, critic.loss)
+        grad_norm = self.minimize(critic.loss, [self._critic_optimizer])
+        nonfinite = ~torch.isfinite(critic.loss.detach())
         self._num_updates += 1
         if self._num_updates % self.policy_delay == 0:
-            actor = self.actor_loss(inputs)
-            _apply(self._actor_optimizer, actor.loss)
+            actor = self.actor_loss(batch)
+            actor_norm = self.minimize(actor.loss, [self._actor_optimizer])
             self._last_actor_loss = actor.loss.detach()
+            nonfinite = nonfinite | ~torch.isfinite(self._last_actor_loss)
+            if actor_norm is not None:
+                grad_norm = torch.maximum(grad_norm, actor_norm)
             self.after_update()
         with torch.no_grad():
             error = (step.info["q"] - step.info["target"]).abs().mean(dim=0)
             priorities = error * step.info["valid"]
-        return {**critic.extra, "loss/actor": self._last_actor_loss}, priorities
+        metrics = {**critic.extra, "loss/actor": self._last_actor_loss}
+        if grad_norm is not None:
+            metrics["train/grad_norm"] = grad_norm.detach()
+            nonfinite = nonfinite | ~torch.isfinite(grad_norm)
+        return UpdateResult(metrics, nonfinite, priorities)
 
     @torch.no_grad()
     def after_update(self) -> None:
@@ -271,22 +278,6 @@ class DeterministicActorCritic(Algorithm):
 
     def set_extra_state(self, state: dict[str, int]) -> None:
         self._num_updates = int(state["num_updates"])
-
-
-def check_off_policy_config(instance: Any, attribute: Any, value: Any) -> None:
-    """attrs validator of an ``off_policy`` field: an `OffPolicyConfig` with windows of >= 2 steps.
-
-    Raises:
-        TypeError: not an `OffPolicyConfig`.
-        ValueError: ``mini_batch_length < 2`` (a TD target needs s_t and s_t+1).
-    """
-    if not isinstance(value, OffPolicyConfig):
-        raise TypeError(f"'{attribute.name}' must be an OffPolicyConfig, got {value!r}")
-    if value.mini_batch_length < 2:
-        raise ValueError(
-            f"'{attribute.name}.mini_batch_length' must be >= 2 (a TD target needs s_t and "
-            f"s_t+1), got {value.mini_batch_length}"
-        )
 
 
 def make_deterministic_networks(
@@ -331,6 +322,7 @@ class SharedHyperparameters(Protocol):
     exploration_noise: float
     actor_learning_rate: float
     critic_learning_rate: float
+    max_grad_norm: float | None
 
 
 def make_deterministic_actor_critic(
@@ -344,7 +336,8 @@ def make_deterministic_actor_critic(
     """Networks and a `DeterministicActorCritic` from the hyperparameters DDPG and TD3 share.
 
     Args:
-        config: the algorithm's config (gamma, tau, exploration noise, learning rates).
+        config: the algorithm's config (gamma, tau, exploration noise, learning rates,
+            gradient clipping).
         observation_spec: the (transformed) observation spec.
         action_spec: the env's bounded continuous action spec, shape ``(A,)``.
         network_config: the network section.
@@ -366,6 +359,7 @@ def make_deterministic_actor_critic(
         exploration_noise=config.exploration_noise,
         actor_learning_rate=config.actor_learning_rate,
         critic_learning_rate=config.critic_learning_rate,
+        max_grad_norm=config.max_grad_norm,
         **variant,
     )
 
@@ -397,9 +391,3 @@ def action_bounds(action_spec: Spec) -> tuple[torch.Tensor, torch.Tensor]:
 def make_adam(parameters: Iterable[nn.Parameter], learning_rate: float) -> torch.optim.Adam:
     """Adam with the fused kernel (one kernel for all parameters, no per-tensor Python loop)."""
     return torch.optim.Adam(parameters, lr=learning_rate, fused=True)
-
-
-def _apply(optimizer: torch.optim.Optimizer, loss: torch.Tensor) -> None:
-    optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    optimizer.step()

@@ -10,8 +10,8 @@ the replay buffer, then trains:
 - otherwise: ``mini_batch_size * num_updates_per_train_iter`` windows of
   ``mini_batch_length`` steps are sampled, shuffled and cut into minibatches.
 
-Each minibatch goes: data transformers -> ``preprocess_experience`` -> ``update``
-(``train_step`` -> ``calc_loss`` -> optimizer step -> ``after_update``) -> priority update.
+Each minibatch goes: data transformers -> ``preprocess_experience`` -> `Algorithm.update`
+(``train_step`` -> ``calc_loss`` -> optimizer steps -> ``after_update``) -> priority update.
 """
 
 from __future__ import annotations
@@ -21,8 +21,9 @@ from typing import Any, Protocol
 
 import torch
 
-from cadence.algorithms.algorithm import Algorithm, AlgStep
+from cadence.algorithms.algorithm import Algorithm, AlgStep, UpdateResult
 from cadence.algorithms.off_policy_config import OffPolicyConfig
+from cadence.algorithms.scheme import IterationResult, UpdateTotals
 from cadence.data.experience import Experience
 from cadence.data.nest import Nest
 from cadence.data.specs import Spec
@@ -31,7 +32,7 @@ from cadence.replay.buffer import ReplayBuffer, ReplaySample
 from cadence.replay.prioritized import PrioritizedSampler, linear_schedule
 from cadence.replay.samplers import SampleIndices
 
-Policy = Callable[[TimeStep, Nest], AlgStep]
+Policy = Callable[[TimeStep, Nest, Nest], AlgStep]
 SampleTransform = Callable[[ReplaySample], ReplaySample]
 
 
@@ -43,22 +44,6 @@ class PolicySource(Protocol):
     def unroll(
         self, policy: Policy | None = None
     ) -> tuple[Experience, dict[str, torch.Tensor]]: ...
-
-
-class OffPolicyAlgorithm(Protocol):
-    """What `OffPolicyScheme` needs of an algorithm beyond the `Algorithm` contract.
-
-    Optionally an algorithm has ``replay_fields``: the row keys (``"time_step/observation"``,
-    ``"action"``, ...) its `preprocess_experience` reads. The scheme then gathers only those
-    from the replay buffer; without it, or when data transformers run first (they may read
-    any field), every field is gathered.
-    """
-
-    def preprocess_experience(self, sample: ReplaySample) -> Any:
-        """Turns ``[N, L]`` replayed windows into the inputs of `update`."""
-
-    def update(self, inputs: Any) -> tuple[dict[str, torch.Tensor], torch.Tensor | None]:
-        """One optimizer step; returns logged scalar terms and ``[N]`` priorities (or None)."""
 
 
 def make_replay_buffer(
@@ -83,8 +68,8 @@ class RandomPolicy:
         self.algorithm = algorithm
         self.action_spec = action_spec
 
-    def __call__(self, time_step: TimeStep, state: Nest) -> AlgStep:
-        step = self.algorithm.rollout_step(time_step, state)
+    def __call__(self, time_step: TimeStep, state: Nest, agent_info: Nest = ()) -> AlgStep:
+        step = self.algorithm.rollout_step(time_step, state, agent_info)
         batch_size = int(time_step.step_type.shape[0])
         action = self.action_spec.sample((batch_size,), device=time_step.step_type.device)
         return step._replace(output=action)
@@ -94,7 +79,8 @@ class OffPolicyScheme:
     """``train_iter()`` for off-policy algorithms (DQN, SAC, TD3, DDPG).
 
     Args:
-        algorithm: an `Algorithm` that also satisfies `OffPolicyAlgorithm`.
+        algorithm: the algorithm (its `update` takes what `preprocess_experience` makes of
+            each minibatch, and may return new priorities).
         source: where unrolls come from.
         replay_buffer: holds the raw unrolls (see `make_replay_buffer`).
         config: the replay and minibatch knobs.
@@ -119,20 +105,21 @@ class OffPolicyScheme:
         self._random_policy = RandomPolicy(algorithm, action_spec)
         self._env_steps = 0
 
-    def train_iter(self) -> tuple[dict[str, float], dict[str, torch.Tensor]]:
-        """Returns the mean of every logged loss term and the completed-episode stats."""
+    def train_iter(self) -> IterationResult:
+        """Returns the mean of every logged term and the completed-episode stats."""
         self.algorithm.eval()
         collecting = self._env_steps < self.config.initial_collect_steps
         experience, episodes = self.source.unroll(self._random_policy if collecting else None)
         self._env_steps += self.source.num_env_steps_per_unroll
         self.replay_buffer.add_experience(experience)
-        if self._env_steps < self.config.initial_collect_steps:
-            return {"train/num_updates": 0.0}, episodes
-        self.algorithm.train()
-        metrics = self._train()
-        if isinstance(self.replay_buffer.sampler, PrioritizedSampler):
-            self.replay_buffer.sampler.advance(self.source.num_env_steps_per_unroll)
-        return metrics, episodes
+        totals = UpdateTotals()
+        if self._env_steps >= self.config.initial_collect_steps:
+            self.algorithm.train()
+            for sample in self._minibatches():
+                totals.add(self._update(sample))
+            if isinstance(self.replay_buffer.sampler, PrioritizedSampler):
+                self.replay_buffer.sampler.advance(self.source.num_env_steps_per_unroll)
+        return totals.result(episodes)
 
     def state_dict(self) -> dict[str, Any]:
         """The replay buffer (contents, counts, priorities) and the env-step count."""
@@ -142,37 +129,24 @@ class OffPolicyScheme:
         self.replay_buffer.load_state_dict(state["replay_buffer"])
         self._env_steps = int(state["env_steps"])
 
-    def _train(self) -> dict[str, float]:
-        totals: dict[str, torch.Tensor] = {}
-        num_updates = 0
-        for sample in self._minibatches():
-            for key, value in self._update(sample).items():
-                totals[key] = totals.get(key, 0.0) + value.detach()
-            num_updates += 1
-        metrics = {key: float(value) / max(num_updates, 1) for key, value in totals.items()}
-        metrics["train/num_updates"] = float(num_updates)
-        return metrics
-
     def _minibatches(self) -> Iterator[ReplaySample]:
         return replay_minibatches(self.replay_buffer, self.config, self._replay_fields())
 
     def _replay_fields(self) -> Sequence[str] | None:
         """The row keys to gather: the algorithm's ``replay_fields``, or all of them
         (None) when data transformers run first, since they may read any field."""
-        if self.transform is not None:
-            return None
-        return getattr(self.algorithm, "replay_fields", None)
+        return None if self.transform is not None else self.algorithm.replay_fields
 
-    def _update(self, sample: ReplaySample) -> dict[str, torch.Tensor]:
+    def _update(self, sample: ReplaySample) -> UpdateResult:
         if self.transform is not None:
             sample = self.transform(sample)
-        inputs = self.algorithm.preprocess_experience(sample)
-        extra, priorities = self.algorithm.update(inputs)
+        result = self.algorithm.update(self.algorithm.preprocess_experience(sample))
+        priorities = result.priorities
         if priorities is not None and isinstance(self.replay_buffer.sampler, PrioritizedSampler):
             self.replay_buffer.update_priorities(
                 sample.indices, priorities.detach().abs() + self.config.priority_epsilon
             )
-        return extra
+        return result
 
 
 def replay_minibatches(

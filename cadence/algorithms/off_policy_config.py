@@ -7,6 +7,8 @@ DQN, SAC, TD3 and DDPG.
 
 from __future__ import annotations
 
+from typing import Any
+
 import attrs
 from attrs import field
 from attrs.validators import ge, gt, le
@@ -66,3 +68,29 @@ class OffPolicyConfig:
     priority_epsilon: float = field(
         default=1e-6, validator=gt(0), metadata={"doc": "Added to |TD error| to form a priority."}
     )
+
+
+def check_off_policy_config(instance: Any, attribute: Any, value: Any) -> None:
+    """attrs validator of an ``off_policy`` field: an `OffPolicyConfig` with windows of >= 2 steps.
+
+    Raises:
+        TypeError: not an `OffPolicyConfig`.
+        ValueError: ``mini_batch_length < 2`` (a TD target needs s_t and s_t+1).
+    """
+    if not isinstance(value, OffPolicyConfig):
+        raise TypeError(f"'{attribute.name}' must be an OffPolicyConfig, got {value!r}")
+    if value.mini_batch_length < 2:
+        raise ValueError(
+            f"'{attribute.name}.mini_batch_length' must be >= 2 (a TD target needs s_t and "
+            f"s_t+1), got {value.mini_batch_length}"
+        )
+
+
+def off_policy_config(algorithm_config: Any) -> OffPolicyConfig | None:
+    """The ``off_policy`` section of an algorithm config, None for an on-policy algorithm.
+
+    An algorithm config trains with the off-policy scheme exactly when it has an
+    ``off_policy`` field holding an `OffPolicyConfig` (see `cadence.algorithms.registry`).
+    """
+    section = getattr(algorithm_config, "off_policy", None)
+    return section if isinstance(section, OffPolicyConfig) else None

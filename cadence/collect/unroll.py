@@ -1,5 +1,11 @@
 """`Collector`: runs an algorithm's `rollout_step` in a batched environment.
 
+The collector carries the algorithm's recurrent state from step to step and across
+unrolls: where a time step is FIRST (a new episode) the state is reset to
+``algorithm.initial_state``'s before ``rollout_step`` sees it, and the state each step
+started from is stored with the experience (``Experience.state``), so a replayed
+sequence can start from it.
+
 With data transformers the algorithm sees transformed time steps, while each
 step keeps the raw one in ``untransformed``: the replay buffer stores raw steps
 and episode returns are those of the raw rewards.
@@ -12,10 +18,10 @@ from typing import Any
 
 import torch
 
-from cadence.algorithms.algorithm import Algorithm, AlgStep
+from cadence.algorithms.algorithm import Algorithm, AlgStep, reset_state
 from cadence.collect.episode_stats import EpisodeStats
 from cadence.data.experience import Experience
-from cadence.data.nest import Nest, map_structure
+from cadence.data.nest import Nest, flatten, map_structure
 from cadence.data.time_step import TimeStep
 from cadence.envs.environment import Environment
 from cadence.transforms.transformer import DataTransformer
@@ -31,6 +37,8 @@ class Collector:
         device: where the algorithm runs; time steps are moved there.
         transformer: data transformers applied to every time step (training mode
             updates their statistics); None for none.
+        agent_info: per-slot parameters passed to every ``rollout_step`` (a nest of
+            ``[B, ...]`` tensors, e.g. ``{"epsilon": ...}``); ``()`` for none.
     """
 
     def __init__(
@@ -40,12 +48,14 @@ class Collector:
         unroll_length: int,
         device: Any = "cpu",
         transformer: DataTransformer | None = None,
+        agent_info: Nest = (),
     ):
         self.env = env
         self.algorithm = algorithm
         self.unroll_length = unroll_length
         self.device = torch.device(device)
         self.transformer = transformer
+        self.agent_info = agent_info
         self.episode_stats = EpisodeStats(env.batch_size, self.device)
         self._time_step: TimeStep | None = None
         self._state: Nest = ()
@@ -67,10 +77,14 @@ class Collector:
                 self._transform_state = self.transformer.initial_state(self.env.batch_size)
             self._time_step = self._transform(self.env.reset().to(self.device))
             self._state = self.algorithm.initial_state(self.env.batch_size)
-        initial_state = self._state
-        time_steps, actions, infos = [self._time_step], [], []
+        initial_state = self.algorithm.initial_state(self.env.batch_size)
+        stateful = bool(flatten(initial_state))
+        time_steps, actions, infos, states = [self._time_step], [], [], []
         for _ in range(self.unroll_length):
-            step = act(self._time_step, self._state)
+            if stateful:
+                self._state = reset_state(self._time_step.step_type, self._state, initial_state)
+                states.append(self._state)
+            step = act(self._time_step, self._state, self.agent_info)
             self._state = step.state
             self._time_step = self._transform(self.env.step(step.output).to(self.device))
             time_steps.append(self._time_step)
@@ -80,7 +94,7 @@ class Collector:
             time_step=TimeStep.stack(time_steps),
             action=_stack(actions),
             info=_stack(infos),
-            initial_state=initial_state,
+            state=_stack(states) if stateful else (),
         )
         raw = experience.time_step.untransformed
         stats = self.episode_stats.update((experience.time_step if raw is None else raw)[1:])

@@ -8,34 +8,22 @@ import attrs
 from attrs import field
 from attrs.validators import ge, instance_of, matches_re, optional
 
-from cadence.algorithms.a2c.config import A2CConfig
-from cadence.algorithms.ddpg.config import DDPGConfig
-from cadence.algorithms.dqn.config import DQNConfig
 from cadence.algorithms.ppo.config import PPOConfig
-from cadence.algorithms.sac.config import SACConfig
-from cadence.algorithms.td3.config import TD3Config
+from cadence.algorithms.registry import AlgorithmConfig, AlgorithmConfigClasses
 from cadence.envs.config import EnvConfig
 from cadence.networks.config import NetworkConfig
 from cadence.trainer.config import TrainerConfig
 from cadence.transforms.config import DataTransformersConfig
 
-AlgorithmConfig = PPOConfig | A2CConfig | TD3Config | DDPGConfig | DQNConfig | SACConfig
-
-# The config class of each algorithm, chosen by the ``algorithm.name`` key.
-# A new algorithm adds its class here and to the `AlgorithmConfig` union.
-ALGORITHM_CONFIGS: dict[str, type[Any]] = {
-    "ppo": PPOConfig,
-    "a2c": A2CConfig,
-    "td3": TD3Config,
-    "ddpg": DDPGConfig,
-    "dqn": DQNConfig,
-    "sac": SACConfig,
-}
+ALGORITHM_CONFIGS = AlgorithmConfigClasses()
+"""The config class of each registered algorithm, chosen by the ``algorithm.name`` key
+(`cadence.algorithms.registry`; each class is imported when it is looked up)."""
 
 
 def _registered_algorithm(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
     """Refuses an algorithm config whose class is not the one registered for its name."""
-    expected = ALGORITHM_CONFIGS.get(getattr(value, "name", None))
+    name = getattr(value, "name", None)
+    expected = ALGORITHM_CONFIGS.get(name) if isinstance(name, str) else None
     if expected is None or type(value) is not expected:
         names = ", ".join(ALGORITHM_CONFIGS)
         raise TypeError(f"'{attribute.name}' must be the config of one of {names} (got {value!r})")
@@ -49,6 +37,7 @@ class ExperimentConfig:
     equal, so a run's ``config.yaml`` alone reproduces the run.
 
     Example:
+        >>> from cadence.algorithms.a2c.config import A2CConfig
         >>> config = ExperimentConfig(name="demo", algorithm=A2CConfig())
         >>> config.env.name, config.algorithm.name
         ('CartPole-v1', 'a2c')
@@ -101,3 +90,9 @@ class ExperimentConfig:
             "command resumes the same run and a changed config starts a new one."
         },
     )
+
+    def to_yaml(self) -> str:
+        """The whole resolved config as YAML (what a run writes to its ``config.yaml``)."""
+        from cadence.config.serialize import to_yaml  # serialize imports this module
+
+        return to_yaml(self)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from cadence.data.nest import Nest
+from cadence.data.nest import Nest, map_structure
 from cadence.data.time_step import TimeStep
 
 
@@ -18,13 +18,19 @@ class Experience:
             starts from (needed to bootstrap).
         action: nest of ``[T, B, *action_shape]``, the action sent to the env at ``t``.
         info: nest of ``[T, B, ...]``, the ``info`` of each ``rollout_step``.
-        initial_state: the recurrent state before ``time_step[0]`` (``()`` when stateless).
+        state: nest of ``[T, B, ...]``, the recurrent state ``rollout_step`` started from
+            at each step (already reset at FIRST steps); ``()`` when stateless.
     """
 
     time_step: TimeStep
     action: Nest
     info: Nest
-    initial_state: Nest = ()
+    state: Nest = ()
+
+    @property
+    def initial_state(self) -> Nest:
+        """The recurrent state before ``time_step[0]``, ``[B, ...]`` (``()`` when stateless)."""
+        return map_structure(lambda x: x[0], self.state)
 
     @property
     def unroll_length(self) -> int:

@@ -5,7 +5,8 @@ One row per env per time step::
     {"time_step": {"step_type", "reward", "discount", "observation",
                    "prev_action", "env_id", "env_info"},
      "action": ...,   # the action taken at that time step
-     "info": ...}     # whatever the algorithm's rollout_step returned as info
+     "info": ...,     # whatever the algorithm's rollout_step returned as info
+     "state": ...}    # the recurrent state the step started from (stateful algorithms only)
 
 An unroll's ``time_step`` is ``[T + 1, B]`` but its last step has no action yet;
 the collector starts the next unroll from it, so only the first ``T`` steps are
@@ -17,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from cadence.data.experience import Experience
-from cadence.data.nest import Nest, map_structure
+from cadence.data.nest import Nest, flatten, map_structure
 from cadence.data.time_step import TimeStep
 
 STEP_TYPE_KEY = "time_step/step_type"
@@ -28,7 +29,7 @@ def experience_rows(experience: Experience) -> dict[str, Any]:
     """The ``[T, B]`` rows of an unroll, raw (before any data transformer).
 
     Args:
-        experience: ``time_step`` ``[T + 1, B]``, ``action`` and ``info`` ``[T, B]``.
+        experience: ``time_step`` ``[T + 1, B]``; ``action``, ``info`` and ``state`` ``[T, B]``.
 
     Returns:
         the row nest with leaves ``[T, B, ...]``.
@@ -36,11 +37,14 @@ def experience_rows(experience: Experience) -> dict[str, Any]:
     time_step = experience.time_step
     raw = time_step.untransformed if time_step.untransformed is not None else time_step
     steps = experience.unroll_length
-    return {
+    rows = {
         "time_step": map_structure(lambda x: x[:steps], raw.to_dict(untransformed=False)),
         "action": experience.action,
         "info": experience.info,
     }
+    if flatten(experience.state):
+        rows["state"] = experience.state
+    return rows
 
 
 def time_step_from_rows(rows: Nest) -> TimeStep:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from cadence.algorithms.algorithm import Algorithm, AlgStep
-from cadence.data.nest import Nest
+from cadence.algorithms.algorithm import Algorithm, AlgStep, reset_state
+from cadence.data.nest import Nest, flatten
 from cadence.data.time_step import TimeStep
 from cadence.envs.environment import Environment
 from cadence.transforms.transformer import DataTransformer
@@ -60,11 +60,17 @@ def evaluate_episodes(
 
 
 class TransformedPolicy:
-    """``predict_step`` on transformed time steps, the transformer in eval mode until restored."""
+    """``predict_step`` on transformed time steps, the transformer in eval mode until restored.
+
+    As the collector does, it resets the recurrent state to the initial state where a
+    time step is FIRST, so that each episode starts afresh.
+    """
 
     def __init__(self, algorithm: Algorithm, transformer: DataTransformer | None, batch_size: int):
         self.algorithm = algorithm
         self.transformer = transformer
+        self._initial_state = algorithm.initial_state(batch_size)
+        self._stateful = bool(flatten(self._initial_state))
         self._was_training = transformer is not None and transformer.training
         self._state = None if transformer is None else transformer.initial_state(batch_size)
         if transformer is not None:
@@ -73,6 +79,8 @@ class TransformedPolicy:
     def predict_step(self, time_step: TimeStep, state: Nest) -> AlgStep:
         if self.transformer is not None:
             time_step, self._state = self.transformer.transform_time_step(time_step, self._state)
+        if self._stateful:
+            state = reset_state(time_step.step_type, state, self._initial_state)
         return self.algorithm.predict_step(time_step, state)
 
     def restore_mode(self) -> None:

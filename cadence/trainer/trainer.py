@@ -4,6 +4,7 @@ checkpoints, pre-emption and resume (DESIGN §8)."""
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -12,7 +13,7 @@ from typing import Any, Literal
 import torch
 
 from cadence.algorithms.algorithm import Algorithm
-from cadence.algorithms.on_policy import TrainingScheme
+from cadence.algorithms.scheme import IterationResult, TrainingScheme
 from cadence.collect.unroll import Collector
 from cadence.envs.environment import Environment
 from cadence.trainer.checkpoint import CheckpointManager
@@ -26,6 +27,11 @@ from cadence.trainer.rng import rng_state, set_rng_state
 logger = logging.getLogger(__name__)
 
 Outcome = Literal["complete", "preempted", "stopped_at_eval_return"]
+
+
+class NonFiniteUpdateError(RuntimeError):
+    """An update met a NaN or infinite loss or gradient norm; training stopped before
+    anything of that iteration was checkpointed."""
 
 
 class Trainer:
@@ -107,9 +113,11 @@ class Trainer:
     def _iteration(self, writer: MetricsWriter, bar: ProgressBar) -> Outcome:
         start = time.perf_counter()
         self.algorithm.set_progress(self.counters["env_steps"] / self.config.num_env_steps)
-        losses, episodes = self.scheme.train_iter()
+        result = self.scheme.train_iter()
+        losses, episodes = result.metrics, result.episodes
         elapsed = time.perf_counter() - start
         counters = self.counters
+        self._check_finite(result)
         counters["iteration"] += 1
         counters["env_steps"] += self.collector.num_env_steps_per_unroll
         counters["num_episodes"] += int(episodes["return"].numel())
@@ -137,6 +145,22 @@ class Trainer:
             )
             return "stopped_at_eval_return"
         return "complete"
+
+    def _check_finite(self, result: IterationResult) -> None:
+        """Stops training at the first iteration whose updates met a non-finite value
+        (one host sync per iteration: the flag was accumulated on the device)."""
+        if not bool(result.nonfinite):
+            return
+        bad = [key for key, value in result.metrics.items() if not math.isfinite(value)]
+        saved = self.checkpoints.latest()
+        raise NonFiniteUpdateError(
+            f"iteration {self.counters['iteration'] + 1}: a non-finite loss or gradient "
+            f"({', '.join(bad) or 'in one of the updates'}); training stopped and nothing of "
+            f"this iteration was checkpointed"
+            + (f" (the latest checkpoint is {saved})" if saved is not None else "")
+            + ". Lower the learning rate, clip gradients (max_grad_norm) or check the rewards "
+            "and observations for NaN or huge values."
+        )
 
     # ------------------------------------------------------------ log points
     def _accumulate(

@@ -126,7 +126,7 @@ def test_state_dict_holds_the_optimizer_and_continues_identically():
 
     def step(algorithm):
         info = algorithm.train_step(inputs, ()).info
-        algorithm.apply_gradients(algorithm.calc_loss(info).loss)
+        algorithm.minimize(algorithm.calc_loss(info).loss)
 
     first = _ppo()
     step(first)
@@ -193,7 +193,7 @@ def _record_minibatches(algorithm):
 def test_each_pass_visits_every_sample_once_in_minibatches():
     algorithm = _ppo(num_updates_per_train_iter=3, mini_batch_size=5)
     seen = _record_minibatches(algorithm)
-    metrics, _ = OnPolicyScheme(algorithm, _FixedSource(_fixed_experience())).train_iter()
+    metrics = OnPolicyScheme(algorithm, _FixedSource(_fixed_experience())).train_iter().metrics
     assert metrics["train/num_updates"] == 3 * 5  # 24 samples: minibatches of 5, 5, 5, 5, 4
     for epoch in range(3):
         minibatches = seen[epoch * 5 : (epoch + 1) * 5]
@@ -209,14 +209,14 @@ def test_target_kl_stops_the_passes_early():
     algorithm = _ppo(
         num_updates_per_train_iter=4, mini_batch_size=8, target_kl=1e-12, learning_rate=1e-2
     )
-    metrics, _ = OnPolicyScheme(algorithm, _FixedSource(_fixed_experience())).train_iter()
+    metrics = OnPolicyScheme(algorithm, _FixedSource(_fixed_experience())).train_iter().metrics
     assert metrics["train/num_updates"] == 3  # one pass of 24 / 8, then the KL is over the target
 
 
 def test_a2c_takes_one_step_on_the_whole_unroll():
     algorithm = make_a2c(A2CConfig(), VECTOR, TWO_ACTIONS, NETWORK)
     seen = _record_minibatches(algorithm)
-    metrics, _ = OnPolicyScheme(algorithm, _FixedSource(_fixed_experience())).train_iter()
+    metrics = OnPolicyScheme(algorithm, _FixedSource(_fixed_experience())).train_iter().metrics
     assert metrics["train/num_updates"] == 1 and [len(m) for m in seen] == [24]
 
 

@@ -143,7 +143,7 @@ def test_update_returns_priorities_and_moves_targets_by_polyak_averaging():
     algorithm = make_algorithm(tau=0.25)
     before = [p.clone() for p in algorithm.target_critic.parameters()]
     inputs = make_inputs([[MID, MID], [LAST, FIRST]], [[0.0, 1.0]] * 2, [[1.0, 1.0]] * 2)
-    extra, priorities = algorithm.update(inputs)
+    extra, _, priorities = algorithm.update(inputs)
     assert priorities.shape == (2,) and priorities[1] == 0 and priorities[0] > 0
     assert {"loss/critic", "loss/actor"} <= set(extra)
     for old, target, online in zip(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from cadence.algorithms.algorithm import Algorithm, AlgStep
+from cadence.algorithms.algorithm import Algorithm, AlgStep, UpdateResult
 from cadence.algorithms.off_policy import OffPolicyScheme, make_replay_buffer
 from cadence.algorithms.off_policy_config import OffPolicyConfig
 from cadence.collect.unroll import Collector
@@ -26,10 +26,10 @@ class ConstantActionAlgorithm(Algorithm):
     def optimizers(self):
         return {"main": self._optimizer}
 
-    def predict_step(self, time_step, state):
+    def predict_step(self, time_step, state, agent_info=()):
         return self.rollout_step(time_step, state)
 
-    def rollout_step(self, time_step, state):
+    def rollout_step(self, time_step, state, agent_info=()):
         action = torch.zeros(time_step.step_type.shape[0], dtype=torch.int64)
         return AlgStep(output=action, state=state, info={"marker": torch.ones_like(action)})
 
@@ -43,7 +43,7 @@ class ConstantActionAlgorithm(Algorithm):
         loss.backward()
         self._optimizer.step()
         priorities = torch.full((inputs.env_ids.shape[0],), 5.0)
-        return {"loss/fake": loss.detach()}, priorities
+        return UpdateResult({"loss/fake": loss.detach()}, ~torch.isfinite(loss), priorities)
 
 
 def make_scheme(config: OffPolicyConfig, num_envs: int = 2, unroll_length: int = 8):
@@ -57,7 +57,7 @@ def make_scheme(config: OffPolicyConfig, num_envs: int = 2, unroll_length: int =
 def test_initial_collection_uses_random_actions_then_the_policy():
     config = OffPolicyConfig(initial_collect_steps=32, mini_batch_size=4)
     scheme, algorithm = make_scheme(config)
-    metrics, _ = scheme.train_iter()  # 16 env steps: still collecting, no update
+    metrics = scheme.train_iter().metrics  # 16 env steps: still collecting, no update
     assert metrics["train/num_updates"] == 0
     assert algorithm.batches == []
     scheme.train_iter()  # 32 steps: collection done, first update
@@ -78,7 +78,7 @@ def test_sampled_training_makes_num_updates_minibatches_of_the_asked_shape():
         num_updates_per_train_iter=4,
     )
     scheme, algorithm = make_scheme(config)
-    metrics, _ = scheme.train_iter()
+    metrics = scheme.train_iter().metrics
     assert metrics["train/num_updates"] == 4
     assert metrics["loss/fake"] > 0
     assert [b.action.shape for b in algorithm.batches] == [torch.Size([6, 3])] * 4
@@ -93,7 +93,7 @@ def test_whole_buffer_training_visits_every_window_once_per_pass():
         whole_replay_buffer_training=True,
     )
     scheme, algorithm = make_scheme(config, num_envs=4, unroll_length=8)
-    metrics, _ = scheme.train_iter()
+    metrics = scheme.train_iter().metrics
     # 4 envs x 8 steps cut into windows of 4: 8 windows, 4 minibatches of 2, two passes.
     assert metrics["train/num_updates"] == 8
     first_pass = torch.cat([b.indices for b in algorithm.batches[:4]])

@@ -5,7 +5,7 @@ scheme hands the algorithm transformed minibatches."""
 import torch
 from torch import nn
 
-from cadence.algorithms.algorithm import Algorithm, AlgStep
+from cadence.algorithms.algorithm import Algorithm, AlgStep, UpdateResult
 from cadence.algorithms.off_policy import OffPolicyScheme, make_replay_buffer
 from cadence.algorithms.off_policy_config import OffPolicyConfig
 from cadence.collect.unroll import Collector
@@ -25,10 +25,10 @@ class RecordingAlgorithm(Algorithm):
     def optimizers(self):
         return {"main": self._optimizer}
 
-    def predict_step(self, time_step, state):
+    def predict_step(self, time_step, state, agent_info=()):
         return self.rollout_step(time_step, state)
 
-    def rollout_step(self, time_step, state):
+    def rollout_step(self, time_step, state, agent_info=()):
         self.seen.append(time_step)
         return AlgStep(output=torch.zeros(time_step.step_type.shape[0], dtype=torch.int64))
 
@@ -37,7 +37,7 @@ class RecordingAlgorithm(Algorithm):
         return sample
 
     def update(self, inputs):
-        return {"loss/fake": torch.zeros(())}, None
+        return UpdateResult({"loss/fake": torch.zeros(())}, torch.tensor(False))
 
 
 def _transformer(env):

@@ -49,7 +49,7 @@ def test_completed_episodes_are_reported_once():
 def test_a_policy_override_acts_instead_of_rollout_step():
     collector = _collector()
 
-    def always_left(time_step, state):
+    def always_left(time_step, state, agent_info):
         return AlgStep(
             output=torch.zeros(3, dtype=torch.int64), state=state, info={"tag": torch.ones(3)}
         )

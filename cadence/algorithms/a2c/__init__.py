@@ -1,46 +1,21 @@
-"""A2C: `A2CConfig`, `A2CLoss` and `make_a2c`."""
+"""A2C (Mnih et al. 2016, https://arxiv.org/abs/1602.01783): `A2CConfig`, `A2CLoss`, `make_a2c`.
 
-from __future__ import annotations
+Names load on first use (`cadence._lazy`): reading ``a2c.config`` imports no torch.
+"""
 
-from typing import Any
+from cadence._lazy import lazy_exports
 
-import torch
+__all__ = [
+    "A2CConfig",
+    "A2CLoss",
+    "make_a2c",
+]
 
-from cadence.algorithms.a2c.config import A2CConfig
-from cadence.algorithms.a2c.loss import A2CLoss
-from cadence.algorithms.actor_critic import ActorCriticAlgorithm
-from cadence.algorithms.actor_critic_network import ActorCriticNetwork
-from cadence.data.specs import Spec
-
-__all__ = ["A2CConfig", "A2CLoss", "make_a2c"]
-
-
-def make_a2c(
-    config: A2CConfig, observation_spec: Spec, action_spec: Spec, network_config: Any
-) -> ActorCriticAlgorithm:
-    """A2C as an `ActorCriticAlgorithm`: one gradient step on each whole unroll."""
-    return ActorCriticAlgorithm(
-        ActorCriticNetwork(observation_spec, action_spec, network_config),
-        A2CLoss(config),
-        lambda params: _optimizer(config, params),
-        action_spec,
-        gamma=config.gamma,
-        gae_lambda=config.gae_lambda,
-        learning_rate=config.learning_rate,
-        lr_schedule=config.lr_schedule,
-        max_grad_norm=config.max_grad_norm,
-        num_updates_per_train_iter=1,
-        mini_batch_size=None,
-    )
-
-
-def _optimizer(config: A2CConfig, params: Any) -> torch.optim.Optimizer:
-    if config.optimizer == "adam":
-        return torch.optim.Adam(
-            params, lr=config.learning_rate, eps=config.optimizer_eps, fused=True
-        )
-    # RMSprop with alpha 0.99 as in the paper and Stable-Baselines3.
-    # foreach: all parameters at once; per-tensor updates dominate small networks' steps.
-    return torch.optim.RMSprop(
-        params, lr=config.learning_rate, alpha=0.99, eps=config.optimizer_eps, foreach=True
-    )
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "A2CConfig": "config",
+        "A2CLoss": "loss",
+        "make_a2c": "build",
+    },
+)

@@ -1,21 +1,19 @@
-"""DDPG (Lillicrap et al. 2016, https://arxiv.org/abs/1509.02971): `DDPGConfig` and `make_ddpg`."""
+"""DDPG (Lillicrap et al. 2016, https://arxiv.org/abs/1509.02971): `DDPGConfig`, `make_ddpg`.
 
-from __future__ import annotations
+Names load on first use (`cadence._lazy`): reading ``ddpg.config`` imports no torch.
+"""
 
-from cadence.algorithms.ddpg.config import DDPGConfig
-from cadence.algorithms.deterministic_actor_critic import (
-    DeterministicActorCritic,
-    make_deterministic_actor_critic,
+from cadence._lazy import lazy_exports
+
+__all__ = [
+    "DDPGConfig",
+    "make_ddpg",
+]
+
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "DDPGConfig": "config",
+        "make_ddpg": "build",
+    },
 )
-from cadence.data.specs import Spec
-from cadence.networks.config import NetworkConfig
-
-__all__ = ["DDPGConfig", "make_ddpg"]
-
-
-def make_ddpg(
-    config: DDPGConfig, observation_spec: Spec, action_spec: Spec, network_config: NetworkConfig
-) -> DeterministicActorCritic:
-    """DDPG as a `DeterministicActorCritic` with one critic, bootstrapping from the target
-    actor's action as it is, and the actor and targets updated with every critic update."""
-    return make_deterministic_actor_critic(config, observation_spec, action_spec, network_config)

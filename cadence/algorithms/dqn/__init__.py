@@ -1,14 +1,9 @@
-"""DQN: `DQNConfig`, `DQNAlgorithm`, `DQNLoss` and `make_dqn`."""
+"""DQN (Mnih et al. 2015) with double Q, n-step targets and prioritized replay: `DQNAlgorithm`, `DQNConfig`, `DQNLoss`, `bootstrap_value`, `linear_epsilon`, `make_dqn`, `n_step_targets`.
 
-from __future__ import annotations
+Names load on first use (`cadence._lazy`): reading ``dqn.config`` imports no torch.
+"""
 
-from typing import Any
-
-from cadence.algorithms.dqn.algorithm import DQNAlgorithm, linear_epsilon
-from cadence.algorithms.dqn.config import DQNConfig
-from cadence.algorithms.dqn.loss import DQNLoss, bootstrap_value, n_step_targets
-from cadence.data.specs import DiscreteTensorSpec, Spec
-from cadence.networks import QNetwork, make_encoder
+from cadence._lazy import lazy_exports
 
 __all__ = [
     "DQNAlgorithm",
@@ -20,26 +15,15 @@ __all__ = [
     "n_step_targets",
 ]
 
-
-def make_dqn(
-    config: DQNConfig, observation_spec: Spec, action_spec: Spec, network_config: Any
-) -> DQNAlgorithm:
-    """DQN with a `QNetwork` over any observation the encoders take (vector, image, Dict).
-
-    Raises:
-        ValueError: the actions are not one discrete choice (DQN needs ``argmax_a``).
-    """
-    if not isinstance(action_spec, DiscreteTensorSpec) or action_spec.shape != ():
-        raise ValueError(
-            f"DQN needs a single discrete action (gymnasium Discrete), got {action_spec}; "
-            "use SAC, TD3 or DDPG for continuous actions"
-        )
-    q_network = QNetwork(
-        make_encoder(observation_spec, network_config),
-        action_spec.num_values,
-        tuple(network_config.hidden_sizes),
-        activation=network_config.activation,
-        layer_norm=network_config.layer_norm,
-        orthogonal_init=network_config.orthogonal_init,
-    )
-    return DQNAlgorithm(q_network, config)
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "DQNAlgorithm": "algorithm",
+        "DQNConfig": "config",
+        "DQNLoss": "loss",
+        "bootstrap_value": "loss",
+        "linear_epsilon": "algorithm",
+        "make_dqn": "build",
+        "n_step_targets": "loss",
+    },
+)

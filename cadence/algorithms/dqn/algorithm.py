@@ -5,11 +5,11 @@ https://www.nature.com/articles/nature14236, with double Q (van Hasselt et al.
 2016, https://arxiv.org/abs/1509.06461), n-step targets and optional
 prioritized replay (Schaul et al. 2016, https://arxiv.org/abs/1511.05952).
 
-Per minibatch (`update`, called by `cadence.algorithms.off_policy.OffPolicyScheme`):
-``train_step`` (Q of the action taken, n-step target from the target network)
--> ``calc_loss`` -> Adam step with gradient clipping -> ``after_update``
-(every ``target_update_period`` steps the target moves ``tau`` of the way to
-the online network) -> ``[N]`` |TD error| as new priorities.
+Per minibatch (the contract's default `update`): ``train_step`` (Q of the action
+taken, n-step target from the target network) -> ``calc_loss`` -> Adam step with
+gradient clipping -> ``after_update`` (every ``target_update_period`` steps the
+target moves ``tau`` of the way to the online network) -> ``[N]`` |TD error| as
+new priorities (`priorities`).
 """
 
 from __future__ import annotations
@@ -72,6 +72,7 @@ class DQNAlgorithm(Algorithm):
         )
         self._num_updates = 0
         self.epsilon = config.epsilon_start
+        self.max_grad_norm = config.max_grad_norm
 
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:
         return {"q": self._optimizer}
@@ -90,16 +91,21 @@ class DQNAlgorithm(Algorithm):
 
     # ------------------------------------------------------------------ acting
 
-    def predict_step(self, time_step: TimeStep, state: Nest) -> AlgStep:
+    def predict_step(self, time_step: TimeStep, state: Nest, agent_info: Nest = ()) -> AlgStep:
         """The greedy action ``argmax_a Q(s, a)`` ``[B]``."""
         return AlgStep(output=self.q_network(time_step.observation).argmax(dim=-1), state=state)
 
-    def rollout_step(self, time_step: TimeStep, state: Nest) -> AlgStep:
-        """A uniform random action with probability epsilon, else the greedy one."""
+    def rollout_step(self, time_step: TimeStep, state: Nest, agent_info: Nest = ()) -> AlgStep:
+        """A uniform random action with probability epsilon, else the greedy one.
+
+        ``agent_info["epsilon"]`` (``[B]``), where given, is each slot's own epsilon
+        instead of the schedule's.
+        """
         q_values = self.q_network(time_step.observation)
         greedy = q_values.argmax(dim=-1)
         random = torch.randint(q_values.shape[-1], greedy.shape, device=greedy.device)
-        explore = torch.rand(greedy.shape, device=greedy.device) < self.epsilon
+        epsilon = agent_info["epsilon"] if "epsilon" in agent_info else self.epsilon
+        explore = torch.rand(greedy.shape, device=greedy.device) < epsilon
         return AlgStep(output=torch.where(explore, random, greedy), state=state)
 
     # ---------------------------------------------------------------- learning
@@ -143,22 +149,13 @@ class DQNAlgorithm(Algorithm):
         return AlgStep(output=(), state=state, info=info)
 
     def calc_loss(self, info: dict[str, torch.Tensor]) -> LossInfo:
-        return self.loss(info)
+        loss_info = self.loss(info)
+        loss_info.extra["train/epsilon"] = torch.tensor(self.epsilon)
+        return loss_info
 
-    def update(self, inputs: dict[str, Nest]) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
-        """One optimizer step on a minibatch; returns logged terms and ``[N]`` |TD error|."""
-        step = self.train_step(inputs, ())
-        loss_info = self.calc_loss(step.info)
-        self._optimizer.zero_grad(set_to_none=True)
-        loss_info.loss.backward()
-        grad_norm = nn.utils.clip_grad_norm_(self.q_network.parameters(), self.config.max_grad_norm)
-        self._optimizer.step()
-        self.after_update()
-        info = step.info
-        priorities = ((info["q_value"].detach() - info["target"]).abs()) * info["valid"]
-        extra = {**loss_info.extra, "train/grad_norm": grad_norm.detach()}
-        extra["train/epsilon"] = torch.tensor(self.epsilon)
-        return extra, priorities
+    def priorities(self, info: dict[str, torch.Tensor]) -> torch.Tensor:
+        """``[N]`` |TD error| of each window (0 where the window is masked out)."""
+        return ((info["q_value"].detach() - info["target"]).abs()) * info["valid"]
 
     @torch.no_grad()
     def after_update(self) -> None:

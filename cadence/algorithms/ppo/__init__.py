@@ -1,38 +1,21 @@
-"""PPO: `PPOConfig`, `PPOLoss` and `make_ppo`."""
+"""PPO (Schulman et al. 2017, https://arxiv.org/abs/1707.06347): `PPOConfig`, `PPOLoss`, `make_ppo`.
 
-from __future__ import annotations
+Names load on first use (`cadence._lazy`): reading ``ppo.config`` imports no torch.
+"""
 
-from typing import Any
+from cadence._lazy import lazy_exports
 
-import torch
+__all__ = [
+    "PPOConfig",
+    "PPOLoss",
+    "make_ppo",
+]
 
-from cadence.algorithms.actor_critic import ActorCriticAlgorithm
-from cadence.algorithms.actor_critic_network import ActorCriticNetwork
-from cadence.algorithms.ppo.config import PPOConfig
-from cadence.algorithms.ppo.loss import PPOLoss
-from cadence.data.specs import Spec
-
-__all__ = ["PPOConfig", "PPOLoss", "make_ppo"]
-
-
-def make_ppo(
-    config: PPOConfig, observation_spec: Spec, action_spec: Spec, network_config: Any
-) -> ActorCriticAlgorithm:
-    """PPO as an `ActorCriticAlgorithm` with the clipped loss and minibatch epochs."""
-    return ActorCriticAlgorithm(
-        ActorCriticNetwork(observation_spec, action_spec, network_config),
-        PPOLoss(config),
-        # fused: one kernel for all parameters; per-tensor Adam dominates small networks' steps.
-        lambda params: torch.optim.Adam(
-            params, lr=config.learning_rate, eps=config.adam_eps, fused=True
-        ),
-        action_spec,
-        gamma=config.gamma,
-        gae_lambda=config.gae_lambda,
-        learning_rate=config.learning_rate,
-        lr_schedule=config.lr_schedule,
-        max_grad_norm=config.max_grad_norm,
-        num_updates_per_train_iter=config.num_updates_per_train_iter,
-        mini_batch_size=config.mini_batch_size,
-        target_kl=config.target_kl,
-    )
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "PPOConfig": "config",
+        "PPOLoss": "loss",
+        "make_ppo": "build",
+    },
+)

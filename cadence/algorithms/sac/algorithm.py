@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from cadence.algorithms.algorithm import Algorithm, AlgStep, LossInfo
+from cadence.algorithms.algorithm import Algorithm, AlgStep, LossInfo, UpdateResult
 from cadence.algorithms.sac import loss as sac_loss
 from cadence.algorithms.sac.compiled import compile_with_fallback
 from cadence.algorithms.sac.joint_adam import JointAdamStep
@@ -67,6 +67,7 @@ class SACAlgorithm(Algorithm):
         autotune_alpha: learn alpha towards ``target_entropy`` (else it stays fixed).
         target_entropy: the entropy alpha aims at.
         compile_mode: ``torch.compile`` mode of the loss forward/backward, or ``"off"``.
+        max_grad_norm: clip each optimizer's gradients to this norm (None: no clipping).
 
     >>> from cadence.algorithms.sac import SACConfig, make_sac
     >>> from cadence.data.specs import BoundedTensorSpec, TensorSpec
@@ -94,6 +95,7 @@ class SACAlgorithm(Algorithm):
         autotune_alpha: bool,
         target_entropy: float,
         compile_mode: str = "off",
+        max_grad_norm: float | None = None,
     ):
         super().__init__()
         self.actor = actor
@@ -107,6 +109,7 @@ class SACAlgorithm(Algorithm):
         self.tau = tau
         self.target_entropy = float(target_entropy)
         self.autotune_alpha = autotune_alpha
+        self.max_grad_norm = max_grad_norm
         self._optimizers = {
             "actor": _adam(self.actor.parameters(), actor_learning_rate),
             "critic": _adam(self.critic.parameters(), critic_learning_rate),
@@ -122,15 +125,12 @@ class SACAlgorithm(Algorithm):
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:
         return self._optimizers
 
-    def set_progress(self, fraction: float) -> None:
-        """SAC has no schedule; the trainer's progress is ignored."""
-
     # ------------------------------------------------------------------ acting
-    def predict_step(self, time_step: TimeStep, state: Nest) -> AlgStep:
+    def predict_step(self, time_step: TimeStep, state: Nest, agent_info: Nest = ()) -> AlgStep:
         """The policy's mode: the squashed mean, or the most probable discrete action."""
         return AlgStep(output=self.actor(time_step.observation).mode, state=state)
 
-    def rollout_step(self, time_step: TimeStep, state: Nest) -> AlgStep:
+    def rollout_step(self, time_step: TimeStep, state: Nest, agent_info: Nest = ()) -> AlgStep:
         return AlgStep(output=self.actor(time_step.observation).sample(), state=state, info={})
 
     # ---------------------------------------------------------------- training
@@ -172,22 +172,19 @@ class SACAlgorithm(Algorithm):
     def calc_loss(self, info: dict[str, torch.Tensor]) -> LossInfo:
         return self._loss_terms(info)[0]
 
-    def update(self, inputs: Batch) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
-        """train_step -> calc_loss -> one backward -> every optimizer steps -> target update.
+    def update(self, batch: Batch) -> UpdateResult:
+        """train_step -> calc_loss -> one backward -> sync and clip -> every optimizer steps
+        (jointly, see `JointAdamStep`) -> target update.
 
-        Returns:
-            the logged terms and ``[N]`` priorities (mean |TD error| over the critics).
+        Priorities are the mean |TD error| over the critics of each transition.
         """
-        loss, extra, priorities = self._losses_fn(inputs)
+        loss, extra, priorities = self._losses_fn(batch)
         self._joint_adam.zero_grad()
         loss.backward()
-        self._step()
-        return extra, priorities
-
-    def _step(self) -> None:
-        """Every optimizer steps (jointly, see `JointAdamStep`), then the targets follow."""
+        grad_norm = self.sync_and_clip(self._optimizers.values())
         self._joint_adam.step()
         self.after_update()
+        return self.update_result(LossInfo(loss, extra), grad_norm, priorities)
 
     @torch.no_grad()
     def after_update(self) -> None:

@@ -75,6 +75,13 @@ class SACConfig:
             "about a minute at the first update and pays off on long runs."
         },
     )
+    max_grad_norm: float | None = field(
+        default=None,
+        validator=optional(gt(0)),
+        metadata={
+            "doc": "Clip each optimizer's gradients to this global norm (null: no clipping)."
+        },
+    )
     off_policy: OffPolicyConfig = field(
         factory=OffPolicyConfig,
         validator=instance_of(OffPolicyConfig),

@@ -1,33 +1,21 @@
-"""TD3 (Fujimoto et al. 2018, https://arxiv.org/abs/1802.09477): `TD3Config` and `make_td3`."""
+"""TD3 (Fujimoto et al. 2018, https://arxiv.org/abs/1802.09477): `TD3Config`, `TargetPolicySmoothing`, `make_td3`.
 
-from __future__ import annotations
+Names load on first use (`cadence._lazy`): reading ``td3.config`` imports no torch.
+"""
 
-from cadence.algorithms.deterministic_actor_critic import (
-    DeterministicActorCritic,
-    make_deterministic_actor_critic,
+from cadence._lazy import lazy_exports
+
+__all__ = [
+    "TD3Config",
+    "TargetPolicySmoothing",
+    "make_td3",
+]
+
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "TD3Config": "config",
+        "TargetPolicySmoothing": "smoothing",
+        "make_td3": "build",
+    },
 )
-from cadence.algorithms.td3.config import TD3Config
-from cadence.algorithms.td3.smoothing import TargetPolicySmoothing
-from cadence.data.specs import Spec
-from cadence.networks.config import NetworkConfig
-
-__all__ = ["TD3Config", "TargetPolicySmoothing", "make_td3"]
-
-
-def make_td3(
-    config: TD3Config, observation_spec: Spec, action_spec: Spec, network_config: NetworkConfig
-) -> DeterministicActorCritic:
-    """TD3 as a `DeterministicActorCritic` composed of its three parts: an ensemble of
-    ``num_critics`` critics (bootstrapping from their minimum), `TargetPolicySmoothing`,
-    and actor and target updates every ``policy_delay`` critic updates."""
-    return make_deterministic_actor_critic(
-        config,
-        observation_spec,
-        action_spec,
-        network_config,
-        num_critics=config.num_critics,
-        policy_delay=config.policy_delay,
-        target_action_noise=TargetPolicySmoothing(
-            config.target_policy_noise, config.target_noise_clip
-        ),
-    )

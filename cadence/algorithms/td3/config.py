@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import attrs
 from attrs import field
-from attrs.validators import ge, gt, in_, le
+from attrs.validators import ge, gt, in_, le, optional
 
-from cadence.algorithms.deterministic_actor_critic import check_off_policy_config
-from cadence.algorithms.off_policy_config import OffPolicyConfig
+from cadence.algorithms.off_policy_config import OffPolicyConfig, check_off_policy_config
 
 
 @attrs.define(kw_only=True)
@@ -63,4 +62,11 @@ class TD3Config:
         default=2,
         validator=ge(1),
         metadata={"doc": "Critic updates per actor and target-network update."},
+    )
+    max_grad_norm: float | None = field(
+        default=None,
+        validator=optional(gt(0)),
+        metadata={
+            "doc": "Clip each optimizer's gradients to this global norm (null: no clipping)."
+        },
     )

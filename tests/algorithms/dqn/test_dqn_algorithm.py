@@ -124,7 +124,7 @@ def test_update_returns_td_error_priorities_zero_for_windows_without_a_transitio
     dqn = _dqn(gamma=0.0, learning_rate=1e-9)
     inputs = _window_inputs(torch.tensor([[[2.0, 0.0], [0.0, 0.0]]]).repeat(2, 1, 1), reward=5.0)
     inputs["step_type"][1, 0] = StepType.LAST
-    extra, priorities = dqn.update(inputs)
+    extra, _, priorities = dqn.update(inputs)
     assert priorities.tolist() == pytest.approx([3.0, 0.0])
     assert {"loss/td", "train/q_value", "train/grad_norm", "train/epsilon"} <= set(extra)
 
@@ -188,7 +188,7 @@ def test_vector_image_and_dict_observations_train(kind):
     )
     sample = _fake_sample(observations[kind], num, 3)
     first = [p.detach().clone() for p in dqn.q_network.parameters()]
-    extra, priorities = dqn.update(dqn.preprocess_experience(sample))
+    extra, _, priorities = dqn.update(dqn.preprocess_experience(sample))
     assert priorities.shape == (num,) and torch.isfinite(extra["loss/td"])
     changed = [
         not torch.equal(a, p) for a, p in zip(first, dqn.q_network.parameters(), strict=True)
@@ -213,7 +213,7 @@ def test_dqn_learns_from_images_through_the_off_policy_scheme():
         dqn, collector, make_replay_buffer(off_policy, 2, 1000), off_policy, env.action_spec
     )
     for _ in range(3):
-        metrics, _ = scheme.train_iter()
+        metrics = scheme.train_iter().metrics
     assert metrics["train/num_updates"] == 2 and dqn.num_updates == 6  # trains from iteration 1
     assert scheme.replay_buffer.storage.fields["time_step/observation"].dtype == torch.uint8
     env.close()

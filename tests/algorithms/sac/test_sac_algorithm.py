@@ -126,7 +126,7 @@ def test_alpha_moves_towards_the_target_entropy(action_spec, target_entropy, gro
     sac = _sac(action_spec, target_entropy=target_entropy, alpha_learning_rate=0.1)
     batch = sac.preprocess_experience(_sample(action_spec))
     before = float(sac.log_alpha.detach())
-    extra, _ = sac.update(batch)
+    extra, _, _ = sac.update(batch)
     assert (float(sac.log_alpha.detach()) > before) == grows
     assert float(extra["train/alpha"]) == pytest.approx(math.exp(before))
 

@@ -120,7 +120,7 @@ def test_actor_loss_is_logged_on_every_update():
     inputs = make_inputs()
     algorithm.update(inputs)
     algorithm.update(inputs)
-    extra, _ = algorithm.update(inputs)  # no actor step: the latest actor loss is reported
+    extra, _, _ = algorithm.update(inputs)  # no actor step: the latest actor loss is reported
     assert float(extra["loss/actor"]) != 0.0
 
 

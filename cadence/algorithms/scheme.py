@@ -1,0 +1,84 @@
+"""What a training scheme is to the trainer (DESIGN §5): ``train_iter()`` and its own state.
+
+`cadence.algorithms.on_policy.OnPolicyScheme` and `cadence.algorithms.off_policy.OffPolicyScheme`
+are the two; both feed minibatches to `Algorithm.update` and sum its results with
+`UpdateTotals`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any, NamedTuple, Protocol
+
+import torch
+
+from cadence.algorithms.algorithm import UpdateResult
+
+
+class IterationResult(NamedTuple):
+    """What one ``train_iter()`` returns.
+
+    Attributes:
+        metrics: the mean of every logged term over the iteration's updates, plus
+            ``train/num_updates``.
+        episodes: the stats of the episodes the unroll completed (``return``, ``length``,
+            ``info/*``, each ``[N]``).
+        nonfinite: 0-d bool tensor, True when any update met a non-finite loss or gradient;
+            the trainer reads it once per iteration.
+    """
+
+    metrics: dict[str, float]
+    episodes: dict[str, torch.Tensor]
+    nonfinite: torch.Tensor
+
+
+class TrainingScheme(Protocol):
+    """What the trainer drives: ``train_iter()`` plus the scheme's own state
+    (e.g. a replay buffer), which goes into every checkpoint."""
+
+    def train_iter(self) -> IterationResult: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+class UpdateTotals:
+    """Sums the metrics of a sequence of `UpdateResult` without syncing with the host."""
+
+    def __init__(self) -> None:
+        self.sums: dict[str, torch.Tensor] = {}
+        self.count = 0
+        self.nonfinite: torch.Tensor | None = None
+
+    def add(self, result: UpdateResult) -> None:
+        for key, value in result.metrics.items():
+            self.sums[key] = self.sums.get(key, 0.0) + value.detach()
+        flag = result.nonfinite
+        self.nonfinite = flag if self.nonfinite is None else self.nonfinite | flag
+        self.count += 1
+
+    def means(self) -> Mapping[str, float]:
+        """The mean of every metric so far, each synced only when it is read."""
+        return _Means(self)
+
+    def result(self, episodes: dict[str, torch.Tensor]) -> IterationResult:
+        """The iteration's result: one host sync per metric."""
+        metrics = dict(self.means())
+        metrics["train/num_updates"] = float(self.count)
+        nonfinite = torch.tensor(False) if self.nonfinite is None else self.nonfinite
+        return IterationResult(metrics, episodes, nonfinite)
+
+
+class _Means(Mapping[str, float]):
+    def __init__(self, totals: UpdateTotals):
+        self._totals = totals
+
+    def __getitem__(self, key: str) -> float:
+        return float(self._totals.sums[key]) / max(self._totals.count, 1)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._totals.sums)
+
+    def __len__(self) -> int:
+        return len(self._totals.sums)
