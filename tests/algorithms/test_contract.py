@@ -1,0 +1,161 @@
+"""The algorithm contract as the loop uses it, checked on every built-in algorithm:
+the gradient-sync hook sits between backward and the optimizer steps, the update
+returns a non-finite flag that the trainer turns into an error, and agent_info reaches
+the acting step functions."""
+
+import math
+
+import pytest
+import torch
+
+from cadence.algorithms.algorithm import Algorithm
+from cadence.config import load_config
+from cadence.data.time_step import StepType, TimeStep
+from cadence.trainer.run import build_trainer
+from cadence.trainer.trainer import NonFiniteUpdateError
+
+# One short, cheap config per built-in algorithm (off-policy ones train from their
+# second iteration on).
+OFF_POLICY = [
+    "algorithm.off_policy.initial_collect_steps=50",
+    "algorithm.off_policy.num_updates_per_train_iter=4",
+]
+CONFIGS = {
+    "ppo": ("ppo_cartpole", ["trainer.unroll_length=16"]),
+    "a2c": ("a2c_cartpole", []),
+    "dqn": ("dqn_cartpole", OFF_POLICY),
+    "sac": ("sac_pendulum", OFF_POLICY),
+    "td3": ("td3_pendulum", OFF_POLICY),
+    "ddpg": ("ddpg_pendulum", OFF_POLICY),
+}
+
+
+def _trainer(name, tmp_path, overrides=()):
+    config_name, config_overrides = CONFIGS[name]
+    overrides = [
+        f"root_dir={tmp_path / name}",
+        "trainer.progress_bar=off",
+        *config_overrides,
+        *overrides,
+    ]
+    return build_trainer(load_config(config_name, overrides), tmp_path / name)
+
+
+def _parameters(algorithm: Algorithm) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in algorithm.named_parameters()}
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_the_gradient_sync_hook_runs_between_backward_and_every_optimizer_step(name, tmp_path):
+    trainer = _trainer(name, tmp_path)
+    algorithm = trainer.algorithm
+    optimized = {
+        id(p) for o in algorithm.optimizers().values() for g in o.param_groups for p in g["params"]
+    }
+    calls = []
+
+    def zero_gradients(parameters):
+        # Called after backward: the gradients exist. Zeroing them must leave every
+        # parameter where it is (Adam and RMSprop take no step on zero gradients),
+        # which only holds if the optimizers step after the hook.
+        assert parameters and all(id(p) in optimized for p in parameters)
+        assert any(p.grad is not None for p in parameters)
+        calls.append(len(parameters))
+        for p in parameters:
+            if p.grad is not None:
+                p.grad.zero_()
+
+    algorithm.set_gradient_sync(zero_gradients)
+    before = _parameters(algorithm)
+    try:
+        for _ in range(3):
+            result = trainer.scheme.train_iter()
+    finally:
+        trainer.collector.env.close()
+    assert result.metrics["train/num_updates"] > 0
+    assert len(calls) >= result.metrics["train/num_updates"]
+    after = _parameters(algorithm)
+    for key, value in before.items():
+        assert torch.equal(after[key], value), key
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_without_the_hook_the_same_training_moves_the_parameters(name, tmp_path):
+    trainer = _trainer(name, tmp_path)
+    before = _parameters(trainer.algorithm)
+    try:
+        for _ in range(3):
+            result = trainer.scheme.train_iter()
+    finally:
+        trainer.collector.env.close()
+    assert not bool(result.nonfinite)
+    assert any(not torch.equal(p, before[k]) for k, p in _parameters(trainer.algorithm).items())
+
+
+@pytest.mark.parametrize("name", ["ppo", "dqn", "sac", "td3"])
+def test_a_non_finite_loss_stops_the_run_before_it_is_checkpointed(name, tmp_path):
+    trainer = _trainer(name, tmp_path, ["trainer.checkpoint_interval=1"])
+    algorithm = trainer.algorithm
+    train_step = algorithm.train_step
+    iterations = {"n": 0}
+
+    def poisoned_train_step(inputs, state=()):
+        step = train_step(inputs, state)
+        if iterations["n"] >= 3:  # from the fourth iteration on, the loss is NaN
+            info = dict(step.info)
+            key = "q" if "q" in info else ("q_value" if "q_value" in info else "value")
+            info[key] = info[key] * math.nan
+            step = step._replace(info=info)
+        return step
+
+    scheme_train_iter = trainer.scheme.train_iter
+
+    def counting_train_iter():
+        result = scheme_train_iter()
+        iterations["n"] += 1
+        return result
+
+    algorithm.train_step = poisoned_train_step
+    trainer.scheme.train_iter = counting_train_iter
+    with pytest.raises(NonFiniteUpdateError, match=r"iteration 4: a non-finite .*loss/") as error:
+        trainer.run()
+    assert "latest checkpoint" in str(error.value)
+    assert int(trainer.checkpoints.latest().name) == 3  # nothing of iteration 4 was published
+    assert not (trainer.run_dir / "COMPLETE").exists()
+
+
+def _time_step(batch_size: int, observation: torch.Tensor) -> TimeStep:
+    return TimeStep(
+        step_type=torch.full((batch_size,), StepType.MID),
+        reward=torch.zeros(batch_size),
+        discount=torch.ones(batch_size),
+        observation=observation,
+        prev_action=torch.zeros(batch_size, dtype=torch.int64),
+        env_id=torch.arange(batch_size),
+    )
+
+
+def test_agent_info_gives_each_dqn_slot_its_own_epsilon(tmp_path):
+    trainer = _trainer("dqn", tmp_path)
+    trainer.collector.env.close()
+    dqn = trainer.algorithm
+    dqn.epsilon = 0.0
+    observation = torch.randn(1, 4).repeat(400, 1)
+    epsilon = torch.tensor([0.0, 1.0]).repeat_interleave(200)
+    actions = dqn.rollout_step(_time_step(400, observation), (), {"epsilon": epsilon}).output
+    greedy = dqn.predict_step(_time_step(400, observation), ()).output
+    assert torch.equal(actions[:200], greedy[:200])  # epsilon 0: always greedy
+    assert 0.3 < (actions[200:] != greedy[200:]).float().mean() < 0.7  # epsilon 1: uniform
+
+
+def test_agent_info_runs_deterministic_and_stochastic_slots_side_by_side(tmp_path):
+    trainer = _trainer("ppo", tmp_path)
+    trainer.collector.env.close()
+    ppo = trainer.algorithm
+    observation = torch.randn(1, 4).repeat(400, 1)
+    deterministic = torch.arange(400) < 200
+    step = ppo.rollout_step(_time_step(400, observation), (), {"deterministic": deterministic})
+    mode = ppo.predict_step(_time_step(400, observation), ()).output
+    assert torch.equal(step.output[:200], mode[:200])
+    assert (step.output[200:] != mode[200:]).any()
+    assert torch.equal(step.info["action"], step.output)

@@ -1,0 +1,117 @@
+"""One registration per algorithm: cadence's own, `register_algorithm`, and entry points.
+
+The example algorithm of docs/adding-an-algorithm.md (examples/custom_algorithm/reinforce.py)
+is registered once and trained through the CLI, in this process and as an installed
+package's entry point in a fresh `cadence` process.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cadence.algorithms import registry
+from cadence.cli import main
+from cadence.config import ConfigError, config_help, load_config
+from cadence.trainer.metrics import read_metrics
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "custom_algorithm"
+SHORT_RUN = ["trainer.num_env_steps=2048", "trainer.eval_interval=4", "trainer.progress_bar=off"]
+
+
+@pytest.fixture
+def reinforce(monkeypatch):
+    monkeypatch.syspath_prepend(str(EXAMPLE))
+    registry.register_algorithm(
+        "reinforce", "reinforce:ReinforceConfig", "reinforce:make_reinforce"
+    )
+    yield
+    registry.unregister_algorithm("reinforce")
+
+
+def test_builtin_registrations_resolve_to_their_config_classes_and_builders():
+    assert registry.algorithm_names()[:6] == ["ppo", "a2c", "dqn", "sac", "td3", "ddpg"]
+    for name in registry.BUILTIN_ALGORITHMS:
+        config_class = registry.algorithm_config_class(name)
+        assert config_class().name == name
+        assert callable(registry.algorithm_builder(name))
+
+
+def test_an_unknown_algorithm_names_the_known_ones():
+    with pytest.raises(KeyError, match="known: ppo, a2c"):
+        registry.algorithm_registration("nope")
+    with pytest.raises(ConfigError, match="algorithm"):
+        load_config("ppo_cartpole", ["algorithm=nope"])
+
+
+def test_a_builtin_name_cannot_be_taken():
+    with pytest.raises(ValueError, match="cadence's own"):
+        registry.register_algorithm("ppo", "x:Y", "x:z")
+
+
+def test_one_registration_trains_a_new_algorithm_through_the_cli(reinforce, tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    argv = ["train", "ppo_cartpole", "algorithm=reinforce", *SHORT_RUN, "--root-dir", str(run_dir)]
+    assert main(argv) == 0
+    assert "complete" in capsys.readouterr().out
+    rows = read_metrics(run_dir)
+    assert rows[-1]["env_steps"] == 2048
+    assert all(row["train/num_updates"] == 1.0 for row in rows)
+    assert any("eval/episode_return" in row for row in rows)
+    assert {"loss/policy", "loss/value", "loss/total", "train/grad_norm"} <= set(rows[-1])
+    assert "name: reinforce" in (run_dir / "config.yaml").read_text()
+    assert main(["eval", str(run_dir), "--episodes", "2"]) == 0
+    assert "reinforce" in config_help("ppo_cartpole")
+
+
+def test_a_registered_algorithm_has_its_keys_checked(reinforce):
+    config = load_config("ppo_cartpole", ["algorithm=reinforce", "algorithm.learning_rate=0.5"])
+    assert config.algorithm.learning_rate == 0.5
+    with pytest.raises(ConfigError, match="algorithm.gamma"):
+        load_config("ppo_cartpole", ["algorithm=reinforce", "algorithm.gamma=2.0"])
+
+
+def _install_entry_point(site: Path) -> None:
+    """A minimal installed distribution whose entry point registers the example."""
+    (site / "reinforce.py").write_text((EXAMPLE / "reinforce.py").read_text())
+    dist_info = site / "reinforce_example-0.1.dist-info"
+    dist_info.mkdir()
+    (dist_info / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: reinforce-example\nVersion: 0.1\n"
+    )
+    (dist_info / "entry_points.txt").write_text(
+        "[cadence.algorithms]\nreinforce = reinforce:REGISTRATION\n"
+    )
+
+
+def test_an_installed_entry_point_makes_the_cadence_command_know_the_algorithm(tmp_path):
+    site = tmp_path / "site"
+    site.mkdir()
+    _install_entry_point(site)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]),
+    }
+    run_dir = tmp_path / "run"
+    command = [sys.executable, "-m", "cadence", "train", "ppo_cartpole", "algorithm=reinforce"]
+    result = subprocess.run(
+        [*command, *SHORT_RUN, "--root-dir", str(run_dir)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert rows[-1]["env_steps"] == 2048
+    listing = subprocess.run(
+        [sys.executable, "-m", "cadence", "train", "ppo_cartpole", "--help"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert "reinforce" in listing.stdout
