@@ -18,8 +18,9 @@ import attrs
 from attrs import field
 from attrs.validators import ge, gt, instance_of, le
 
-from cadence.transforms.names import TRANSFORMER_CLASSES, TransformerName
-from cadence.transforms.sequence import check_order
+# Names and order groups only: this module imports no transformer (nor torch).
+from cadence.transforms.names import TRANSFORMER_ORDER_GROUPS, TransformerName
+from cadence.transforms.order import check_order
 
 
 def _as_tuple(value: Any) -> Any:
@@ -143,16 +144,16 @@ def _known_and_ordered(instance: Any, attribute: attrs.Attribute, value: Any) ->
     if not isinstance(value, tuple):
         raise ValueError(f"'{attribute.name}' must be a list of transformer names, got {value!r}")
     for name in value:
-        if name not in TRANSFORMER_CLASSES:
+        if name not in TRANSFORMER_ORDER_GROUPS:
             raise ValueError(
-                f"unknown data transformer {name!r}; known: {', '.join(TRANSFORMER_CLASSES)}"
+                f"unknown data transformer {name!r}; known: {', '.join(TRANSFORMER_ORDER_GROUPS)}"
             )
     repeated = sorted({name for name in value if value.count(name) > 1})
     if repeated:
         raise ValueError(
             f"each data transformer may be listed once; repeated: {', '.join(repeated)}"
         )
-    check_order([(name, TRANSFORMER_CLASSES[name].order_group) for name in value])
+    check_order([(name, TRANSFORMER_ORDER_GROUPS[name]) for name in value])
 
 
 def _section(cls: type, doc: str) -> Any:

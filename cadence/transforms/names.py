@@ -1,17 +1,20 @@
-"""The config name of each data transformer."""
+"""The config name of each data transformer: its order group, and (on first use) its class.
+
+Importing this module imports no transformer (nor torch): `DataTransformersConfig` checks
+the names a config lists and their order from `TRANSFORMER_ORDER_GROUPS`, so a config can be
+loaded, checked and described (``cadence train NAME --help``) without torch.
+`TRANSFORMER_CLASSES` imports the transformer modules the first time it is read.
+"""
 
 from __future__ import annotations
 
-from typing import Literal
+import importlib
+from typing import TYPE_CHECKING, Any, Literal
 
-from cadence.transforms.frame_stacker import FrameStacker
-from cadence.transforms.hindsight import HindsightExperienceTransformer
-from cadence.transforms.image_scale import ImageScaleTransformer
-from cadence.transforms.observation_normalizer import ObservationNormalizer
-from cadence.transforms.reward import RewardClipping, RewardScaling
-from cadence.transforms.reward_normalizer import RewardNormalizer
-from cadence.transforms.transformer import DataTransformer
-from cadence.transforms.untransformed import UntransformedTimeStep
+from cadence.transforms.order import OrderGroup
+
+if TYPE_CHECKING:
+    from cadence.transforms.transformer import DataTransformer
 
 TransformerName = Literal[
     "untransformed_time_step",
@@ -24,14 +27,39 @@ TransformerName = Literal[
     "image_scale",
 ]
 
-TRANSFORMER_CLASSES: dict[str, type[DataTransformer]] = {
-    "untransformed_time_step": UntransformedTimeStep,
-    "hindsight_experience": HindsightExperienceTransformer,
-    "frame_stacker": FrameStacker,
-    "observation_normalizer": ObservationNormalizer,
-    "reward_clipping": RewardClipping,
-    "reward_normalizer": RewardNormalizer,
-    "reward_scaling": RewardScaling,
-    "image_scale": ImageScaleTransformer,
+TRANSFORMER_ORDER_GROUPS: dict[str, OrderGroup] = {
+    "untransformed_time_step": OrderGroup.UNTRANSFORMED,
+    "hindsight_experience": OrderGroup.REPLAY_READER,
+    "frame_stacker": OrderGroup.REPLAY_READER,
+    "observation_normalizer": OrderGroup.OTHER,
+    "reward_clipping": OrderGroup.OTHER,
+    "reward_normalizer": OrderGroup.OTHER,
+    "reward_scaling": OrderGroup.OTHER,
+    "image_scale": OrderGroup.OTHER,
 }
-"""The transformer class of each name a config may list."""
+"""The `order_group` of each name's class (a test checks that they agree), by name."""
+
+_CLASS_PATHS: dict[str, str] = {
+    "untransformed_time_step": "cadence.transforms.untransformed:UntransformedTimeStep",
+    "hindsight_experience": "cadence.transforms.hindsight:HindsightExperienceTransformer",
+    "frame_stacker": "cadence.transforms.frame_stacker:FrameStacker",
+    "observation_normalizer": "cadence.transforms.observation_normalizer:ObservationNormalizer",
+    "reward_clipping": "cadence.transforms.reward:RewardClipping",
+    "reward_normalizer": "cadence.transforms.reward_normalizer:RewardNormalizer",
+    "reward_scaling": "cadence.transforms.reward:RewardScaling",
+    "image_scale": "cadence.transforms.image_scale:ImageScaleTransformer",
+}
+
+TRANSFORMER_CLASSES: dict[str, type[DataTransformer]]
+"""The transformer class of each name a config may list (imported when first read)."""
+
+
+def __getattr__(name: str) -> Any:
+    if name != "TRANSFORMER_CLASSES":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    classes = {}
+    for transformer, path in _CLASS_PATHS.items():
+        module, _, class_name = path.partition(":")
+        classes[transformer] = getattr(importlib.import_module(module), class_name)
+    globals()["TRANSFORMER_CLASSES"] = classes  # later reads find it without this function
+    return classes

@@ -10,48 +10,9 @@ from cadence.data.nest import Nest
 from cadence.data.specs import Spec
 from cadence.data.time_step import TimeStep
 from cadence.replay.buffer import ReplaySample
-from cadence.transforms.transformer import DataTransformer, OrderGroup
-
-_GROUP_RULES = {
-    OrderGroup.UNTRANSFORMED: "must be first, to copy the step before anything changes it",
-    OrderGroup.REPLAY_READER: (
-        "reads raw steps from the replay buffer, so it must come before transformers that "
-        "change the data (only UntransformedTimeStep may precede it)"
-    ),
-    OrderGroup.OTHER: "changes the data element-wise",
-}
-
-
-class TransformerOrderError(ValueError):
-    """Two transformers of a sequence break the order rules of DESIGN §6."""
-
-
-def check_order(named_groups: Sequence[tuple[str, OrderGroup]]) -> None:
-    """Checks that groups never decrease along a sequence (DESIGN §6).
-
-    1. `UntransformedTimeStep`, if present, is first;
-    2. transformers that read the replay buffer (HER, frame stacking) come next;
-    3. everything else after them.
-
-    Args:
-        named_groups: ``(name, group)`` of each transformer, in order.
-
-    Raises:
-        TransformerOrderError: naming the first offending pair and how to fix it.
-    """
-    for later_index, (later, later_group) in enumerate(named_groups):
-        for earlier_index, (earlier, earlier_group) in enumerate(named_groups[:later_index]):
-            if earlier_group > later_group:
-                raise TransformerOrderError(
-                    f"data transformer order: {later} (position {later_index}) must come before "
-                    f"{earlier} (position {earlier_index}): {later} "
-                    f"{_GROUP_RULES[later_group]}. Move {later} ahead of {earlier}."
-                )
-            if earlier_group == later_group == OrderGroup.UNTRANSFORMED:
-                raise TransformerOrderError(
-                    f"data transformer order: {earlier} (position {earlier_index}) and {later} "
-                    f"(position {later_index}) both claim the first place; keep one"
-                )
+from cadence.transforms.order import TransformerOrderError as TransformerOrderError
+from cadence.transforms.order import check_order
+from cadence.transforms.transformer import DataTransformer
 
 
 class DataTransformerSequence(DataTransformer):

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-from enum import IntEnum
 from typing import Any, ClassVar
 
 from torch import nn
@@ -28,18 +27,7 @@ from cadence.data.nest import Nest
 from cadence.data.specs import Spec
 from cadence.data.time_step import TimeStep
 from cadence.replay.buffer import ReplaySample
-
-
-class OrderGroup(IntEnum):
-    """Where a transformer may stand in a sequence (DESIGN §6); lower groups come first."""
-
-    UNTRANSFORMED = 0
-    """`UntransformedTimeStep`: copies the raw step, so it must see it first."""
-    REPLAY_READER = 1
-    """Reads raw steps from the replay buffer (HER, frame stacking), so nothing before it
-    may have changed the data it replaces."""
-    OTHER = 2
-    """Element-wise maps (normalizers, clipping, scaling, image scaling)."""
+from cadence.transforms.order import OrderGroup
 
 
 class DataTransformer(nn.Module, abc.ABC):
