@@ -10,28 +10,41 @@ The names a user needs day to day; everything else lives in the subpackages
 [0, 0]
 """
 
-from cadence.algorithms import (
-    Algorithm,
-    AlgStep,
-    LossInfo,
-    OffPolicyConfig,
-    OffPolicyScheme,
-    OnPolicyScheme,
-    build_algorithm,
+from cadence._lazy import lazy_exports
+
+# Each name imports its subpackage on first use: `import cadence` (and so the `cadence`
+# command's list, --version and train --help) must not import torch.
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "AlgStep": "algorithms",
+        "Algorithm": "algorithms",
+        "LossInfo": "algorithms",
+        "OffPolicyConfig": "algorithms",
+        "OffPolicyScheme": "algorithms",
+        "OnPolicyScheme": "algorithms",
+        "build_algorithm": "algorithms",
+        "ExperimentConfig": "config",
+        "list_configs": "config",
+        "load_config": "config",
+        "DictTensor": "data",
+        "StepType": "data",
+        "TemporalDictTensor": "data",
+        "TimeStep": "data",
+        "Trajectories": "data",
+        "Environment": "envs",
+        "ParallelEnvironment": "envs",
+        "SerialEnvironment": "envs",
+        "ThreadEnvironment": "envs",
+        "make_env": "envs",
+        "ReplayBuffer": "replay",
+        "Trainer": "trainer",
+        "read_metrics": "trainer",
+        "train": "trainer.run",
+        "DataTransformer": "transforms",
+        "DataTransformerSequence": "transforms",
+    },
 )
-from cadence.cli import train_experiment as train
-from cadence.config import ExperimentConfig, list_configs, load_config
-from cadence.data import DictTensor, StepType, TemporalDictTensor, TimeStep, Trajectories
-from cadence.envs import (
-    Environment,
-    ParallelEnvironment,
-    SerialEnvironment,
-    ThreadEnvironment,
-    make_env,
-)
-from cadence.replay import ReplayBuffer
-from cadence.trainer import Trainer, read_metrics
-from cadence.transforms import DataTransformer, DataTransformerSequence
 
 __version__ = "0.1.0"
 

@@ -1,8 +1,11 @@
 """The ``cadence`` command: ``list``, ``train``, ``play`` and ``eval``.
 
-The only part of cadence that writes to the terminal. Training and play code is
-imported inside the commands, so ``list`` and ``--help`` stay quick and work
-even where the trainer cannot be imported.
+The only part of cadence that writes to the terminal. ``list``, ``--version`` and
+``train NAME --help`` never import torch, so they answer in well under a second and work
+even where the trainer cannot be imported: every cadence package imports its modules on
+first use, Hydra and the config classes are imported by the commands that compose a config,
+training and play code inside ``train``, ``play`` and ``eval``. ``python -m cadence`` runs
+`main` as the ``cadence`` script does.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from types import ModuleType
 from typing import Any
 
 import cadence
-from cadence.config import ConfigError, config_help, list_configs, load_config, to_yaml
+from cadence.config import ConfigError, list_configs
 
 SNAPSHOT_FILE = "snapshot.tar.gz"
 CONFIG_FILE = "config.yaml"
@@ -166,6 +169,8 @@ _OUTCOME_MESSAGES = {
 
 def run_train(args: argparse.Namespace) -> int:
     """Loads and checks the config (no directory is created before that), then trains it."""
+    from cadence.config import config_help, load_config  # Hydra and the config classes
+
     if args.help:
         args.parser.print_help()
         if args.name is not None:
@@ -177,24 +182,11 @@ def run_train(args: argparse.Namespace) -> int:
         return 2
     config = load_config(args.name, args.overrides, root_dir=args.root_dir)
     _log_to_terminal()
-    outcome = train_experiment(config)
+    from cadence.trainer.run import train  # torch: imported only to train
+
+    outcome = train(config)
     print(f"{config.root_dir}: {_OUTCOME_MESSAGES.get(outcome, outcome)}")
     return 0
-
-
-def train_experiment(config: Any) -> str | None:
-    """Trains ``config`` in ``config.root_dir`` exactly as `cadence train` does.
-
-    A new run gets its ``config.yaml`` (so `cadence play` and `cadence eval` can open it) and
-    its code snapshot; a run directory holding a checkpoint resumes; a complete one is left as is.
-
-    Returns:
-        How training ended (``"complete"``, ``"preempted"``, ``"stopped_at_eval_return"``), or
-        None when the run was already complete.
-    """
-    from cadence.trainer.run import train
-
-    return train(config, config_yaml=to_yaml(config))
 
 
 def run_play(args: argparse.Namespace) -> int:

@@ -1,10 +1,23 @@
 """Typed experiment configs: named configs composed with Hydra, overrides, validation, YAML."""
 
-from cadence.config.errors import ConfigError, Problem
-from cadence.config.experiment import ALGORITHM_CONFIGS, AlgorithmConfig, ExperimentConfig
-from cadence.config.help import config_help
-from cadence.config.loading import default_root_dir, list_configs, load_config
-from cadence.config.serialize import from_yaml, to_yaml
+from cadence._lazy import lazy_exports
+
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "ConfigError": "errors",
+        "Problem": "errors",
+        "ALGORITHM_CONFIGS": "experiment",
+        "AlgorithmConfig": "experiment",
+        "ExperimentConfig": "experiment",
+        "config_help": "help",
+        "default_root_dir": "loading",
+        "list_configs": "catalog",
+        "load_config": "loading",
+        "from_yaml": "serialize",
+        "to_yaml": "serialize",
+    },
+)
 
 __all__ = [
     "ALGORITHM_CONFIGS",

@@ -32,18 +32,14 @@ from hydra.errors import HydraException, MissingConfigException
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from cadence.config.catalog import NAMED_CONFIG_DIR, named_config_paths
+from cadence.config.catalog import list_configs as list_configs  # its old home; still works
 from cadence.config.errors import ConfigError, Problem, close_matches, unknown_key_problem
 from cadence.config.experiment import ALGORITHM_CONFIGS, ExperimentConfig
 from cadence.config.serialize import to_dict, to_yaml
 from cadence.config.structure import structure
 
-NAMED_CONFIG_DIR = Path(__file__).parent / "named"
 DEFAULTS_NAME = "cadence_defaults"
-
-
-def list_configs() -> dict[str, str]:
-    """Every named config with its one-line description, sorted by name."""
-    return {path.stem: str(OmegaConf.load(path).get("description", "")) for path in _named_paths()}
 
 
 def load_config(
@@ -128,7 +124,7 @@ def register_defaults() -> None:
 
 
 def _named_paths() -> list[Path]:
-    return sorted(NAMED_CONFIG_DIR.glob("*.yaml"))
+    return named_config_paths(NAMED_CONFIG_DIR)  # this module's, which tests may replace
 
 
 def _check_name(name: str) -> None:

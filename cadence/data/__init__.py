@@ -1,19 +1,27 @@
 """Data: time steps, specs, nest helpers and the rlstructures containers."""
 
-from cadence.data.dict_tensor import DictTensor
-from cadence.data.experience import Experience
-from cadence.data.nest import flatten, map_structure, pack_sequence_as
-from cadence.data.specs import (
-    BoundedTensorSpec,
-    CompositeSpec,
-    DiscreteTensorSpec,
-    Spec,
-    TensorSpec,
-    spec_from_space,
+from cadence._lazy import lazy_exports
+
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "DictTensor": "dict_tensor",
+        "Experience": "experience",
+        "flatten": "nest",
+        "map_structure": "nest",
+        "pack_sequence_as": "nest",
+        "BoundedTensorSpec": "specs",
+        "CompositeSpec": "specs",
+        "DiscreteTensorSpec": "specs",
+        "Spec": "specs",
+        "TensorSpec": "specs",
+        "spec_from_space": "specs",
+        "TemporalDictTensor": "temporal_dict_tensor",
+        "StepType": "time_step",
+        "TimeStep": "time_step",
+        "Trajectories": "trajectories",
+    },
 )
-from cadence.data.temporal_dict_tensor import TemporalDictTensor
-from cadence.data.time_step import StepType, TimeStep
-from cadence.data.trajectories import Trajectories
 
 __all__ = [
     "BoundedTensorSpec",

@@ -1,19 +1,29 @@
 """Environments: the contracts, the Gymnasium adapter, wrappers and batching back ends."""
 
-from cadence.envs.environment import Environment, PyEnvironment, PyEnvironmentWrapper
-from cadence.envs.gym_adapter import GymAdapter
-from cadence.envs.make import GymEnvFactory, UnknownEnvironmentError, make_env
-from cadence.envs.mujoco_setup import MujocoWarning
-from cadence.envs.parallel import EnvironmentWorkerError, ParallelEnvironment
-from cadence.envs.serial import SerialEnvironment
-from cadence.envs.thread import ThreadEnvironment
-from cadence.envs.time_limit import TimeLimit
-from cadence.envs.wrappers import (
-    ContinuousActionClip,
-    FrameSkip,
-    FrameStack,
-    ImageChannelFirst,
-    NormalizedAction,
+from cadence._lazy import lazy_exports
+
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "Environment": "environment",
+        "PyEnvironment": "environment",
+        "PyEnvironmentWrapper": "environment",
+        "GymAdapter": "gym_adapter",
+        "GymEnvFactory": "make",
+        "UnknownEnvironmentError": "make",
+        "make_env": "make",
+        "MujocoWarning": "mujoco_setup",
+        "EnvironmentWorkerError": "parallel",
+        "ParallelEnvironment": "parallel",
+        "SerialEnvironment": "serial",
+        "ThreadEnvironment": "thread",
+        "TimeLimit": "time_limit",
+        "ContinuousActionClip": "wrappers",
+        "FrameSkip": "wrappers",
+        "FrameStack": "wrappers",
+        "ImageChannelFirst": "wrappers",
+        "NormalizedAction": "wrappers",
+    },
 )
 
 __all__ = [

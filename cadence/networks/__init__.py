@@ -4,6 +4,7 @@ Build an algorithm's networks from its spec and a `NetworkConfig`:
 
 >>> import torch
 >>> from cadence.data.specs import BoundedTensorSpec, TensorSpec
+>>> from cadence.networks import MLP, NetworkConfig, make_action_head, make_encoder
 >>> config = NetworkConfig(hidden_sizes=(32, 32))
 >>> encoder = make_encoder(TensorSpec((4,)), config)
 >>> body = MLP(encoder.output_dim, config.hidden_sizes, activation=config.activation)
@@ -12,26 +13,32 @@ Build an algorithm's networks from its spec and a `NetworkConfig`:
 torch.Size([5, 2])
 """
 
-from cadence.networks.config import NetworkConfig
-from cadence.networks.deterministic_actor import DeterministicActor
-from cadence.networks.distributions import TanhNormal
-from cadence.networks.encoders import (
-    DictEncoder,
-    FlattenEncoder,
-    ImageEncoder,
-    OneHotEncoder,
-    is_image,
-    make_encoder,
+from cadence._lazy import lazy_exports
+
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "NetworkConfig": "config",
+        "DeterministicActor": "deterministic_actor",
+        "TanhNormal": "distributions",
+        "DictEncoder": "encoders",
+        "FlattenEncoder": "encoders",
+        "ImageEncoder": "encoders",
+        "OneHotEncoder": "encoders",
+        "is_image": "encoders",
+        "make_encoder": "encoders",
+        "EnsembleLinear": "ensemble",
+        "EnsembleMLP": "ensemble",
+        "CategoricalHead": "heads",
+        "NormalHead": "heads",
+        "TanhNormalHead": "heads",
+        "make_action_head": "heads",
+        "MLP": "mlp",
+        "CriticEnsemble": "value",
+        "QNetwork": "value",
+        "ValueNetwork": "value",
+    },
 )
-from cadence.networks.ensemble import EnsembleLinear, EnsembleMLP
-from cadence.networks.heads import (
-    CategoricalHead,
-    NormalHead,
-    TanhNormalHead,
-    make_action_head,
-)
-from cadence.networks.mlp import MLP
-from cadence.networks.value import CriticEnsemble, QNetwork, ValueNetwork
 
 __all__ = [
     "MLP",

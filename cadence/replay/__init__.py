@@ -1,17 +1,28 @@
 """Replay: ``[num_envs, capacity]`` rings of raw experience, samplers, episode index, persistence."""
 
-from cadence.replay.buffer import ReplayBuffer, ReplaySample, StorageObserver
-from cadence.replay.episode_index import EpisodeIndex
-from cadence.replay.prioritized import PrioritizedSampler, Schedule, linear_schedule
-from cadence.replay.rows import STEP_TYPE_KEY, experience_rows, time_step_from_rows
-from cadence.replay.samplers import (
-    SampleIndices,
-    Sampler,
-    UniformSampler,
-    whole_buffer_minibatches,
+from cadence._lazy import lazy_exports
+
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "ReplayBuffer": "buffer",
+        "ReplaySample": "buffer",
+        "StorageObserver": "buffer",
+        "EpisodeIndex": "episode_index",
+        "PrioritizedSampler": "prioritized",
+        "Schedule": "prioritized",
+        "linear_schedule": "prioritized",
+        "STEP_TYPE_KEY": "rows",
+        "experience_rows": "rows",
+        "time_step_from_rows": "rows",
+        "SampleIndices": "samplers",
+        "Sampler": "samplers",
+        "UniformSampler": "samplers",
+        "whole_buffer_minibatches": "samplers",
+        "RingStorage": "storage",
+        "SumTree": "sum_tree",
+    },
 )
-from cadence.replay.storage import RingStorage
-from cadence.replay.sum_tree import SumTree
 
 __all__ = [
     "STEP_TYPE_KEY",

@@ -5,17 +5,24 @@ Two more modules are imported on their own, as they pull in the trainer:
 `cadence.testing.learning` (`train_to_bar` for learning tests).
 """
 
-from cadence.testing.contract import (
-    ContractReport,
-    Stream,
-    check_distinct_env_ids,
-    check_environment,
-    check_identical_streams,
-    check_stream,
-    check_time_step,
-    record_stream,
+from cadence._lazy import lazy_exports
+
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "ContractReport": "contract",
+        "Stream": "contract",
+        "check_distinct_env_ids": "contract",
+        "check_environment": "contract",
+        "check_identical_streams": "contract",
+        "check_stream": "contract",
+        "check_time_step": "contract",
+        "record_stream": "contract",
+        "DictObservationEnv": "fakes",
+        "FailingEnv": "fakes",
+        "ImageEnv": "fakes",
+    },
 )
-from cadence.testing.fakes import DictObservationEnv, FailingEnv, ImageEnv
 
 __all__ = [
     "ContractReport",

@@ -1,8 +1,15 @@
 """The trainer: the training loop, evaluation, metrics, checkpoints, pre-emption, snapshot, play."""
 
-from cadence.trainer.checkpoint import CheckpointManager
-from cadence.trainer.config import TrainerConfig
-from cadence.trainer.metrics import read_metrics
-from cadence.trainer.trainer import Trainer
+from cadence._lazy import lazy_exports
+
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "CheckpointManager": "checkpoint",
+        "TrainerConfig": "config",
+        "read_metrics": "metrics",
+        "Trainer": "trainer",
+    },
+)
 
 __all__ = ["CheckpointManager", "Trainer", "TrainerConfig", "read_metrics"]

@@ -1,21 +1,29 @@
 """Data transformers (DESIGN §6): maps of rollout time steps and replayed minibatches."""
 
-from cadence.transforms.build import make_data_transformer
-from cadence.transforms.config import DataTransformersConfig
-from cadence.transforms.frame_stacker import FrameStacker
-from cadence.transforms.hindsight import HindsightExperienceTransformer, sparse_goal_reward
-from cadence.transforms.image_scale import ImageScaleTransformer
-from cadence.transforms.observation_normalizer import ObservationNormalizer
-from cadence.transforms.reward import RewardClipping, RewardScaling
-from cadence.transforms.reward_normalizer import RewardNormalizer
-from cadence.transforms.running_stats import RunningMeanStd
-from cadence.transforms.sequence import (
-    DataTransformerSequence,
-    TransformerOrderError,
-    check_order,
+from cadence._lazy import lazy_exports
+
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "make_data_transformer": "build",
+        "DataTransformersConfig": "config",
+        "FrameStacker": "frame_stacker",
+        "HindsightExperienceTransformer": "hindsight",
+        "sparse_goal_reward": "hindsight",
+        "ImageScaleTransformer": "image_scale",
+        "ObservationNormalizer": "observation_normalizer",
+        "OrderGroup": "order",
+        "TransformerOrderError": "order",
+        "check_order": "order",
+        "RewardClipping": "reward",
+        "RewardScaling": "reward",
+        "RewardNormalizer": "reward_normalizer",
+        "RunningMeanStd": "running_stats",
+        "DataTransformerSequence": "sequence",
+        "DataTransformer": "transformer",
+        "UntransformedTimeStep": "untransformed",
+    },
 )
-from cadence.transforms.transformer import DataTransformer, OrderGroup
-from cadence.transforms.untransformed import UntransformedTimeStep
 
 __all__ = [
     "DataTransformer",
