@@ -19,8 +19,8 @@ __getattr__, __dir__ = lazy_exports(
         "ThreadEnvironment": "thread",
         "TimeLimit": "time_limit",
         "ContinuousActionClip": "wrappers",
+        "EnvFrameStack": "wrappers",
         "FrameSkip": "wrappers",
-        "FrameStack": "wrappers",
         "ImageChannelFirst": "wrappers",
         "NormalizedAction": "wrappers",
     },
@@ -28,10 +28,10 @@ __getattr__, __dir__ = lazy_exports(
 
 __all__ = [
     "ContinuousActionClip",
+    "EnvFrameStack",
     "Environment",
     "EnvironmentWorkerError",
     "FrameSkip",
-    "FrameStack",
     "GymAdapter",
     "GymEnvFactory",
     "ImageChannelFirst",

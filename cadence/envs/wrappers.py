@@ -1,10 +1,12 @@
 """Gymnasium wrappers: observation and action shaping below the `GymAdapter` (DESIGN §3).
 
 Each is a plain ``gymnasium.Wrapper`` holding only picklable state, so that worker
-processes can build it: pass ``functools.partial(FrameStack, num_stack=4)`` (or the
+processes can build it: pass ``functools.partial(EnvFrameStack, num_stack=4)`` (or the
 class itself) in ``make_env(..., gym_wrappers=[...])``.
 
-- `FrameStack`: the last ``k`` observations, stacked along a new or an existing axis;
+- `EnvFrameStack`: the last ``k`` observations, stacked inside the env (the replay
+  buffer then stores whole stacks; `cadence.transforms.ReplayFrameStack` stores
+  single frames and stacks them at sample time instead);
 - `FrameSkip`: each action repeated ``k`` times, rewards summed;
 - `NormalizedAction`: a ``[-1, 1]`` action interface to a bounded ``Box``;
 - `ContinuousActionClip`: actions clipped to the ``Box`` bounds;
@@ -23,15 +25,20 @@ from gymnasium.utils import RecordConstructorArgs
 
 __all__ = [
     "ContinuousActionClip",
+    "EnvFrameStack",
     "FrameSkip",
-    "FrameStack",
     "ImageChannelFirst",
     "NormalizedAction",
 ]
 
 
-class FrameStack(gym.Wrapper, RecordConstructorArgs):
-    """Observations of the last ``num_stack`` steps, oldest first.
+class EnvFrameStack(gym.Wrapper, RecordConstructorArgs):
+    """Observations of the last ``num_stack`` steps, oldest first, stacked inside the env.
+
+    Everything downstream sees the stacks: the policy, and a replay buffer, which
+    then stores each observation ``num_stack`` times over. For off-policy training
+    on large observations, `cadence.transforms.ReplayFrameStack` (config name
+    ``replay_frame_stack``) stores single frames and stacks them when it samples.
 
     With ``axis=None`` the frames are stacked along a new leading axis
     (``[k, *obs_shape]``); with an integer ``axis`` they are concatenated along
@@ -49,7 +56,7 @@ class FrameStack(gym.Wrapper, RecordConstructorArgs):
         TypeError: the observation space is not a ``Box``.
         ValueError: ``num_stack < 1`` or ``axis`` is out of range.
 
-    >>> env = FrameStack(gym.make("CartPole-v1"), num_stack=3)
+    >>> env = EnvFrameStack(gym.make("CartPole-v1"), num_stack=3)
     >>> env.observation_space.shape
     (3, 4)
     """
@@ -57,12 +64,12 @@ class FrameStack(gym.Wrapper, RecordConstructorArgs):
     def __init__(self, env: gym.Env, num_stack: int, axis: int | None = None):
         RecordConstructorArgs.__init__(self, num_stack=num_stack, axis=axis)
         gym.Wrapper.__init__(self, env)
-        space = _require_box(env.observation_space, "FrameStack", "observation")
+        space = _require_box(env.observation_space, "EnvFrameStack", "observation")
         if num_stack < 1:
-            raise ValueError(f"FrameStack needs num_stack >= 1, got {num_stack}")
+            raise ValueError(f"EnvFrameStack needs num_stack >= 1, got {num_stack}")
         if axis is not None and not -len(space.shape) <= axis < len(space.shape):
             raise ValueError(
-                f"FrameStack axis {axis} is out of range for observations of shape {space.shape}"
+                f"EnvFrameStack axis {axis} is out of range for observations of shape {space.shape}"
             )
         self._num_stack = num_stack
         self._axis = axis

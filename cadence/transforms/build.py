@@ -7,10 +7,10 @@ from collections.abc import Callable
 from cadence.data.specs import Spec
 from cadence.replay.buffer import ReplayBuffer
 from cadence.transforms.config import DataTransformersConfig
-from cadence.transforms.frame_stacker import FrameStacker
 from cadence.transforms.hindsight import HindsightExperienceTransformer
 from cadence.transforms.image_scale import ImageScaleTransformer
 from cadence.transforms.observation_normalizer import ObservationNormalizer
+from cadence.transforms.replay_frame_stack import ReplayFrameStack
 from cadence.transforms.reward import RewardClipping, RewardScaling
 from cadence.transforms.reward_normalizer import RewardNormalizer
 from cadence.transforms.sequence import DataTransformerSequence
@@ -32,7 +32,7 @@ def make_data_transformer(
     Args:
         config: the experiment's ``data_transformers`` section.
         observation_spec: the environment's observation spec.
-        replay_buffer: the off-policy replay buffer, read by HER and frame stacking
+        replay_buffer: the off-policy replay buffer, read by HER and `ReplayFrameStack`
             on replayed samples (None for on-policy training, evaluation and play).
 
     Raises:
@@ -62,9 +62,9 @@ def _hindsight(config: DataTransformersConfig, spec: Spec, buffer: ReplayBuffer 
     )
 
 
-def _frame_stacker(config: DataTransformersConfig, spec: Spec, buffer: ReplayBuffer | None):
-    stack = config.frame_stacker
-    return FrameStacker(spec, stack.num_frames, stack.keys, buffer)
+def _replay_frame_stack(config: DataTransformersConfig, spec: Spec, buffer: ReplayBuffer | None):
+    stack = config.replay_frame_stack
+    return ReplayFrameStack(spec, stack.num_frames, stack.keys, buffer)
 
 
 def _observation_normalizer(config: DataTransformersConfig, spec: Spec, _: ReplayBuffer | None):
@@ -85,7 +85,7 @@ def _image_scale(config: DataTransformersConfig, spec: Spec, _: ReplayBuffer | N
 _BUILDERS: dict[str, Builder] = {
     "untransformed_time_step": lambda config, spec, buffer: UntransformedTimeStep(),
     "hindsight_experience": _hindsight,
-    "frame_stacker": _frame_stacker,
+    "replay_frame_stack": _replay_frame_stack,
     "observation_normalizer": _observation_normalizer,
     "reward_clipping": lambda config, spec, buffer: RewardClipping(
         config.reward_clipping.minimum, config.reward_clipping.maximum

@@ -105,8 +105,8 @@ class ImageScaleConfig:
 
 
 @attrs.frozen(kw_only=True)
-class FrameStackerConfig:
-    """Options of `cadence.transforms.FrameStacker`."""
+class ReplayFrameStackConfig:
+    """Options of `cadence.transforms.ReplayFrameStack`."""
 
     num_frames: int = field(default=4, validator=ge(1), metadata={"doc": "Frames per stack."})
     keys: tuple[str, ...] = _keys_field("Observation keys to stack; empty: every leaf.")
@@ -174,7 +174,7 @@ class DataTransformersConfig:
         validator=_known_and_ordered,
         metadata={
             "doc": "Transformers to apply, in order: untransformed_time_step first, then "
-            "hindsight_experience / frame_stacker, then the rest. Empty: none."
+            "hindsight_experience / replay_frame_stack, then the rest. Empty: none."
         },
     )
     observation_normalizer: ObservationNormalizerConfig = _section(
@@ -190,7 +190,9 @@ class DataTransformersConfig:
         RewardScalingConfig, "Options of reward_scaling."
     )
     image_scale: ImageScaleConfig = _section(ImageScaleConfig, "Options of image_scale.")
-    frame_stacker: FrameStackerConfig = _section(FrameStackerConfig, "Options of frame_stacker.")
+    replay_frame_stack: ReplayFrameStackConfig = _section(
+        ReplayFrameStackConfig, "Options of replay_frame_stack."
+    )
     hindsight_experience: HindsightExperienceConfig = _section(
         HindsightExperienceConfig, "Options of hindsight_experience."
     )

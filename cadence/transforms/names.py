@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 TransformerName = Literal[
     "untransformed_time_step",
     "hindsight_experience",
-    "frame_stacker",
+    "replay_frame_stack",
     "observation_normalizer",
     "reward_clipping",
     "reward_normalizer",
@@ -30,7 +30,7 @@ TransformerName = Literal[
 TRANSFORMER_ORDER_GROUPS: dict[str, OrderGroup] = {
     "untransformed_time_step": OrderGroup.UNTRANSFORMED,
     "hindsight_experience": OrderGroup.REPLAY_READER,
-    "frame_stacker": OrderGroup.REPLAY_READER,
+    "replay_frame_stack": OrderGroup.REPLAY_READER,
     "observation_normalizer": OrderGroup.OTHER,
     "reward_clipping": OrderGroup.OTHER,
     "reward_normalizer": OrderGroup.OTHER,
@@ -42,7 +42,7 @@ TRANSFORMER_ORDER_GROUPS: dict[str, OrderGroup] = {
 _CLASS_PATHS: dict[str, str] = {
     "untransformed_time_step": "cadence.transforms.untransformed:UntransformedTimeStep",
     "hindsight_experience": "cadence.transforms.hindsight:HindsightExperienceTransformer",
-    "frame_stacker": "cadence.transforms.frame_stacker:FrameStacker",
+    "replay_frame_stack": "cadence.transforms.replay_frame_stack:ReplayFrameStack",
     "observation_normalizer": "cadence.transforms.observation_normalizer:ObservationNormalizer",
     "reward_clipping": "cadence.transforms.reward:RewardClipping",
     "reward_normalizer": "cadence.transforms.reward_normalizer:RewardNormalizer",

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from cadence.data.time_step import StepType
-from cadence.envs import FrameStack, ImageChannelFirst, make_env
+from cadence.envs import EnvFrameStack, ImageChannelFirst, make_env
 from cadence.envs.tensor import has_tensor_env
 from cadence.testing import DictObservationEnv, ImageEnv, check_environment
 
@@ -30,7 +30,7 @@ ENVS: dict[str, dict[str, Any]] = {
     "dict": {"name": DictObservationEnv},
     "image": {
         "name": ImageEnv,
-        "gym_wrappers": [ImageChannelFirst, functools.partial(FrameStack, num_stack=2, axis=0)],
+        "gym_wrappers": [ImageChannelFirst, functools.partial(EnvFrameStack, num_stack=2, axis=0)],
     },
 }
 

@@ -10,7 +10,7 @@ import pytest
 
 from cadence.data.time_step import StepType
 from cadence.envs import (
-    FrameStack,
+    EnvFrameStack,
     ImageChannelFirst,
     ParallelEnvironment,
     SerialEnvironment,
@@ -49,7 +49,7 @@ def test_tensor_backend_refuses_gym_wrappers():
         make_env(
             "CartPole-v1",
             backend="tensor",
-            gym_wrappers=[functools.partial(FrameStack, num_stack=2)],
+            gym_wrappers=[functools.partial(EnvFrameStack, num_stack=2)],
         )
 
 
@@ -99,7 +99,7 @@ def test_auto_prefers_the_tensor_env_for_large_batches_and_falls_back_without_on
     with make_env("CartPole-v1", 2) as env:  # one by one is faster on a CPU
         assert isinstance(env, SerialEnvironment)
     with make_env(
-        "Pendulum-v1", 1, gym_wrappers=[functools.partial(FrameStack, num_stack=2)]
+        "Pendulum-v1", 1, gym_wrappers=[functools.partial(EnvFrameStack, num_stack=2)]
     ) as env:
         assert isinstance(
             env, SerialEnvironment
@@ -108,7 +108,7 @@ def test_auto_prefers_the_tensor_env_for_large_batches_and_falls_back_without_on
 
 
 def test_a_callable_with_env_kwargs_and_wrappers_in_order():
-    wrappers = [ImageChannelFirst, functools.partial(FrameStack, num_stack=3, axis=0)]
+    wrappers = [ImageChannelFirst, functools.partial(EnvFrameStack, num_stack=3, axis=0)]
     with make_env(ImageEnv, 2, "serial", gym_wrappers=wrappers, env_kwargs={"size": 8}) as env:
         assert tuple(env.observation_spec.shape) == (9, 8, 8)  # channel-first, then stacked
         assert tuple(env.reset().observation.shape) == (2, 9, 8, 8)

@@ -13,8 +13,8 @@ from gymnasium import spaces
 
 from cadence.envs import (
     ContinuousActionClip,
+    EnvFrameStack,
     FrameSkip,
-    FrameStack,
     ImageChannelFirst,
     NormalizedAction,
     make_env,
@@ -64,11 +64,11 @@ class ImageAndVectorEnv(gym.Env):
         return self.observation_space.sample(), 0.0, False, False, {}
 
 
-# -- FrameStack -------------------------------------------------------------------------------
+# -- EnvFrameStack --------------------------------------------------------------------------------
 
 
-def test_frame_stack_new_axis_keeps_the_last_k_observations_oldest_first():
-    env = FrameStack(CountingEnv(end=100), num_stack=3)
+def test_env_frame_stack_new_axis_keeps_the_last_k_observations_oldest_first():
+    env = EnvFrameStack(CountingEnv(end=100), num_stack=3)
     assert env.observation_space.shape == (3, 1)
     observation, _ = env.reset(seed=0)
     np.testing.assert_array_equal(observation[:, 0], [0, 0, 0])  # reset fills every slot
@@ -78,9 +78,9 @@ def test_frame_stack_new_axis_keeps_the_last_k_observations_oldest_first():
         assert env.observation_space.contains(observation)
 
 
-def test_frame_stack_channel_axis_concatenates_channel_first_frames():
+def test_env_frame_stack_channel_axis_concatenates_channel_first_frames():
     inner = ImageEnv(size=8, channel_first=True)
-    env = FrameStack(ImageEnv(size=8, channel_first=True), num_stack=2, axis=0)
+    env = EnvFrameStack(ImageEnv(size=8, channel_first=True), num_stack=2, axis=0)
     assert env.observation_space.shape == (6, 8, 8)
     assert env.observation_space.dtype == np.uint8
     stacked, _ = env.reset(seed=1)
@@ -96,16 +96,16 @@ def test_frame_stack_channel_axis_concatenates_channel_first_frames():
         assert env.observation_space.contains(stacked)
 
 
-def test_frame_stack_bounds_are_stacked_too():
+def test_env_frame_stack_bounds_are_stacked_too():
     inner = gym.make("CartPole-v1")
-    env = FrameStack(inner, num_stack=2, axis=-1)
+    env = EnvFrameStack(inner, num_stack=2, axis=-1)
     assert env.observation_space.shape == (8,)
     np.testing.assert_array_equal(env.observation_space.high[4:], inner.observation_space.high)
     np.testing.assert_array_equal(env.observation_space.low[:4], inner.observation_space.low)
 
 
-def test_frame_stack_reset_forgets_the_previous_episode():
-    env = FrameStack(CountingEnv(end=3), num_stack=3)
+def test_env_frame_stack_reset_forgets_the_previous_episode():
+    env = EnvFrameStack(CountingEnv(end=3), num_stack=3)
     env.reset(seed=0)
     for _ in range(3):
         observation, _, terminated, _, _ = env.step(0)
@@ -115,21 +115,21 @@ def test_frame_stack_reset_forgets_the_previous_episode():
     np.testing.assert_array_equal(observation[:, 0], [0, 0, 0])
 
 
-def test_frame_stack_returns_fresh_arrays():
-    env = FrameStack(CountingEnv(end=100), num_stack=2)
+def test_env_frame_stack_returns_fresh_arrays():
+    env = EnvFrameStack(CountingEnv(end=100), num_stack=2)
     first, _ = env.reset(seed=0)
     kept = first.copy()
     env.step(0)
     np.testing.assert_array_equal(first, kept)
 
 
-def test_frame_stack_refuses_bad_arguments():
+def test_env_frame_stack_refuses_bad_arguments():
     with pytest.raises(TypeError, match="Box observation"):
-        FrameStack(DictObservationEnv(), num_stack=2)
+        EnvFrameStack(DictObservationEnv(), num_stack=2)
     with pytest.raises(ValueError, match="num_stack >= 1"):
-        FrameStack(CountingEnv(), num_stack=0)
+        EnvFrameStack(CountingEnv(), num_stack=0)
     with pytest.raises(ValueError, match="axis 3 is out of range"):
-        FrameStack(CountingEnv(), num_stack=2, axis=3)
+        EnvFrameStack(CountingEnv(), num_stack=2, axis=3)
 
 
 # -- FrameSkip --------------------------------------------------------------------------------
@@ -260,7 +260,7 @@ def test_image_channel_first_refuses_envs_without_images():
 
 
 def test_wrapped_envs_pickle_mid_episode_and_continue_identically():
-    env = FrameStack(ImageChannelFirst(ImageEnv(size=8)), num_stack=3, axis=0)
+    env = EnvFrameStack(ImageChannelFirst(ImageEnv(size=8)), num_stack=3, axis=0)
     env.reset(seed=4)
     for action in (1, 2, 4):
         env.step(action)
@@ -275,7 +275,7 @@ def test_wrapped_envs_pickle_mid_episode_and_continue_identically():
 @pytest.mark.parametrize(
     "wrapper",
     [
-        functools.partial(FrameStack, num_stack=2),
+        functools.partial(EnvFrameStack, num_stack=2),
         functools.partial(FrameSkip, skip=3),
         NormalizedAction,
         ContinuousActionClip,
@@ -287,7 +287,7 @@ def test_wrapper_recipes_pickle(wrapper):
 
 
 def test_wrappers_reach_parallel_workers_through_make_env():
-    wrappers = [ImageChannelFirst, functools.partial(FrameStack, num_stack=2, axis=0)]
+    wrappers = [ImageChannelFirst, functools.partial(EnvFrameStack, num_stack=2, axis=0)]
     envs = [
         make_env(ImageEnv, 2, backend, seed=1, gym_wrappers=wrappers, env_kwargs={"size": 8})
         for backend in ("serial", "parallel")

@@ -11,9 +11,9 @@ from cadence.replay.rows import time_step_from_rows
 from cadence.transforms import (
     DataTransformersConfig,
     DataTransformerSequence,
-    FrameStacker,
     HindsightExperienceTransformer,
     ObservationNormalizer,
+    ReplayFrameStack,
     RewardClipping,
     RewardScaling,
     TransformerOrderError,
@@ -38,13 +38,13 @@ GOALS = CompositeSpec({"achieved_goal": TensorSpec((1,)), "desired_goal": Tensor
             "ObservationNormalizer",
         ),
         (
-            lambda: [FrameStacker(GOALS, 2), RewardClipping(), UntransformedTimeStep()],
+            lambda: [ReplayFrameStack(GOALS, 2), RewardClipping(), UntransformedTimeStep()],
             "UntransformedTimeStep",
-            "FrameStacker",
+            "ReplayFrameStack",
         ),
         (
-            lambda: [RewardClipping(), FrameStacker(TensorSpec((1,)), 2)],
-            "FrameStacker",
+            lambda: [RewardClipping(), ReplayFrameStack(TensorSpec((1,)), 2)],
+            "ReplayFrameStack",
             "RewardClipping",
         ),
     ],
@@ -64,7 +64,7 @@ def test_allowed_orders_build():
         [
             UntransformedTimeStep(),
             HindsightExperienceTransformer(GOALS),
-            FrameStacker(GOALS, 2, keys=["achieved_goal"]),
+            ReplayFrameStack(GOALS, 2, keys=["achieved_goal"]),
             ObservationNormalizer(GOALS),
             RewardClipping(),
         ]
@@ -95,7 +95,7 @@ def test_transforms_chain_in_order_and_the_raw_step_stays_available(
 
 def test_the_observation_spec_chains_through_the_sequence():
     spec = CompositeSpec({"pixels": BoundedTensorSpec((1, 8, 8), torch.uint8, 0, 255)})
-    config = DataTransformersConfig(names=["frame_stacker", "image_scale"])
+    config = DataTransformersConfig(names=["replay_frame_stack", "image_scale"])
     sequence = make_data_transformer(config, spec)
     out = sequence.transformed_observation_spec(spec)
     assert out["pixels"].shape == (4, 8, 8) and out["pixels"].dtype == torch.float32
@@ -117,9 +117,9 @@ def test_the_config_builds_the_listed_transformers_with_their_options():
 
 def test_the_config_refuses_bad_orders_unknown_and_repeated_names():
     with pytest.raises(
-        TransformerOrderError, match="frame_stacker .* must come before observation_normalizer"
+        TransformerOrderError, match="replay_frame_stack .* must come before observation_normalizer"
     ):
-        DataTransformersConfig(names=["observation_normalizer", "frame_stacker"])
+        DataTransformersConfig(names=["observation_normalizer", "replay_frame_stack"])
     with pytest.raises(ValueError, match="unknown data transformer 'normaliser'"):
         DataTransformersConfig(names=["normaliser"])
     with pytest.raises(ValueError, match="repeated: reward_scaling"):

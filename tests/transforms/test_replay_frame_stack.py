@@ -1,11 +1,12 @@
-"""FrameStacker: stacks from the buffer at sample time without crossing episode starts, the
-same stacks on the rollout path, channel-first merging and the stacked spec."""
+"""ReplayFrameStack: stacks from the buffer at sample time without crossing episode starts, the
+same stacks on the rollout path, channel-first merging, the stacked spec and its config name."""
 
 import pytest
 import torch
 
+from cadence.config import ConfigError, load_config
 from cadence.data.specs import BoundedTensorSpec, TensorSpec
-from cadence.transforms import FrameStacker
+from cadence.transforms import ReplayFrameStack
 
 F, M, L = 0, 1, 2
 # One env: episode A at times 0-3, episode B from time 4 (still running).
@@ -20,7 +21,7 @@ def _frames(step_types, make_steps):
 
 def test_replayed_stacks_never_reach_across_an_episode_start(make_steps, make_buffer, window):
     buffer = make_buffer(_frames(STEP_TYPES, make_steps))
-    stacker = FrameStacker(TensorSpec((1,)), num_frames=3, replay_buffer=buffer)
+    stacker = ReplayFrameStack(TensorSpec((1,)), num_frames=3, replay_buffer=buffer)
     sample = window(buffer, [0, 0, 0], [[0, 1, 2], [3, 4, 5], [5, 6, 7]])
     stacks = stacker.transform_sample(sample).time_step.observation
     assert stacks.tolist() == [
@@ -36,7 +37,7 @@ def test_replayed_stacks_never_reach_across_an_episode_start(make_steps, make_bu
 def test_the_rollout_path_builds_the_same_stacks_as_replay(make_steps, make_buffer, window):
     steps = _frames(STEP_TYPES, make_steps)
     buffer = make_buffer(steps)
-    stacker = FrameStacker(TensorSpec((1,)), num_frames=3, replay_buffer=buffer)
+    stacker = ReplayFrameStack(TensorSpec((1,)), num_frames=3, replay_buffer=buffer)
     state = stacker.initial_state(1)
     rollout = []
     for t in range(len(STEP_TYPES)):
@@ -52,14 +53,14 @@ def test_an_overwritten_episode_start_repeats_the_oldest_stored_frame(
     make_steps, make_buffer, window
 ):
     buffer = make_buffer(_frames([F, M, M, M, M, M], make_steps), capacity=4)  # times 2-5 kept
-    stacker = FrameStacker(TensorSpec((1,)), num_frames=3, replay_buffer=buffer)
+    stacker = ReplayFrameStack(TensorSpec((1,)), num_frames=3, replay_buffer=buffer)
     stacks = stacker.transform_sample(window(buffer, [0], [[2, 3, 4]])).time_step.observation
     assert stacks.tolist() == [[[2, 2, 2], [2, 2, 3], [2, 3, 4]]]
 
 
 def test_images_stack_along_channels_oldest_first_and_the_spec_follows(make_time_step):
     spec = BoundedTensorSpec((2, 3, 3), torch.uint8, 0, 255)
-    stacker = FrameStacker(spec, num_frames=2)
+    stacker = ReplayFrameStack(spec, num_frames=2)
     out = stacker.transformed_observation_spec(spec)
     assert out.shape == (4, 3, 3) and out.dtype == torch.uint8
     first = torch.full((1, 2, 3, 3), 1, dtype=torch.uint8)
@@ -71,7 +72,7 @@ def test_images_stack_along_channels_oldest_first_and_the_spec_follows(make_time
 
 
 def test_a_first_step_restarts_the_history_of_its_row_only(make_time_step):
-    stacker = FrameStacker(TensorSpec(()), num_frames=3)
+    stacker = ReplayFrameStack(TensorSpec(()), num_frames=3)
     state = ()
     for types, frame in [([F, F], [1.0, 1.0]), ([M, M], [2.0, 2.0]), ([F, M], [7.0, 3.0])]:
         step, state = stacker.transform_time_step(
@@ -84,4 +85,17 @@ def test_a_first_step_restarts_the_history_of_its_row_only(make_time_step):
 def test_replay_without_a_buffer_says_what_is_missing(make_steps, make_buffer, window):
     buffer = make_buffer(_frames([F, M], make_steps))
     with pytest.raises(RuntimeError, match="built without one"):
-        FrameStacker(TensorSpec((1,)), num_frames=2).transform_sample(window(buffer, [0], [[0, 1]]))
+        ReplayFrameStack(TensorSpec((1,)), num_frames=2).transform_sample(
+            window(buffer, [0], [[0, 1]])
+        )
+
+
+@pytest.mark.parametrize(
+    "override",
+    ["data_transformers.names=[frame_stacker]", "data_transformers.frame_stacker.num_frames=2"],
+)
+def test_a_config_with_the_old_name_is_refused_naming_the_new_one(override):
+    with pytest.raises(ConfigError, match="replay_frame_stack"):
+        load_config("dqn_cartpole", [override])
+    config = load_config("dqn_cartpole", [override.replace("frame_stacker", "replay_frame_stack")])
+    assert config.data_transformers.replay_frame_stack.num_frames in (2, 4)

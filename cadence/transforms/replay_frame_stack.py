@@ -1,6 +1,9 @@
-"""`FrameStacker`: the last ``num_frames`` observations of an episode, stacked.
+"""`ReplayFrameStack`: the last ``num_frames`` observations of an episode, stacked at sample time.
 
-The replay buffer stores single frames (``num_frames`` times less memory than
+A data transformer (config name ``replay_frame_stack``), not an env wrapper: the
+env, and so the replay buffer, see single frames. Its env-side counterpart,
+`cadence.envs.EnvFrameStack`, stacks inside the env, so that the buffer stores
+every stack whole. Here the replay buffer stores single frames (``num_frames`` times less memory than
 stored stacks); a replayed step's stack is read from the buffer at sample time
 through its episode index, so it never reaches across an episode start. On the
 rollout path the stack is built from a per-environment frame history (explicit
@@ -36,8 +39,13 @@ from cadence.transforms.transformer import (
 )
 
 
-class FrameStacker(DataTransformer):
+class ReplayFrameStack(DataTransformer):
     """Stacks each observation leaf's last ``num_frames`` frames along its first axis.
+
+    The stacks are built after the env: on the rollout path from a per-env history,
+    and for replayed samples from the single frames the buffer stores (unlike
+    `cadence.envs.EnvFrameStack`, which stacks inside the env, so that the buffer
+    holds each frame ``num_frames`` times).
 
     A leaf of shape ``(C, H, W)`` becomes ``(num_frames * C, H, W)`` (channels of
     the oldest frame first), ``(D,)`` becomes ``(num_frames * D,)`` and a scalar
@@ -54,6 +62,10 @@ class FrameStacker(DataTransformer):
 
     Raises:
         ValueError: ``num_frames < 1`` or a key names no leaf.
+
+    >>> spec = TensorSpec((4,))
+    >>> ReplayFrameStack(spec, num_frames=3).transformed_observation_spec(spec).shape
+    (12,)
     """
 
     order_group: ClassVar[OrderGroup] = OrderGroup.REPLAY_READER
@@ -67,9 +79,9 @@ class FrameStacker(DataTransformer):
     ) -> None:
         super().__init__()
         if num_frames < 1:
-            raise ValueError(f"FrameStacker: num_frames must be >= 1, got {num_frames}")
+            raise ValueError(f"ReplayFrameStack: num_frames must be >= 1, got {num_frames}")
         self.num_frames = num_frames
-        self.paths = select_leaves(observation_spec, keys, lambda s: True, "FrameStacker", "")
+        self.paths = select_leaves(observation_spec, keys, lambda s: True, "ReplayFrameStack", "")
         self.replay_buffer = replay_buffer
 
     def transformed_observation_spec(self, observation_spec: Spec) -> Spec:
@@ -147,7 +159,7 @@ class FrameStacker(DataTransformer):
     def _buffer(self) -> ReplayBuffer:
         if self.replay_buffer is None:
             raise RuntimeError(
-                "FrameStacker.transform_sample reads frames from the replay buffer, but it was "
+                "ReplayFrameStack.transform_sample reads frames from the replay buffer, but it was "
                 "built without one; pass replay_buffer= (the off-policy scheme's buffer)"
             )
         return self.replay_buffer
