@@ -359,3 +359,36 @@ def test_real_play_use_snapshot_imports_the_runs_own_code(trained_run):
     [cache] = trained_run.glob(".snapshot-*")
     played_from = Path(result.stdout.split("PLAYED FROM ", 1)[1].strip())
     assert played_from.is_relative_to(cache)
+
+
+# ---------------------------------------------------------------------------------------
+# env.wrappers from the command line: refused before anything is written, or trained with.
+
+
+def test_train_refuses_an_unknown_wrapper_before_creating_the_run_dir(capsys, tmp_path, fake_train):
+    code, out, err = _run(
+        capsys,
+        "train",
+        "ppo_cartpole",
+        "env.wrappers=[{name:FrameSkip,skip:2},{name:NoSuchWrapper}]",
+        "--root-dir",
+        str(tmp_path / "r"),
+    )
+    assert code == 2 and out == ""
+    assert "env.wrappers=[" in err and "item 1 ({'name': 'NoSuchWrapper'})" in err
+    assert not (tmp_path / "r").exists() and fake_train == []
+
+
+def test_real_train_eval_and_play_with_wrappers_from_the_command_line(capsys, tmp_path):
+    # CartPole without its velocities; "auto" must leave the tensor-native CartPole aside.
+    root = tmp_path / "run"
+    wrappers = "env.wrappers=[{name:ObservationMask,keep:[0,2]},{name:FrameSkip,skip:2}]"
+    argv = ["train", "ppo_cartpole", wrappers, "env.backend=auto", *TINY_RUN]
+    code, _, err = _run(capsys, *argv, "--root-dir", str(root))
+    assert code == 0, err
+    config = from_yaml((root / "config.yaml").read_text())
+    assert [item["name"] for item in config.env.wrappers] == ["ObservationMask", "FrameSkip"]
+    code, out, err = _run(capsys, "eval", str(root), "--episodes", "2")
+    assert code == 0 and "over 2 episodes" in out, err
+    code, out, err = _run(capsys, "play", str(root))
+    assert code == 0 and "episode 1: return" in out, err

@@ -23,6 +23,7 @@ __getattr__, __dir__ = lazy_exports(
         "FrameSkip": "wrappers",
         "ImageChannelFirst": "wrappers",
         "NormalizedAction": "wrappers",
+        "ObservationMask": "wrappers",
     },
 )
 
@@ -37,6 +38,7 @@ __all__ = [
     "ImageChannelFirst",
     "MujocoWarning",
     "NormalizedAction",
+    "ObservationMask",
     "ParallelEnvironment",
     "PyEnvironment",
     "PyEnvironmentWrapper",

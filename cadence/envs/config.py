@@ -1,4 +1,4 @@
-"""Configuration of the training environments: which env, how many, which back end."""
+"""Configuration of the training environments: which env, how many, how batched and wrapped."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ from typing import Any, Literal
 import attrs
 from attrs import field
 from attrs.validators import deep_mapping, ge, in_, instance_of, min_len, optional
+
+from cadence.envs.wrapper_config import check_wrappers
 
 
 @attrs.define(kw_only=True)
@@ -70,3 +72,20 @@ class EnvConfig:
         validator=deep_mapping(key_validator=instance_of(str), mapping_validator=instance_of(dict)),
         metadata={"doc": "Keyword arguments passed to gymnasium.make."},
     )
+    wrappers: list[dict[str, Any]] = field(
+        factory=list,
+        validator=check_wrappers,
+        metadata={
+            "doc": "Gymnasium wrappers applied to each env, innermost first: [{name: "
+            "FrameSkip, skip: 4}, ...]; a name is a wrapper of cadence.envs.wrappers, a class "
+            "of gymnasium.wrappers, or 'module:Class'."
+        },
+    )
+
+    def __attrs_post_init__(self) -> None:
+        if self.wrappers and self.backend == "tensor":
+            raise ValueError(
+                "env.backend='tensor' steps cadence's torch implementation of the env, not a "
+                "Gymnasium env, so it cannot apply env.wrappers; use backend 'auto', 'serial' "
+                "or 'parallel', or no wrappers"
+            )

@@ -2,15 +2,18 @@
 
 Each is a plain ``gymnasium.Wrapper`` holding only picklable state, so that worker
 processes can build it: pass ``functools.partial(EnvFrameStack, num_stack=4)`` (or the
-class itself) in ``make_env(..., gym_wrappers=[...])``.
+class itself) in ``make_env(..., gym_wrappers=[...])``, or name it in a config's
+``env.wrappers`` (``- {name: EnvFrameStack, num_stack: 4}``).
 
 - `EnvFrameStack`: the last ``k`` observations, stacked inside the env (the replay
   buffer then stores whole stacks; `cadence.transforms.ReplayFrameStack` stores
   single frames and stacks them at sample time instead);
-- `FrameSkip`: each action repeated ``k`` times, rewards summed;
+- `FrameSkip`: each action repeated ``k`` times ("action repeat"), rewards summed;
 - `NormalizedAction`: a ``[-1, 1]`` action interface to a bounded ``Box``;
 - `ContinuousActionClip`: actions clipped to the ``Box`` bounds;
-- `ImageChannelFirst`: ``[H, W, C]`` image observations as ``[C, H, W]``.
+- `ImageChannelFirst`: ``[H, W, C]`` image observations as ``[C, H, W]``;
+- `ObservationMask`: only some entries of a 1-D ``Box`` observation (e.g. CartPole
+  without its velocities).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ __all__ = [
     "FrameSkip",
     "ImageChannelFirst",
     "NormalizedAction",
+    "ObservationMask",
 ]
 
 
@@ -99,7 +103,7 @@ class EnvFrameStack(gym.Wrapper, RecordConstructorArgs):
 
 
 class FrameSkip(gym.Wrapper, RecordConstructorArgs):
-    """Repeats each action ``skip`` times and returns the summed reward.
+    """Repeats each action ``skip`` times and returns the summed reward ("action repeat").
 
     Stops repeating as soon as the episode terminates or is truncated, so a
     step never runs past the end of an episode. The observation and ``info``
@@ -236,6 +240,59 @@ class ImageChannelFirst(gym.ObservationWrapper, RecordConstructorArgs):
         if self._keys is None:
             return _channel_first(observation)
         return {k: _channel_first(v) if k in self._keys else v for k, v in observation.items()}
+
+
+class ObservationMask(gym.ObservationWrapper, RecordConstructorArgs):
+    """Keeps only the entries ``keep`` of a 1-D ``Box`` observation, in that order.
+
+    Makes a task partially observable: CartPole-v1 with ``keep=[0, 2]`` shows the
+    cart position and the pole angle but not their velocities, which a policy must
+    then infer from several steps (a recurrent one, or stacked frames).
+
+    Args:
+        env: an env with a 1-D ``Box`` observation space.
+        keep: the indices to keep (negative ones count from the end), each once.
+
+    Raises:
+        TypeError: the observation space is not a 1-D ``Box``.
+        ValueError: ``keep`` is empty, repeats an index or holds one out of range.
+
+    >>> env = ObservationMask(gym.make("CartPole-v1"), keep=[0, 2])
+    >>> env.observation_space.shape
+    (2,)
+    """
+
+    def __init__(self, env: gym.Env, keep: list[int]):
+        RecordConstructorArgs.__init__(self, keep=keep)
+        gym.ObservationWrapper.__init__(self, env)
+        space = _require_box(env.observation_space, "ObservationMask", "observation")
+        if len(space.shape) != 1:
+            raise TypeError(f"ObservationMask needs a 1-D Box observation space, got {space}")
+        self._keep = _mask_indices(keep, space.shape[0])
+        self.observation_space = spaces.Box(
+            space.low[self._keep], space.high[self._keep], dtype=space.dtype
+        )
+
+    def observation(self, observation: Any) -> np.ndarray:
+        return np.asarray(observation)[self._keep]  # a fresh array: indexing by a list copies
+
+
+def _mask_indices(keep: Any, size: int) -> np.ndarray:
+    """``keep`` as non-negative indices into ``size`` entries; refuses bad ones."""
+    indices = list(keep) if isinstance(keep, (list, tuple, np.ndarray)) else None
+    if not indices or not all(
+        isinstance(i, (int, np.integer)) and not isinstance(i, bool) for i in indices
+    ):
+        raise ValueError(f"ObservationMask needs keep: a non-empty list of ints, got {keep!r}")
+    out_of_range = [i for i in indices if not -size <= i < size]
+    if out_of_range:
+        raise ValueError(
+            f"ObservationMask keep {out_of_range} out of range for observations of {size} entries"
+        )
+    normalized = [int(i) % size for i in indices]
+    if len(set(normalized)) != len(normalized):
+        raise ValueError(f"ObservationMask keep repeats an index: {keep!r}")
+    return np.array(normalized, dtype=np.intp)
 
 
 def _channel_first(image: np.ndarray) -> np.ndarray:

@@ -15,6 +15,7 @@ from cadence.algorithms.build import build_algorithm
 from cadence.envs.environment import Environment
 from cadence.envs.make import make_env
 from cadence.envs.mujoco_setup import is_mujoco_env, offscreen_gl_hint
+from cadence.envs.wrapper_config import gym_wrappers
 from cadence.trainer.checkpoint import CheckpointManager
 from cadence.trainer.evaluation import TransformedPolicy, evaluate_episodes
 from cadence.transforms.build import make_data_transformer
@@ -90,6 +91,7 @@ def evaluate(config: Any, run_dir: Path, episodes: int = 10) -> dict[str, float]
         "serial" if config.env.backend == "parallel" else config.env.backend,
         config.seed + PLAY_SEED_OFFSET,
         max_episode_steps=config.env.max_episode_steps,
+        gym_wrappers=gym_wrappers(config.env.wrappers),
         env_kwargs=dict(config.env.env_kwargs or {}),
     )
     try:
@@ -153,7 +155,12 @@ def _make_play_env(config: Any, render: bool) -> Environment:
     backend = "thread"
     from cadence.envs import tensor
 
-    if tensor.has_tensor_env(config.env.name) and config.env.backend in ("tensor", "auto"):
+    wrappers = gym_wrappers(config.env.wrappers)
+    if (
+        tensor.has_tensor_env(config.env.name)
+        and config.env.backend in ("tensor", "auto")
+        and not wrappers
+    ):
         backend = "tensor"  # renders itself; its dynamics match the Gymnasium env's
     elif render:
         env_kwargs.setdefault("render_mode", "rgb_array")
@@ -163,6 +170,7 @@ def _make_play_env(config: Any, render: bool) -> Environment:
         backend,
         config.seed + PLAY_SEED_OFFSET,
         max_episode_steps=config.env.max_episode_steps,
+        gym_wrappers=wrappers,
         env_kwargs=env_kwargs,
     )
 

@@ -152,6 +152,8 @@ def make_training_env(
     config: Any, num_envs: int, seed: int, backend: str | None = None
 ) -> Environment:
     """The environments of ``config.env`` with ``num_envs`` copies seeded from ``seed``."""
+    from cadence.envs.wrapper_config import gym_wrappers
+
     env_config = config.env
     return make_env(
         env_config.name,
@@ -159,6 +161,7 @@ def make_training_env(
         backend or env_config.backend,
         seed,
         max_episode_steps=env_config.max_episode_steps,
+        gym_wrappers=gym_wrappers(env_config.wrappers),
         env_kwargs=dict(env_config.env_kwargs or {}),
         num_workers=env_config.num_workers,
         spin_us=env_config.spin_us,

@@ -17,6 +17,7 @@ from cadence.envs import (
     FrameSkip,
     ImageChannelFirst,
     NormalizedAction,
+    ObservationMask,
     make_env,
 )
 from cadence.testing import DictObservationEnv, ImageEnv
@@ -256,6 +257,47 @@ def test_image_channel_first_refuses_envs_without_images():
         ImageChannelFirst(DictObservationEnv())
 
 
+# -- ObservationMask ------------------------------------------------------------------------------
+
+
+def test_observation_mask_keeps_the_given_entries_in_order_with_their_bounds():
+    env = ObservationMask(gym.make("CartPole-v1"), keep=[2, 0])
+    inner = env.unwrapped.observation_space
+    assert env.observation_space.shape == (2,)
+    assert env.observation_space.dtype == inner.dtype
+    np.testing.assert_array_equal(env.observation_space.high, inner.high[[2, 0]])
+    np.testing.assert_array_equal(env.observation_space.low, inner.low[[2, 0]])
+    observation, _ = env.reset(seed=3)
+    np.testing.assert_array_equal(observation, np.float32(env.unwrapped.state)[[2, 0]])
+    for _ in range(3):
+        observation, *_ = env.step(1)
+        np.testing.assert_array_equal(observation, np.float32(env.unwrapped.state)[[2, 0]])
+        assert env.observation_space.contains(observation)
+
+
+def test_observation_mask_counts_negative_indices_from_the_end():
+    env = ObservationMask(CountingEnv(), keep=[-1])
+    assert env.observation_space.shape == (1,)
+    env.reset(seed=0)
+    assert env.step(0)[0].tolist() == [1.0]
+
+
+@pytest.mark.parametrize(
+    ("env", "keep", "error", "match"),
+    [
+        (DictObservationEnv(), [0], TypeError, "Box observation"),
+        (ImageEnv(size=8), [0], TypeError, "1-D Box"),
+        (CountingEnv(), [], ValueError, "non-empty list of ints"),
+        (CountingEnv(), [0.5], ValueError, "non-empty list of ints"),
+        (CountingEnv(), [1], ValueError, r"keep \[1\] out of range"),
+        (CountingEnv(), [0, -1], ValueError, "repeats an index"),
+    ],
+)
+def test_observation_mask_refuses_bad_arguments(env, keep, error, match):
+    with pytest.raises(error, match=match):
+        ObservationMask(env, keep=keep)
+
+
 # -- picklability (worker processes build wrappers from pickles) ------------------------------
 
 
@@ -280,6 +322,7 @@ def test_wrapped_envs_pickle_mid_episode_and_continue_identically():
         NormalizedAction,
         ContinuousActionClip,
         ImageChannelFirst,
+        functools.partial(ObservationMask, keep=[0]),
     ],
 )
 def test_wrapper_recipes_pickle(wrapper):
