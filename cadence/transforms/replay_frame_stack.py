@@ -3,12 +3,13 @@
 A data transformer (config name ``replay_frame_stack``), not an env wrapper: the
 env, and so the replay buffer, see single frames. Its env-side counterpart,
 `cadence.envs.EnvFrameStack`, stacks inside the env, so that the buffer stores
-every stack whole. Here the replay buffer stores single frames (``num_frames`` times less memory than
-stored stacks); a replayed step's stack is read from the buffer at sample time
-through its episode index, so it never reaches across an episode start. On the
-rollout path the stack is built from a per-environment frame history (explicit
-state). Both paths repeat the episode's first frame where the episode has fewer
-than ``num_frames`` frames yet, so the policy sees the same stacks in both.
+every stack whole. Here the replay buffer stores single frames (``num_frames``
+times less memory than stored stacks); a replayed step's stack is read from the
+buffer at sample time through its episode index, so it never reaches across an
+episode start. On the rollout path the stack is built from a per-environment
+frame history (explicit state). Both paths repeat the episode's first frame where
+the episode has fewer than ``num_frames`` frames yet, so the policy sees the same
+stacks in both.
 """
 
 from __future__ import annotations
