@@ -13,6 +13,7 @@ and ``cadence.algorithms.Algorithm`` imports its module the first time it is rea
 from __future__ import annotations
 
 import importlib
+import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -38,6 +39,6 @@ def lazy_exports(
         return getattr(importlib.import_module(f"{package}.{module}"), name)
 
     def __dir__() -> list[str]:
-        return sorted(exports)
+        return sorted({*exports, *vars(sys.modules[package])})
 
     return __getattr__, __dir__

@@ -190,6 +190,8 @@ class Algorithm(nn.Module, abc.ABC):
         Returns:
             The largest norm before clipping, or None when there is no clipping.
         """
+        if self._gradient_sync is None and self.max_grad_norm is None:
+            return None  # the one-process, unclipped hot path builds no parameter lists
         groups = [_parameters(optimizer) for optimizer in optimizers]
         self.sync_gradients([p for group in groups for p in group])
         if self.max_grad_norm is None:

@@ -29,7 +29,8 @@ def config_help(name: str) -> str:
     lines = [
         f"Config '{name}': {config.description}",
         "Override any key with KEY=VALUE (Hydra syntax); "
-        f"algorithm=NAME switches the algorithm ({', '.join(ALGORITHM_CONFIGS)}).",
+        f"algorithm=NAME switches the algorithm ({', '.join(ALGORITHM_CONFIGS)}): NAME's "
+        "defaults replace this config's algorithm keys, and algorithm.KEY=VALUE still applies.",
         "",
     ]
     for key, field, annotation, value in iter_leaves(config):

@@ -103,9 +103,54 @@ def compose_tree(name: str, overrides: Sequence[str] = ()) -> dict[str, Any]:
     try:
         with initialize_config_dir(config_dir=str(NAMED_CONFIG_DIR), version_base="1.3"):
             tree = compose(config_name=name, overrides=list(overrides))
-        return OmegaConf.to_container(tree, resolve=True)
+        tree = OmegaConf.to_container(tree, resolve=True)
+        switched = _switched_algorithm(name, overrides)
+        if switched is not None:
+            defaults = to_dict(ALGORITHM_CONFIGS[switched]())
+            _drop_foreign_keys(tree["algorithm"], defaults, _overridden_keys(overrides))
+        return tree
     except (HydraException, OmegaConfBaseException, yaml.YAMLError) as error:
         raise _hydra_error(name, error) from None
+
+
+def _switched_algorithm(name: str, overrides: Sequence[str]) -> str | None:
+    """The algorithm an ``algorithm=NAME`` override switches to, if it is not the named
+    config's own (whose ``algorithm:`` keys were written for that one)."""
+    parser = OverridesParser.create()
+    chosen = None
+    for override in parser.parse_overrides(list(overrides)):
+        if override.key_or_group == "algorithm" and not override.is_delete():
+            chosen = override.value()
+    if not isinstance(chosen, str):
+        return None
+    defaults = OmegaConf.load(NAMED_CONFIG_DIR / f"{name}.yaml").get("defaults", [])
+    own = next(
+        (d["algorithm"] for d in defaults if isinstance(d, Mapping) and "algorithm" in d), None
+    )
+    return None if chosen == own else chosen
+
+
+def _overridden_keys(overrides: Sequence[str]) -> set[str]:
+    return {o.key_or_group for o in OverridesParser.create().parse_overrides(list(overrides))}
+
+
+def _drop_foreign_keys(
+    section: dict[str, Any], defaults: dict[str, Any], keep: set[str], prefix: str = "algorithm."
+) -> None:
+    """Drops the named config's algorithm keys that the switched-to algorithm does not have.
+
+    A named config's ``algorithm:`` keys were written for its own algorithm: with
+    ``cadence train ppo_cartpole algorithm=dqn``, PPO's ``clip_coef`` means nothing, while
+    a shared key such as ``learning_rate`` still applies. Keys set on the command line
+    (``keep``) stay, so a mistyped one is still reported.
+    """
+    for key in list(section):
+        dotted = f"{prefix}{key}"
+        if key not in defaults:
+            if not any(k == dotted or k.startswith(f"{dotted}.") for k in keep):
+                del section[key]
+        elif isinstance(section[key], dict) and isinstance(defaults[key], dict):
+            _drop_foreign_keys(section[key], defaults[key], keep, f"{dotted}.")
 
 
 def register_defaults() -> None:
@@ -119,6 +164,8 @@ def register_defaults() -> None:
     for key in ("name", "algorithm"):
         del defaults[key]
     store.store(name=DEFAULTS_NAME, node=defaults)
+    # Algorithms come and go (`unregister_algorithm`): the group holds exactly today's.
+    store.repo.pop("algorithm", None)
     for algorithm, config_class in ALGORITHM_CONFIGS.items():
         store.store(group="algorithm", name=algorithm, node=to_dict(config_class()))
 

@@ -11,7 +11,9 @@ import torch
 from cadence.algorithms.algorithm import Algorithm
 from cadence.algorithms.build import build_algorithm
 from cadence.algorithms.off_policy import OffPolicyScheme, make_replay_buffer
-from cadence.algorithms.on_policy import OnPolicyScheme, TrainingScheme
+from cadence.algorithms.off_policy_config import off_policy_config
+from cadence.algorithms.on_policy import OnPolicyScheme
+from cadence.algorithms.scheme import TrainingScheme
 from cadence.collect.unroll import Collector
 from cadence.envs.environment import Environment
 from cadence.envs.make import make_env
@@ -27,19 +29,24 @@ from cadence.transforms.transformer import DataTransformer
 logger = logging.getLogger(__name__)
 
 
-def train(config: Any, config_yaml: str | None = None) -> Outcome | None:
-    """Trains the experiment ``config`` in ``config.root_dir``.
+def train(config: Any) -> Outcome | None:
+    """Trains the experiment ``config`` in ``config.root_dir``, exactly as ``cadence train`` does.
 
-    A new run writes ``config.yaml`` (``config_yaml``, the resolved tree) and
-    ``snapshot.tar.gz`` first; a run directory holding a checkpoint resumes from
-    it; one holding ``COMPLETE`` does nothing.
+    A new run writes ``config.yaml`` (the resolved tree, which alone reproduces the
+    run and lets ``cadence play`` and ``cadence eval`` open it) and ``snapshot.tar.gz``
+    first; a run directory holding a checkpoint resumes from it; one holding
+    ``COMPLETE`` does nothing.
 
     Args:
-        config: an experiment config (``cadence.config.ExperimentConfig``).
-        config_yaml: its resolved YAML, written to ``config.yaml`` for a new run.
+        config: an experiment config (``cadence.config.ExperimentConfig``, e.g. from
+            ``cadence.load_config``).
 
     Returns:
-        How training ended, or None when the run was already complete.
+        How training ended (``"complete"``, ``"preempted"``, ``"stopped_at_eval_return"``),
+        or None when the run was already complete.
+
+    Raises:
+        NonFiniteUpdateError: an update met a NaN or infinite loss or gradient.
     """
     run_dir = Path(config.root_dir)
     if (run_dir / "COMPLETE").exists():
@@ -47,8 +54,7 @@ def train(config: Any, config_yaml: str | None = None) -> Outcome | None:
         return None
     run_dir.mkdir(parents=True, exist_ok=True)
     if CheckpointManager(run_dir / "checkpoints").latest() is None:
-        if config_yaml is not None:
-            (run_dir / "config.yaml").write_text(config_yaml)
+        (run_dir / "config.yaml").write_text(config.to_yaml())
         write_snapshot(run_dir / "snapshot.tar.gz")
     trainer = build_trainer(config, run_dir)
     try:
@@ -108,7 +114,7 @@ def make_scheme(
     The off-policy scheme trains on ``replay_buffer`` (a new one when None) and
     applies the collector's data transformers to every replayed minibatch.
     """
-    off_policy = getattr(config.algorithm, "off_policy", None)
+    off_policy = off_policy_config(config.algorithm)
     if off_policy is None:
         return OnPolicyScheme(algorithm, collector)
     if replay_buffer is None:
@@ -124,7 +130,7 @@ def make_training_replay_buffer(
     config: Any, num_envs: int, device: torch.device | str
 ) -> ReplayBuffer | None:
     """The replay buffer of an off-policy ``config.algorithm``; None for on-policy ones."""
-    off_policy = getattr(config.algorithm, "off_policy", None)
+    off_policy = off_policy_config(config.algorithm)
     if off_policy is None:
         return None
     return make_replay_buffer(off_policy, num_envs, config.trainer.num_env_steps, device)
@@ -139,7 +145,7 @@ def transformed_spec(transformer: DataTransformer | None, observation_spec: Any)
 
 def _check_transformers_fit(config: Any) -> None:
     """Refuses HER for an on-policy algorithm (it relabels replayed samples only)."""
-    on_policy = getattr(config.algorithm, "off_policy", None) is None
+    on_policy = off_policy_config(config.algorithm) is None
     if on_policy and "hindsight_experience" in config.data_transformers.names:
         raise ValueError(
             f"data_transformers: hindsight_experience relabels replayed samples, but "

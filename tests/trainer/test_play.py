@@ -12,7 +12,7 @@ import imageio.v2 as imageio
 import numpy as np
 import pytest
 
-from cadence.config import load_config, to_yaml
+from cadence.config import load_config
 from cadence.trainer.play import _frame, evaluate, play
 from cadence.trainer.run import train
 
@@ -32,7 +32,7 @@ def cartpole_run(tmp_path_factory):
     """A trained (briefly) ppo_cartpole run: CartPole plays in the tensor back end."""
     root = tmp_path_factory.mktemp("cartpole") / "run"
     config = load_config("ppo_cartpole", [*TINY, "env.max_episode_steps=30"], root_dir=root)
-    train(config, to_yaml(config))
+    train(config)
     return config, root
 
 
@@ -42,7 +42,7 @@ def pixel_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("pixels") / "run"
     overrides = [*TINY, "env.max_episode_steps=12", "env.backend=serial", "env.env_kwargs.size=16"]
     config = load_config("ppo_cartpole_pixels", overrides, root_dir=root)
-    train(config, to_yaml(config))
+    train(config)
     return config, root
 
 
@@ -103,7 +103,7 @@ def test_play_renders_a_mujoco_env_without_a_display(tmp_path):
     root = tmp_path / "run"
     overrides = [*TINY, "env.max_episode_steps=10", "env.backend=serial"]
     config = load_config("ppo_hopper", overrides, root_dir=root)
-    train(config, to_yaml(config))
+    train(config)
     video = tmp_path / "hopper.mp4"
     env = {
         k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY", "MUJOCO_GL")

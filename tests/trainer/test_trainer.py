@@ -44,7 +44,7 @@ def _config(root, *overrides, name="ppo_cartpole"):
 def test_a_run_writes_its_directory_metrics_and_checkpoints(tmp_path):
     root = tmp_path / "run"
     config = _config(root)
-    assert train(config, config_yaml=to_yaml(config)) == "complete"
+    assert train(config) == "complete"
     assert (root / "COMPLETE").read_text().strip() == "complete"
     assert (root / "config.yaml").read_text() == to_yaml(config)
     with tarfile.open(root / "snapshot.tar.gz") as tar:
