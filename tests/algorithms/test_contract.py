@@ -159,3 +159,24 @@ def test_agent_info_runs_deterministic_and_stochastic_slots_side_by_side(tmp_pat
     assert torch.equal(step.output[:200], mode[:200])
     assert (step.output[200:] != mode[200:]).any()
     assert torch.equal(step.info["action"], step.output)
+
+
+@pytest.mark.parametrize("name", ["sac", "td3", "ddpg"])
+def test_max_grad_norm_clips_the_off_policy_actor_critics_too(name, tmp_path):
+    def largest_step(*overrides):
+        trainer = _trainer(name, tmp_path / str(len(overrides)), list(overrides))
+        before = _parameters(trainer.algorithm)
+        try:
+            for _ in range(2):
+                result = trainer.scheme.train_iter()
+        finally:
+            trainer.collector.env.close()
+        after = _parameters(trainer.algorithm)
+        return max(float((after[k] - v).abs().max()) for k, v in before.items()), result
+
+    free, unclipped = largest_step()
+    # Gradients clipped to a norm far below Adam's epsilon barely move the parameters.
+    clipped, result = largest_step("algorithm.max_grad_norm=1e-12")
+    assert "train/grad_norm" not in unclipped.metrics
+    assert result.metrics["train/grad_norm"] > 1e-12
+    assert clipped < free / 100
