@@ -4,9 +4,10 @@ experience (and so in the replay buffer, where a replayed window starts from it)
 
 import torch
 
-from cadence.algorithms.algorithm import Algorithm, AlgStep
+from cadence.algorithms.algorithm import Algorithm, AlgStep, LossInfo
 from cadence.algorithms.off_policy import OffPolicyScheme, make_replay_buffer
 from cadence.algorithms.off_policy_config import OffPolicyConfig
+from cadence.algorithms.on_policy import OnPolicyScheme
 from cadence.collect.unroll import Collector
 from cadence.data.time_step import StepType
 from cadence.envs.make import make_env
@@ -120,3 +121,56 @@ def test_evaluation_resets_the_state_at_each_new_episode():
     counts = torch.stack([count for _, count in algorithm.seen])
     step_types = torch.stack([step_type for step_type, _ in algorithm.seen])
     torch.testing.assert_close(counts, INITIAL + _steps_since_first(step_types))
+
+
+class SequenceAlgorithm(CountingAlgorithm):
+    """On-policy over whole env sequences ``[B, T]`` carrying each one's initial state."""
+
+    num_updates_per_train_iter = 2
+    mini_batch_size = 2
+    update = Algorithm.update  # the contract's default pipeline
+
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.zeros(()))
+        self._optimizer = torch.optim.SGD([self.weight], lr=0.1)
+        self.minibatches = []
+
+    def optimizers(self):
+        return {"sgd": self._optimizer}
+
+    def preprocess_experience(self, experience):
+        batch_major = lambda x: x.transpose(0, 1)  # noqa: E731 - [T, B, ...] -> [B, T, ...]
+        return {
+            "env_id": experience.time_step.env_id[0],
+            "count": batch_major(experience.state["count"]),
+            "initial_state": experience.initial_state,
+        }
+
+    def train_step(self, inputs, state):
+        self.minibatches.append((inputs, state))
+        return AlgStep(output=(), state=state, info={"loss": (self.weight - 1.0) ** 2})
+
+    def calc_loss(self, info):
+        return LossInfo(info["loss"], {"loss/toy": info["loss"]})
+
+
+def test_on_policy_minibatches_of_sequences_start_from_their_stored_state():
+    env = make_env("CartPole-v1", 4, backend="serial", seed=3)
+    algorithm = SequenceAlgorithm()
+    collector = Collector(env, algorithm, unroll_length=12)
+    scheme = OnPolicyScheme(algorithm, collector)
+    try:
+        collector.unroll()  # the next unroll starts mid-episode, from a carried state
+        result = scheme.train_iter()
+    finally:
+        env.close()
+    assert result.metrics["train/num_updates"] == 4  # 2 passes x 2 minibatches of 2 sequences
+    assert len(algorithm.minibatches) == 4
+    for inputs, state in algorithm.minibatches:
+        assert inputs["count"].shape == (2, 12)
+        torch.testing.assert_close(state["count"], inputs["count"][:, 0])
+        assert state["h"].shape == (2, 2)
+    seen = torch.cat([inputs["env_id"] for inputs, _ in algorithm.minibatches[:2]])
+    assert sorted(seen.tolist()) == [0, 1, 2, 3]
+    assert (torch.cat([s["count"] for _, s in algorithm.minibatches]) > INITIAL).any()
