@@ -24,6 +24,7 @@ from typing import Any
 
 import cadence
 from cadence.config import ConfigError, list_configs
+from cadence.trainer.errors import CheckpointError, NonFiniteUpdateError
 
 SNAPSHOT_FILE = "snapshot.tar.gz"
 CONFIG_FILE = "config.yaml"
@@ -33,8 +34,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Runs ``cadence`` with ``argv`` (default: ``sys.argv[1:]``) and returns the exit code.
 
     Exit codes: 0 success (a pre-empted run included: starting it again resumes
-    it), 1 a missing file such as a run without checkpoints, 2 a usage or config
-    error; the message goes to stderr.
+    it), 1 a missing file such as a run without checkpoints, or training stopped by
+    a non-finite loss, 2 a usage or config error, or a run none of whose checkpoints
+    verifies; the message goes to stderr.
     """
     parser = build_parser()
     try:
@@ -50,7 +52,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as error:
         print(f"cadence {args.command}: {error}", file=sys.stderr)
         return 2
-    except FileNotFoundError as error:
+    except CheckpointError as error:  # no checkpoint verifies: nothing was touched
+        print(f"cadence {args.command}: {error}", file=sys.stderr)
+        return 2
+    except (FileNotFoundError, NonFiniteUpdateError) as error:
         print(f"cadence {args.command}: {error}", file=sys.stderr)
         return 1
 

@@ -31,7 +31,7 @@ from unittest import mock
 import torch
 
 from cadence.config import load_config
-from cadence.trainer.checkpoint import CheckpointManager
+from cadence.trainer.checkpoint import CheckpointManager, latest_iteration
 from cadence.trainer.metrics import read_metrics
 from cadence.trainer.run import train
 from cadence.trainer.trainer import Outcome, Trainer
@@ -43,6 +43,7 @@ __all__ = [
     "check_exact_resume",
     "cli_train_command",
     "comparable_metrics",
+    "crash_after",
     "final_state",
     "signal_after_checkpoint",
     "stop_and_resume",
@@ -120,7 +121,9 @@ def train_named(config_name: str, run_dir: Path, overrides: Sequence[str] = ()) 
 
 
 @contextlib.contextmanager
-def _crash_after(iterations: int) -> Iterator[None]:
+def crash_after(iterations: int) -> Iterator[None]:
+    """Within it, every `Trainer` raises `SimulatedCrash` at the start of iteration
+    ``iterations + 1``, as if the process died there."""
     # Patched on the class: `train` builds its Trainer where a test cannot reach it.
     calls = []
     original = Trainer._iteration
@@ -151,7 +154,7 @@ def stop_and_resume(
             marked complete, or the resumed run did not complete.
     """
     run_dir = Path(run_dir)
-    with _crash_after(stop_after):
+    with crash_after(stop_after):
         try:
             train_named(config_name, run_dir, overrides)
         except SimulatedCrash:
@@ -160,8 +163,8 @@ def stop_and_resume(
             raise AssertionError(
                 f"the run ended before iteration {stop_after + 1}; raise its budget"
             )
-    latest = (run_dir / "checkpoints" / "LATEST").read_text()
-    if latest != f"{stop_after:08d}":
+    latest = latest_iteration(run_dir / "checkpoints")
+    if latest != stop_after:
         raise AssertionError(
             f"the stopped run's latest checkpoint is {latest}, not {stop_after}: "
             "make trainer.checkpoint_interval divide stop_after"
@@ -245,9 +248,9 @@ def signal_after_checkpoint(
         AssertionError: the process exited, or no such checkpoint came within ``timeout_s``.
     """
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    latest = Path(run_dir) / "checkpoints" / "LATEST"
+    checkpoints = Path(run_dir) / "checkpoints"
     deadline = time.monotonic() + timeout_s
-    while not latest.exists() or int(latest.read_text() or 0) < after_iteration:
+    while latest_iteration(checkpoints) < after_iteration:
         if process.poll() is not None:
             raise AssertionError(f"the run exited first: {process.stderr.read().decode()}")
         if time.monotonic() >= deadline:

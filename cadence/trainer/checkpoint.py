@@ -1,16 +1,26 @@
-"""Checkpoints: one complete directory per iteration, published by rename (DESIGN §8).
+"""Checkpoints: one complete, verified directory per iteration, published by rename (DESIGN §8).
 
-    checkpoints/<iteration>/state.pt   an explicit dict of state dicts
-    checkpoints/LATEST                 the name of the newest complete checkpoint
+    checkpoints/<iteration>/state.pt        an explicit dict of state dicts
+    checkpoints/<iteration>/MANIFEST.json   each file's size and SHA-256, and its own digest
+    checkpoints/LATEST                      "<iteration> <SHA-256 of that MANIFEST.json>"
 
-A checkpoint is written to a temporary directory, then renamed into place, then
-``LATEST`` is replaced atomically, so a run killed at any moment leaves either
-the old or the new checkpoint, never half of one. Loading uses
-``weights_only=True``: it never runs code.
+Publishing: the files are written and fsynced in a hidden staging directory, which
+is renamed into place; then ``LATEST`` is replaced atomically; only then is anything
+removed (an older copy of the same iteration, checkpoints past ``keep``). A run
+killed at any moment leaves every published checkpoint whole and ``LATEST`` naming
+one of them.
+
+Loading verifies before it unpickles: the manifest against ``LATEST``'s digest (and
+its own), every file's size and checksum. A checkpoint that fails (a truncated file, a
+flipped byte, a missing file, a ``LATEST`` naming something gone or outside the
+directory) is reported with the file's name, and loading falls back to the newest
+older checkpoint that verifies. Unpickling uses ``weights_only=True``: it never runs code.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import os
 import shutil
@@ -19,13 +29,17 @@ from typing import Any
 
 import torch
 
+from cadence.trainer.errors import CheckpointError, CorruptCheckpointError
+
 logger = logging.getLogger(__name__)
 
 _STATE_FILE = "state.pt"
+_MANIFEST_FILE = "MANIFEST.json"
+_LATEST_FILE = "LATEST"
 
 
 class CheckpointManager:
-    """Saves, finds and loads the checkpoints of one run.
+    """Saves, finds, verifies and loads the checkpoints of one run.
 
     Args:
         directory: ``<root_dir>/checkpoints``.
@@ -36,49 +50,219 @@ class CheckpointManager:
         self.directory = Path(directory)
         self.keep = keep
 
+    # ------------------------------------------------------------------ saving
     def save(self, iteration: int, state: dict[str, Any]) -> Path:
-        """Writes ``state`` as checkpoint ``iteration`` and publishes it."""
+        """Writes ``state`` as checkpoint ``iteration`` and publishes it.
+
+        Raises:
+            OSError: the checkpoint could not be written (e.g. a full disk); the
+                checkpoints published before are untouched.
+        """
         self.directory.mkdir(parents=True, exist_ok=True)
         final = self.directory / f"{iteration:08d}"
         staging = self.directory / f".{final.name}.tmp"
         shutil.rmtree(staging, ignore_errors=True)
-        staging.mkdir()
-        torch.save(state, staging / _STATE_FILE)
-        _fsync_file(staging / _STATE_FILE)
-        shutil.rmtree(final, ignore_errors=True)
+        try:
+            staging.mkdir()
+            torch.save(state, staging / _STATE_FILE)
+            _fsync_file(staging / _STATE_FILE)
+            digest = _write_manifest(staging)
+            _fsync_dir(staging)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        # A directory of this iteration may exist (a run killed after publishing it but
+        # before LATEST named it): moved aside, and removed only once LATEST has moved.
+        replaced = self.directory / f".{final.name}.old"
+        shutil.rmtree(replaced, ignore_errors=True)
+        if final.exists():
+            os.replace(final, replaced)
         os.replace(staging, final)
-        self._write_latest(final.name)
-        self._prune()
+        _fsync_dir(self.directory)
+        self._write_latest(final.name, digest)
+        shutil.rmtree(replaced, ignore_errors=True)
+        self._prune(keep=final)
         logger.info("checkpoint %s written", final)
         return final
 
+    # ----------------------------------------------------------------- finding
     def latest(self) -> Path | None:
-        """The newest complete checkpoint, or None."""
-        latest_file = self.directory / "LATEST"
-        if not latest_file.exists():
-            return None
-        path = self.directory / latest_file.read_text().strip()
-        return path if (path / _STATE_FILE).exists() else None
+        """The checkpoint ``LATEST`` names, if that directory exists (not verified)."""
+        name, _ = self._read_latest()
+        path = self._checkpoint_path(name) if name is not None else None
+        return path if path is not None and path.is_dir() else None
 
-    def load(self, path: Path | None = None, map_location: Any = "cpu") -> dict[str, Any]:
-        """Loads checkpoint ``path`` (default: the latest) without running any code."""
-        path = path or self.latest()
-        if path is None:
+    def has_checkpoints(self) -> bool:
+        """Whether any checkpoint directory exists, verified or not."""
+        return bool(self._candidates())
+
+    # ----------------------------------------------------------------- loading
+    def verify(self, path: Path, manifest_digest: str | None = None) -> None:
+        """Checks checkpoint ``path`` against its manifest (and ``manifest_digest``).
+
+        Raises:
+            CorruptCheckpointError: naming the file that is missing, truncated or changed.
+        """
+        manifest_path = path / _MANIFEST_FILE
+        if not manifest_path.is_file():
+            raise CorruptCheckpointError(f"{manifest_path} is missing")
+        raw = manifest_path.read_bytes()
+        if manifest_digest is not None and hashlib.sha256(raw).hexdigest() != manifest_digest:
+            raise CorruptCheckpointError(f"{manifest_path} does not match the digest in LATEST")
+        try:
+            manifest = json.loads(raw)
+            files = manifest["files"]
+            own = manifest["digest"]
+        except (ValueError, KeyError, TypeError):
+            raise CorruptCheckpointError(f"{manifest_path} is not a valid manifest") from None
+        if _files_digest(files) != own:
+            raise CorruptCheckpointError(f"{manifest_path} was changed (its digest does not match)")
+        for name, expected in files.items():
+            file = path / name
+            if not file.is_file():
+                raise CorruptCheckpointError(f"{file} is missing")
+            size = file.stat().st_size
+            if size != expected["size"]:
+                raise CorruptCheckpointError(
+                    f"{file} has {size} bytes, the manifest says {expected['size']} (truncated?)"
+                )
+            if _sha256(file) != expected["sha256"]:
+                raise CorruptCheckpointError(f"{file} does not match its checksum (corrupted)")
+
+    def load_verified(self, map_location: Any = "cpu") -> tuple[Path, dict[str, Any]]:
+        """The newest checkpoint that verifies, and its state.
+
+        ``LATEST``'s checkpoint comes first, then the others from the newest; each one
+        that fails is logged (naming the file) and skipped.
+
+        Raises:
+            FileNotFoundError: the run has no checkpoint.
+            CheckpointError: none verifies (every file is left where it is).
+        """
+        candidates = self._candidates()
+        if not candidates:
             raise FileNotFoundError(f"no checkpoint in {self.directory}")
+        failures = []
+        for path, digest in candidates:
+            try:
+                state = self.load(path, map_location, manifest_digest=digest)
+            except CorruptCheckpointError as error:
+                failures.append(str(error))
+                logger.warning("skipping checkpoint %s: %s", path.name, error)
+                continue
+            if failures:
+                logger.warning("falling back to checkpoint %s, the newest that verifies", path)
+            return path, state
+        raise CheckpointError(
+            f"no checkpoint in {self.directory} verifies; every file was left where it is:\n  "
+            + "\n  ".join(failures)
+        )
+
+    def load(
+        self,
+        path: Path | None = None,
+        map_location: Any = "cpu",
+        manifest_digest: str | None = None,
+    ) -> dict[str, Any]:
+        """Loads checkpoint ``path`` after verifying it, without running any code.
+
+        Without ``path``: the newest checkpoint that verifies (`load_verified`).
+
+        Raises:
+            FileNotFoundError: no checkpoint.
+            CorruptCheckpointError: ``path`` does not verify.
+        """
+        if path is None:
+            return self.load_verified(map_location)[1]
+        self.verify(path, manifest_digest)
         return torch.load(path / _STATE_FILE, map_location=map_location, weights_only=True)
 
-    def _write_latest(self, name: str) -> None:
-        temporary = self.directory / ".LATEST.tmp"
-        temporary.write_text(name)
-        _fsync_file(temporary)
-        os.replace(temporary, self.directory / "LATEST")
+    # --------------------------------------------------------------- internals
+    def _candidates(self) -> list[tuple[Path, str | None]]:
+        """``(path, expected manifest digest)``: LATEST's checkpoint, then the rest newest first."""
+        if not self.directory.is_dir():
+            return []
+        name, digest = self._read_latest()
+        named = self._checkpoint_path(name) if name is not None else None
+        others = sorted(
+            (p for p in self.directory.iterdir() if p.is_dir() and p.name.isdigit()),
+            reverse=True,
+        )
+        candidates = [(named, digest)] if named is not None and named.is_dir() else []
+        return candidates + [(p, None) for p in others if p != named]
 
-    def _prune(self) -> None:
+    def _checkpoint_path(self, name: str) -> Path | None:
+        """``checkpoints/<name>`` if ``name`` is a checkpoint's name (never a path outside)."""
+        return self.directory / name if name.isdigit() else None
+
+    def _read_latest(self) -> tuple[str | None, str | None]:
+        try:
+            parts = (self.directory / _LATEST_FILE).read_text().split()
+        except (FileNotFoundError, UnicodeDecodeError):
+            return None, None
+        if not parts:
+            return None, None
+        return parts[0], parts[1] if len(parts) > 1 else None
+
+    def _write_latest(self, name: str, manifest_digest: str) -> None:
+        temporary = self.directory / f".{_LATEST_FILE}.tmp"
+        temporary.write_text(f"{name} {manifest_digest}\n")
+        _fsync_file(temporary)
+        os.replace(temporary, self.directory / _LATEST_FILE)
+        _fsync_dir(self.directory)
+
+    def _prune(self, keep: Path) -> None:
         complete = sorted(p for p in self.directory.iterdir() if p.is_dir() and p.name.isdigit())
         for old in complete[: -self.keep]:
-            shutil.rmtree(old, ignore_errors=True)
+            if old != keep:
+                shutil.rmtree(old, ignore_errors=True)
+
+
+def latest_iteration(directory: Path) -> int:
+    """The iteration ``directory/LATEST`` names (0 when there is none yet)."""
+    name, _ = CheckpointManager(directory)._read_latest()
+    return int(name) if name is not None and name.isdigit() else 0
+
+
+def _write_manifest(directory: Path) -> str:
+    """Writes ``MANIFEST.json`` for the files of ``directory``; returns its SHA-256."""
+    files = {
+        path.name: {"size": path.stat().st_size, "sha256": _sha256(path)}
+        for path in sorted(directory.iterdir())
+        if path.is_file() and path.name != _MANIFEST_FILE
+    }
+    raw = json.dumps({"files": files, "digest": _files_digest(files)}, indent=1).encode()
+    (directory / _MANIFEST_FILE).write_bytes(raw)
+    _fsync_file(directory / _MANIFEST_FILE)
+    return hashlib.sha256(raw).hexdigest()
+
+
+def _files_digest(files: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def _fsync_file(path: Path) -> None:
     with open(path, "rb") as f:
         os.fsync(f.fileno())
+
+
+def _fsync_dir(path: Path) -> None:
+    """Makes renames and new entries in ``path`` durable (a no-op where unsupported)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

@@ -44,10 +44,9 @@ def load_policy(
     side of HER and frame stacking is not needed to act.
     """
     checkpoints = CheckpointManager(Path(run_dir) / "checkpoints")
-    path = checkpoints.latest()
-    if path is None:
-        raise FileNotFoundError(f"{run_dir} has no checkpoint yet (checkpoints/LATEST is missing)")
-    state = checkpoints.load(path)
+    if not checkpoints.has_checkpoints():
+        raise FileNotFoundError(f"{run_dir} has no checkpoint yet (checkpoints/ is empty)")
+    path, state = checkpoints.load_verified()
     transformer = make_data_transformer(config.data_transformers, env.observation_spec)
     observation_spec = env.observation_spec
     if transformer is not None:

@@ -53,7 +53,7 @@ def train(config: Any) -> Outcome | None:
         logger.info("%s is already complete; nothing to do", run_dir)
         return None
     run_dir.mkdir(parents=True, exist_ok=True)
-    if CheckpointManager(run_dir / "checkpoints").latest() is None:
+    if not CheckpointManager(run_dir / "checkpoints").has_checkpoints():
         (run_dir / "config.yaml").write_text(config.to_yaml())
         write_snapshot(run_dir / "snapshot.tar.gz")
     trainer = build_trainer(config, run_dir)

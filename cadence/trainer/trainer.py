@@ -18,6 +18,7 @@ from cadence.collect.unroll import Collector
 from cadence.envs.environment import Environment
 from cadence.trainer.checkpoint import CheckpointManager
 from cadence.trainer.config import TrainerConfig
+from cadence.trainer.errors import NonFiniteUpdateError
 from cadence.trainer.evaluation import evaluate_episodes
 from cadence.trainer.metrics import MetricsWriter
 from cadence.trainer.preemption import PreemptionGuard
@@ -27,11 +28,6 @@ from cadence.trainer.rng import rng_state, set_rng_state
 logger = logging.getLogger(__name__)
 
 Outcome = Literal["complete", "preempted", "stopped_at_eval_return"]
-
-
-class NonFiniteUpdateError(RuntimeError):
-    """An update met a NaN or infinite loss or gradient norm; training stopped before
-    anything of that iteration was checkpointed."""
 
 
 class Trainer:
@@ -77,6 +73,7 @@ class Trainer:
         self._eval_iteration = -1
         self._latest_rollout_return: float | None = None
         self._warned_env_state = False
+        self._saved_iteration = -1
         self._wall_time_at_start = 0.0
         self._session_start = time.perf_counter()
 
@@ -101,9 +98,10 @@ class Trainer:
                         outcome = "preempted"
                     if outcome != "complete":
                         break
-            if outcome != "preempted" and not self.last_eval_is_current():
-                self._evaluate(writer)
-            self.save()
+                if outcome != "preempted" and not self.last_eval_is_current():
+                    self._evaluate(writer)
+                # Inside the guard: a second signal during the final save cannot cut it short.
+                self.save()
         finally:
             writer.close()
         if outcome != "preempted":
@@ -230,10 +228,14 @@ class Trainer:
         return self._eval_iteration == self.counters["iteration"]
 
     # ----------------------------------------------------------- checkpoints
-    def save(self) -> Path:
-        """Checkpoints everything needed to continue exactly from here."""
+    def save(self) -> None:
+        """Checkpoints everything needed to continue exactly from here (once per iteration:
+        the checkpoint of an iteration already published is not written again)."""
+        if self._saved_iteration == self.counters["iteration"]:
+            return
         self._counter_record()  # brings wall_time up to date
-        return self.checkpoints.save(self.counters["iteration"], self.state_dict())
+        self.checkpoints.save(self.counters["iteration"], self.state_dict())
+        self._saved_iteration = self.counters["iteration"]
 
     def state_dict(self) -> dict[str, Any]:
         return {
@@ -249,10 +251,10 @@ class Trainer:
 
     def restore(self) -> bool:
         """Loads the latest checkpoint if there is one; returns whether it did."""
-        path = self.checkpoints.latest()
-        if path is None:
+        if not self.checkpoints.has_checkpoints():
             return False
-        state = self.checkpoints.load(path, map_location=self.collector.device)
+        path, state = self.checkpoints.load_verified(map_location=self.collector.device)
+        self._saved_iteration = int(state["counters"]["iteration"])
         self.algorithm.load_state_dict(state["algorithm"])
         self.scheme.load_state_dict(state["scheme"])
         if self.collector.transformer is not None:

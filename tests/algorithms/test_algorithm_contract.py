@@ -11,8 +11,8 @@ import torch
 from cadence.algorithms.algorithm import Algorithm
 from cadence.config import load_config
 from cadence.data.time_step import StepType, TimeStep
+from cadence.trainer.errors import NonFiniteUpdateError
 from cadence.trainer.run import build_trainer
-from cadence.trainer.trainer import NonFiniteUpdateError
 
 # One short, cheap config per built-in algorithm (off-policy ones train from their
 # second iteration on).

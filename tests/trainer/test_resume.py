@@ -14,6 +14,7 @@ from cadence.testing.resume import (
     comparable_metrics,
     signal_after_checkpoint,
 )
+from cadence.trainer.checkpoint import latest_iteration
 from cadence.trainer.metrics import read_metrics
 
 OVERRIDES = [
@@ -31,8 +32,7 @@ def _command(root: Path, config: str = "ppo_cartpole") -> list[str]:
 
 
 def _latest_iteration(root: Path) -> int:
-    latest = root / "checkpoints" / "LATEST"
-    return int(latest.read_text()) if latest.exists() else 0
+    return latest_iteration(root / "checkpoints")
 
 
 def _start_and_signal(root: Path, sig: int, after_iteration: int):

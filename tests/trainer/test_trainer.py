@@ -18,7 +18,7 @@ from gymnasium.envs.classic_control.cartpole import CartPoleEnv
 
 from cadence.config import load_config, to_yaml
 from cadence.testing.resume import comparable_metrics
-from cadence.trainer.checkpoint import CheckpointManager
+from cadence.trainer.checkpoint import CheckpointManager, latest_iteration
 from cadence.trainer.metrics import read_metrics
 from cadence.trainer.run import build_trainer, train
 
@@ -51,7 +51,7 @@ def test_a_run_writes_its_directory_metrics_and_checkpoints(tmp_path):
         names = tar.getnames()
     assert "cadence/trainer/trainer.py" in names and not any("__pycache__" in n for n in names)
     assert any(path.name.startswith("events.") for path in (root / "tb").iterdir())
-    assert (root / "checkpoints" / "LATEST").read_text() == "00000004"
+    assert latest_iteration(root / "checkpoints") == 4
     assert sorted(p.name for p in (root / "checkpoints").iterdir() if p.is_dir()) == [
         "00000003",
         "00000004",

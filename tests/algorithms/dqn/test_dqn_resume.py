@@ -16,6 +16,7 @@ from cadence.testing.resume import (
     final_state,
     signal_after_checkpoint,
 )
+from cadence.trainer.checkpoint import latest_iteration
 from cadence.trainer.metrics import read_metrics
 
 N = 6  # iterations before the stop; the budget is 2N iterations of 2 envs x 16 steps
@@ -67,7 +68,7 @@ def test_a_process_killed_with_sigkill_after_a_checkpoint_resumes_exactly(tmp_pa
     subprocess.run(_command(uninterrupted, budget), check=True, capture_output=True, timeout=600)
     signal_after_checkpoint(_command(root, budget), root, after_iteration=N, timeout_s=300)
     assert not (root / "COMPLETE").exists(), "the run finished before it could be killed"
-    killed_at = int((root / "checkpoints" / "LATEST").read_text())
+    killed_at = latest_iteration(root / "checkpoints")
     assert N <= killed_at < 8 * N
     subprocess.run(_command(root, budget), check=True, capture_output=True, timeout=600)
     assert comparable_metrics(read_metrics(root)) == comparable_metrics(read_metrics(uninterrupted))
