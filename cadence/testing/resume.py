@@ -247,7 +247,14 @@ def signal_after_checkpoint(
     Raises:
         AssertionError: the process exited, or no such checkpoint came within ``timeout_s``.
     """
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    # A shell's background job inherits SIGINT ignored, and Python keeps it ignored: the
+    # training process gets SIGINT's default, as a terminal's foreground job would.
+    process = subprocess.Popen(
+        command,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        preexec_fn=_default_sigint,
+    )
     checkpoints = Path(run_dir) / "checkpoints"
     deadline = time.monotonic() + timeout_s
     while latest_iteration(checkpoints) < after_iteration:
@@ -260,3 +267,7 @@ def signal_after_checkpoint(
     process.send_signal(sig)
     process.wait(timeout=min(timeout_s, 120.0))
     return process
+
+
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

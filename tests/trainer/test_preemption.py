@@ -10,6 +10,15 @@ import pytest
 from cadence.trainer.preemption import PreemptionGuard
 
 
+@pytest.fixture(autouse=True)
+def python_default_sigint():
+    """These tests rely on Python's own SIGINT handler, which a test run started as a
+    shell's background job does not have (SIGINT arrives ignored)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
 @pytest.mark.parametrize("sig", [signal.SIGUSR1, signal.SIGTERM])
 def test_a_preemption_signal_is_recorded(sig):
     with PreemptionGuard() as guard:
