@@ -140,7 +140,7 @@ class SACAlgorithm(Algorithm):
 
         ``reward``/``discount`` at index 1 belong to the action at index 0 (DESIGN §2);
         a window whose first step is LAST crosses an episode boundary (its action was
-        ignored by the auto-reset) and gets weight 0.
+        ignored by the auto-reset): ``valid`` 0, weight 0 and priority 0.
         """
         time_step = sample.steps["time_step"]
         observation = time_step["observation"]
@@ -152,6 +152,7 @@ class SACAlgorithm(Algorithm):
             "discount": time_step["discount"][:, 1].float(),
             "next_observation": map_structure(lambda x: x[:, 1], observation),
             "weight": valid.float() * sample.weights.float(),
+            "valid": valid.float(),
         }
 
     def train_step(self, inputs: Batch, state: Nest = ()) -> AlgStep:
@@ -165,8 +166,10 @@ class SACAlgorithm(Algorithm):
                 self.gamma,
             )
         info = self._discrete_terms(inputs) if self.discrete else self._continuous_terms(inputs)
-        weight = inputs["weight"]
-        info.update(target=target, alpha=alpha, weight=weight, count=weight.sum().clamp_min(1.0))
+        # Means are over the valid transitions, importance-weighted, as DQN's and TD3's are.
+        count = inputs["valid"].sum().clamp_min(1.0)
+        info.update(target=target, alpha=alpha, weight=inputs["weight"], count=count)
+        info["valid"] = inputs["valid"]
         return AlgStep(output=(), state=state, info=info)
 
     def calc_loss(self, info: dict[str, torch.Tensor]) -> LossInfo:
@@ -218,7 +221,8 @@ class SACAlgorithm(Algorithm):
 
     def _loss_terms(self, info: dict[str, torch.Tensor]) -> tuple[LossInfo, torch.Tensor]:
         weight, count, alpha = info["weight"], info["count"], info["alpha"]
-        critic, priorities = sac_loss.critic_loss(info["q"], info["target"], weight, count)
+        critic, td_error = sac_loss.critic_loss(info["q"], info["target"], weight, count)
+        priorities = td_error * info["valid"]  # a masked window's |TD| means nothing
         if self.discrete:
             actor = sac_loss.discrete_actor_loss(
                 info["log_probs"], info["q_pi"], alpha, weight, count

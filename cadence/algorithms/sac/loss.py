@@ -3,7 +3,8 @@ eq. 5, 7 and 18; discrete actions: Christodoulou 2019, https://arxiv.org/abs/191
 
 Every loss is a weighted mean over the ``[N]`` samples of a minibatch: the weight is 0
 for a transition that crosses an episode boundary (its first step is LAST) and the
-importance weight otherwise, normalised by the number of valid samples.
+importance weight otherwise, normalised by the number of valid samples (as DQN and TD3
+do), so that importance weights scale each sample's gradient without rescaling the loss.
 """
 
 from __future__ import annotations
@@ -51,7 +52,8 @@ def critic_loss(
         count: the number of valid samples (a scalar tensor, at least 1).
 
     Returns:
-        the loss and the ``[N]`` mean absolute TD error over critics (priorities).
+        the loss and the ``[N]`` mean absolute TD error over critics, masked samples
+        included (the caller zeroes those before using it as priorities).
     """
     td_error = q - target
     loss = weighted_mean(0.5 * td_error.square(), weight, count).sum()

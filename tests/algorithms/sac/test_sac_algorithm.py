@@ -109,6 +109,7 @@ def test_masked_and_weighted_samples_in_the_critic_loss():
     weight = torch.tensor([1.0, 0.5, 0.0])  # the last sample is masked
     loss, priorities = critic_loss(q, target, weight, count=torch.tensor(2.0))
     # critic 0: (0.5 * 1 * 1 + 0.5 * 4 * 0.5) / 2 = 0.75; critic 1: (0.5 + 0.5 * 16 * 0.5) / 2 = 2.25
+    # (the raw |TD| of the masked sample comes back too: SACAlgorithm zeroes its priority)
     assert math.isclose(float(loss), 3.0)
     assert priorities.tolist() == [1.0, 3.0, 97.0]
 
@@ -232,3 +233,18 @@ def test_discrete_sac_trains_on_cartpole_for_a_few_iterations(tmp_path):
     assert trained and all(math.isfinite(r["loss/critic"]) for r in trained)
     assert trained[-1]["train/entropy"] <= math.log(2) + 1e-5
     assert any(r.get("eval/episode_return") is not None for r in records)
+
+
+def test_a_masked_window_gets_priority_zero_and_weights_do_not_change_the_normaliser():
+    # DQN and TD3 give a window whose first step is LAST priority 0 and average over the
+    # valid windows; SAC does the same (it gave such windows their raw |TD| as priority,
+    # and divided by the sum of importance weights instead of the valid count).
+    sac = _sac()
+    weights = torch.tensor([0.5, 0.25, 1.0, 0.5, 0.75])
+    batch = sac.preprocess_experience(_sample(BOX, weights))
+    info = sac.train_step(batch).info
+    assert float(info["count"]) == 4  # four valid windows, whatever their weights
+    _, _, priorities = sac.update(batch)
+    masked = [i for i, w in enumerate(WINDOWS) if w[3] == 0.0]
+    assert masked and all(float(priorities[i]) == 0.0 for i in masked)
+    assert all(float(priorities[i]) > 0.0 for i in range(len(WINDOWS)) if i not in masked)
