@@ -147,7 +147,11 @@ class ActorCriticAlgorithm(Algorithm):
         return self.loss(info)
 
     def stop_epochs(self, metrics: Mapping[str, float]) -> bool:
-        """Stops the passes once the mean approximate KL exceeds ``target_kl``."""
+        """Stops the passes after one whose mean approximate KL exceeds ``target_kl``.
+
+        Checked per pass (epoch), on that pass's minibatches only: a running mean over
+        all passes would let early, small-KL passes hide a later large step.
+        """
         if self.target_kl is None or "train/approx_kl" not in metrics:
             return False
         return metrics["train/approx_kl"] > self.target_kl

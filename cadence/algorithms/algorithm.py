@@ -147,7 +147,7 @@ class Algorithm(nn.Module, abc.ABC):
 
     def stop_epochs(self, metrics: Mapping[str, float]) -> bool:
         """On-policy: whether to stop the passes over an unroll after the one that just
-        ended, given the mean of every metric over this iteration's updates so far."""
+        ended, given the mean of every metric over that pass's updates."""
         return False
 
     @abc.abstractmethod

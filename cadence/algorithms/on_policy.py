@@ -27,8 +27,8 @@ class OnPolicyScheme:
     dim: ``[T * B]`` samples for a feed-forward policy (it may drop some, e.g. actions
     ignored by auto-reset), or ``[B]`` whole env sequences for a recurrent one. Each pass
     shuffles that dim and cuts it into minibatches of the algorithm's ``mini_batch_size``
-    (all of it when None), each one `Algorithm.update`; `Algorithm.stop_epochs` may end
-    the passes early.
+    (all of it when None), each one `Algorithm.update`; after each pass,
+    `Algorithm.stop_epochs` sees that pass's mean metrics and may end the passes early.
 
     Args:
         algorithm: the algorithm.
@@ -61,11 +61,13 @@ class OnPolicyScheme:
         mini_batch_size = algorithm.mini_batch_size or num_samples
         totals = UpdateTotals()
         for _ in range(algorithm.num_updates_per_train_iter):
+            epoch = UpdateTotals()
             permutation = torch.randperm(num_samples, device=first_leaf.device)
             for start in range(0, num_samples, mini_batch_size):
                 indices = permutation[start : start + mini_batch_size]
-                totals.add(algorithm.update(_select(batch, indices)))
-            if algorithm.stop_epochs(totals.means()):
+                epoch.add(algorithm.update(_select(batch, indices)))
+            totals.merge(epoch)
+            if algorithm.stop_epochs(epoch.means()):
                 break
         return totals
 

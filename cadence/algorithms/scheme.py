@@ -58,6 +58,15 @@ class UpdateTotals:
         self.nonfinite = flag if self.nonfinite is None else self.nonfinite | flag
         self.count += 1
 
+    def merge(self, other: UpdateTotals) -> None:
+        """Adds the updates summed in ``other``."""
+        for key, value in other.sums.items():
+            self.sums[key] = self.sums.get(key, 0.0) + value
+        if other.nonfinite is not None:
+            flag = other.nonfinite
+            self.nonfinite = flag if self.nonfinite is None else self.nonfinite | flag
+        self.count += other.count
+
     def means(self) -> Mapping[str, float]:
         """The mean of every metric so far, each synced only when it is read."""
         return _Means(self)

@@ -12,6 +12,8 @@ import torch
 from bandits import ContextBandit  # tests/algorithms/bandits.py
 
 from cadence.algorithms.a2c import A2CConfig, make_a2c
+from cadence.algorithms.actor_critic import ActorCriticAlgorithm
+from cadence.algorithms.algorithm import Algorithm, UpdateResult
 from cadence.algorithms.on_policy import OnPolicyScheme
 from cadence.algorithms.ppo import PPOConfig, make_ppo
 from cadence.algorithms.returns import generalized_advantage_estimation
@@ -271,3 +273,40 @@ def test_ppo_learns_a_contextual_bandit(observation, action):
 def test_a2c_learns_a_contextual_bandit(observation, action):
     config = A2CConfig(learning_rate=3e-3, optimizer="adam", gamma=0.0, normalize_advantages=True)
     _assert_solved(_train_on_bandit(make_a2c, config, observation, action, iterations=80), action)
+
+
+class _ScriptedKL(Algorithm):
+    """Reports a scripted approximate KL per update and stops its passes as PPO does."""
+
+    num_updates_per_train_iter = 4
+    mini_batch_size = 2
+    stop_epochs = ActorCriticAlgorithm.stop_epochs
+
+    def __init__(self, kl_per_update, target_kl):
+        super().__init__()
+        self.kl = list(kl_per_update)
+        self.target_kl = target_kl
+
+    def optimizers(self):
+        return {}
+
+    def predict_step(self, time_step, state, agent_info=()):
+        raise AssertionError("does not act")
+
+    rollout_step = predict_step
+
+    def preprocess_experience(self, experience):
+        return {"x": torch.zeros(4)}  # two minibatches per pass
+
+    def update(self, batch):
+        kl = torch.tensor(self.kl.pop(0))
+        return UpdateResult({"train/approx_kl": kl}, torch.tensor(False))
+
+
+def test_target_kl_judges_each_pass_on_its_own():
+    # Pass 1 has KL 0, pass 2 KL 0.03: over the target 0.02, though the running mean
+    # over both passes (0.015) is not. The passes stop after pass 2.
+    algorithm = _ScriptedKL([0.0, 0.0, 0.03, 0.03, 0.0, 0.0, 0.0, 0.0], target_kl=0.02)
+    result = OnPolicyScheme(algorithm, _FixedSource(_fixed_experience())).train_iter()
+    assert result.metrics["train/num_updates"] == 4
+    assert result.metrics["train/approx_kl"] == pytest.approx(0.015)

@@ -55,5 +55,8 @@ class PPOConfig:
     )
     target_kl: float | None = field(
         default=None,
-        metadata={"doc": "Stop the epochs early when the approximate KL exceeds this."},
+        metadata={
+            "doc": "Stop the passes (epochs) over an unroll after one whose mean approximate KL "
+            "exceeds this (each pass is judged on its own minibatches, not a running mean)."
+        },
     )
