@@ -14,6 +14,7 @@ import argparse
 import hashlib
 import importlib
 import logging
+import shutil
 import sys
 import tarfile
 import tempfile
@@ -268,7 +269,14 @@ def _extracted_snapshot(archive: Path) -> Path:
     digest = hashlib.sha256(archive.read_bytes()).hexdigest()[:12]
     cached = archive.parent / f".snapshot-{digest}"
     if (cached / "cadence").is_dir():
-        return cached
+        if _matches_archive(archive, cached):
+            return cached
+        # Someone changed the extracted code: never import it; extract afresh.
+        print(
+            f"cadence: {cached} no longer matches {archive.name}; extracting it again",
+            file=sys.stderr,
+        )
+        shutil.rmtree(cached, ignore_errors=True)
     try:
         staging = Path(tempfile.mkdtemp(prefix=".snapshot-tmp-", dir=archive.parent))
     except OSError:  # a read-only run directory: a temporary copy, for this process only
@@ -281,6 +289,22 @@ def _extracted_snapshot(archive: Path) -> Path:
     except OSError:  # another process won the race; its copy is the same archive
         return cached if (cached / "cadence").is_dir() else staging
     return cached
+
+
+def _matches_archive(archive: Path, root: Path) -> bool:
+    """Whether the files under ``root`` are exactly the archive's regular files."""
+    with tarfile.open(archive, "r:gz") as tar:
+        expected = {
+            member.name: tar.extractfile(member).read() for member in tar if member.isfile()
+        }
+    found = {
+        str(path.relative_to(root)): path
+        for path in (root / "cadence").rglob("*")
+        if path.is_file() and "__pycache__" not in path.parts
+    }
+    if set(found) != set(expected):
+        return False
+    return all(path.read_bytes() == expected[name] for name, path in found.items())
 
 
 def _extract(archive: Path, target: Path) -> None:

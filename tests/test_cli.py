@@ -392,3 +392,16 @@ def test_real_train_eval_and_play_with_wrappers_from_the_command_line(capsys, tm
     assert code == 0 and "over 2 episodes" in out, err
     code, out, err = _run(capsys, "play", str(root))
     assert code == 0 and "episode 1: return" in out, err
+
+
+def test_a_changed_extracted_snapshot_is_never_imported(capsys, run_dir, restore_cadence):
+    _write_tarball(run_dir / "snapshot.tar.gz", SNAPSHOT_FILES)
+    assert _run(capsys, "play", str(run_dir), "--use-snapshot")[0] == 0
+    [cache] = run_dir.glob(".snapshot-*")
+    (cache / "cadence" / "trainer" / "play.py").write_text("raise SystemExit('tampered')\n")
+    for name in [name for name in sys.modules if name.split(".")[0] == "cadence"]:
+        del sys.modules[name]
+    code, out, err = _run(capsys, "play", str(run_dir), "--use-snapshot")
+    assert code == 0, err
+    assert "no longer matches" in err and "episode 1: return 42.00" in out
+    assert "tampered" not in (cache / "cadence" / "trainer" / "play.py").read_text()

@@ -48,7 +48,9 @@ def from_yaml(text: str, source: str = "from YAML") -> ExperimentConfig:
         ConfigError: the text is not YAML, or the tree is not a valid config.
     """
     try:
-        data = OmegaConf.to_container(OmegaConf.create(text), resolve=True)
+        # No resolvers: a run's config.yaml is plain values, and reading one back must not
+        # reach outside the file (${oc.env:...} and the like stay literal text).
+        data = OmegaConf.to_container(OmegaConf.create(text), resolve=False)
     except (yaml.YAMLError, OmegaConfBaseException) as error:
         raise ConfigError(f"Invalid config {source}:", [Problem("(YAML)", str(error))]) from None
     return structure(ExperimentConfig, data, source)

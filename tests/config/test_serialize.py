@@ -2,7 +2,14 @@
 
 import pytest
 
-from cadence.config import ConfigError, from_yaml, list_configs, load_config, to_yaml
+from cadence.config import (
+    ConfigError,
+    ExperimentConfig,
+    from_yaml,
+    list_configs,
+    load_config,
+    to_yaml,
+)
 
 
 @pytest.mark.parametrize("name", list(list_configs()))
@@ -36,3 +43,12 @@ def test_from_yaml_checks_like_a_named_config():
 def test_from_yaml_refuses_broken_yaml():
     with pytest.raises(ConfigError, match="Invalid config"):
         from_yaml("name: [unclosed")
+
+
+def test_reading_a_config_back_resolves_nothing_outside_the_file(monkeypatch):
+    monkeypatch.setenv("CADENCE_TEST_SECRET", "leaked")
+    text = to_yaml(ExperimentConfig(name="demo")).replace(
+        "description: ''", "description: ${oc.env:CADENCE_TEST_SECRET}"
+    )
+    assert "${oc.env:CADENCE_TEST_SECRET}" in text
+    assert from_yaml(text).description == "${oc.env:CADENCE_TEST_SECRET}"
