@@ -25,7 +25,7 @@ from typing import Any
 
 import cadence
 from cadence.config import ConfigError, list_configs
-from cadence.trainer.errors import CheckpointError, NonFiniteUpdateError
+from cadence.trainer.errors import CheckpointError, NonFiniteUpdateError, RunConfigMismatchError
 
 SNAPSHOT_FILE = "snapshot.tar.gz"
 CONFIG_FILE = "config.yaml"
@@ -53,7 +53,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as error:
         print(f"cadence {args.command}: {error}", file=sys.stderr)
         return 2
-    except CheckpointError as error:  # no checkpoint verifies: nothing was touched
+    except (CheckpointError, RunConfigMismatchError) as error:  # nothing was written
         print(f"cadence {args.command}: {error}", file=sys.stderr)
         return 2
     except (FileNotFoundError, NonFiniteUpdateError) as error:
@@ -101,6 +101,13 @@ def _add_train(commands: Any) -> None:
     )
     command.add_argument(
         "--root-dir", metavar="DIR", help="run directory (default: runs/NAME/seedSEED-DIGEST)"
+    )
+    command.add_argument(
+        "--resume-with-changes",
+        action="store_true",
+        help="continue the run in the directory although its config.yaml differs (e.g. a "
+        "finished run given a larger trainer.num_env_steps); recorded in config_changes.jsonl. "
+        "The algorithm, network, env name, num_envs, backend and seed cannot change",
     )
     command.add_argument(
         "-h", "--help", action="store_true", help="show this help (and NAME's keys)"
@@ -190,7 +197,7 @@ def run_train(args: argparse.Namespace) -> int:
     _log_to_terminal()
     from cadence.trainer.run import train  # torch: imported only to train
 
-    outcome = train(config)
+    outcome = train(config, resume_with_changes=args.resume_with_changes)
     print(f"{config.root_dir}: {_OUTCOME_MESSAGES.get(outcome, outcome)}")
     return 0
 

@@ -31,7 +31,7 @@ def fake_train(monkeypatch):
     """Replaces `cadence.trainer.run` with a module whose `train` records its call."""
     calls = []
     module = types.ModuleType("cadence.trainer.run")
-    module.train = lambda config: calls.append(config) or "complete"
+    module.train = lambda config, resume_with_changes=False: calls.append(config) or "complete"
     monkeypatch.setitem(sys.modules, "cadence.trainer.run", module)
     return calls
 

@@ -79,11 +79,15 @@ def compose_config(name: str, overrides: Sequence[str] = ()) -> ExperimentConfig
 def default_root_dir(config: ExperimentConfig) -> str:
     """``runs/<name>/seed<seed>-<digest>`` under the current directory.
 
-    The digest hashes the config without ``root_dir`` and ``description``: the
-    same command reaches the same directory (and resumes the run there), a
-    changed hyperparameter a new one.
+    The digest hashes the config without ``root_dir``, ``description`` and the budget
+    ``trainer.num_env_steps``: the same command reaches the same directory (and resumes
+    the run there), a changed hyperparameter a new one, and a changed budget the same
+    one, where training refuses it unless asked to resume with changes.
     """
-    content = to_yaml(attrs.evolve(config, root_dir=None, description=""))
+    # The budget is left out: a longer run of the same experiment is the same directory,
+    # where `cadence train` refuses the change unless asked to --resume-with-changes.
+    trainer = attrs.evolve(config.trainer, num_env_steps=1)
+    content = to_yaml(attrs.evolve(config, root_dir=None, description="", trainer=trainer))
     digest = hashlib.sha256(content.encode()).hexdigest()[:8]
     return os.path.join("runs", config.name, f"seed{config.seed}-{digest}")
 

@@ -17,3 +17,7 @@ class CorruptCheckpointError(CheckpointError):
 class NonFiniteUpdateError(RuntimeError):
     """An update met a NaN or infinite loss or gradient norm; training stopped before
     anything of that iteration was checkpointed."""
+
+
+class RunConfigMismatchError(RuntimeError):
+    """A run directory was started again with a config that differs from its config.yaml."""

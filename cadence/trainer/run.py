@@ -19,8 +19,9 @@ from cadence.envs.environment import Environment
 from cadence.envs.make import make_env
 from cadence.envs.worker_pool import available_cores
 from cadence.replay.buffer import ReplayBuffer
-from cadence.trainer.checkpoint import CheckpointManager
+from cadence.trainer.checkpoint import CheckpointManager, latest_iteration
 from cadence.trainer.rng import seed_everything
+from cadence.trainer.run_config import CHANGES_FILE, check_resume_config
 from cadence.trainer.snapshot import write_snapshot
 from cadence.trainer.trainer import Outcome, Trainer
 from cadence.transforms.build import make_data_transformer
@@ -29,7 +30,7 @@ from cadence.transforms.transformer import DataTransformer
 logger = logging.getLogger(__name__)
 
 
-def train(config: Any) -> Outcome | None:
+def train(config: Any, resume_with_changes: bool = False) -> Outcome | None:
     """Trains the experiment ``config`` in ``config.root_dir``, exactly as ``cadence train`` does.
 
     A new run writes ``config.yaml`` (the resolved tree, which alone reproduces the
@@ -40,20 +41,32 @@ def train(config: Any) -> Outcome | None:
     Args:
         config: an experiment config (``cadence.config.ExperimentConfig``, e.g. from
             ``cadence.load_config``).
+        resume_with_changes: continue a run whose ``config.yaml`` differs from ``config``
+            (e.g. a finished run given a larger budget); the change is recorded in
+            ``config_changes.jsonl``. Without it such a start is refused.
 
     Returns:
         How training ended (``"complete"``, ``"preempted"``, ``"stopped_at_eval_return"``),
         or None when the run was already complete.
 
     Raises:
+        RunConfigMismatchError: the run directory holds a run with another config (see
+            `cadence.trainer.run_config`); nothing was written.
+        CheckpointError: no checkpoint of the run verifies; nothing was written.
         NonFiniteUpdateError: an update met a NaN or infinite loss or gradient.
     """
     run_dir = Path(config.root_dir)
+    checkpoints = CheckpointManager(run_dir / "checkpoints")
+    if checkpoints.has_checkpoints():
+        iteration = latest_iteration(checkpoints.directory)
+        if check_resume_config(run_dir, config.to_yaml(), resume_with_changes, iteration):
+            logger.warning("%s resumes with a changed config (see %s)", run_dir, CHANGES_FILE)
+            (run_dir / "COMPLETE").unlink(missing_ok=True)  # e.g. a larger budget
     if (run_dir / "COMPLETE").exists():
         logger.info("%s is already complete; nothing to do", run_dir)
         return None
     run_dir.mkdir(parents=True, exist_ok=True)
-    if not CheckpointManager(run_dir / "checkpoints").has_checkpoints():
+    if not checkpoints.has_checkpoints():
         (run_dir / "config.yaml").write_text(config.to_yaml())
         write_snapshot(run_dir / "snapshot.tar.gz")
     trainer = build_trainer(config, run_dir)

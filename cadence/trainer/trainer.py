@@ -122,7 +122,10 @@ class Trainer:
         counters["train_time"] += elapsed
         self._accumulate(losses, episodes, elapsed)
         iteration = counters["iteration"]
-        evaluated = self._every(self.config.eval_interval) and self._evaluate(writer=None)
+        # The last iteration is evaluated here too, so that its evaluation shares its row of
+        # metrics.jsonl (run() evaluating after the loop wrote a second row for it).
+        last = counters["env_steps"] >= self.config.num_env_steps
+        evaluated = (self._every(self.config.eval_interval) or last) and self._evaluate(writer=None)
         if self._every(self.config.summary_interval) or evaluated:
             self._log(writer)
         bar.update(

@@ -204,3 +204,18 @@ def test_progress_bar_stays_silent_off_a_terminal(capsys):
         bar.update(50, 1000.0, 20.5, 30.0)
     shown = capsys.readouterr().out
     assert "env steps" in shown and "1,000 steps/s" in shown and "return 20.5" in shown
+
+
+def test_the_final_evaluation_shares_the_last_iterations_row(tmp_path):
+    root = tmp_path / "run"
+    config = load_config(
+        "ppo_cartpole",
+        ["trainer.unroll_length=16", "env.num_envs=4", "trainer.num_env_steps=256"],
+        root_dir=root,
+    )
+    assert train(config) == "complete"
+    rows = read_metrics(root)
+    iterations = [row["iteration"] for row in rows]
+    assert iterations == sorted(set(iterations)), "one row per iteration"
+    assert rows[-1]["iteration"] == 4 and "eval/episode_return" in rows[-1]
+    assert "loss/total" in rows[-1]

@@ -1,0 +1,91 @@
+"""Starting a run directory again with a config that differs from its ``config.yaml``.
+
+A run directory holds one run: starting it again with the same config resumes it.
+Starting it with a different config is refused, naming each changed key, unless the
+user asks for it (``cadence train ... --resume-with-changes``); then the new config
+is recorded (``config.yaml`` rewritten, the change appended to
+``config_changes.jsonl``) and training goes on from the checkpoint. Extending a
+finished run's budget (``trainer.num_env_steps``) is such a change.
+
+Some keys cannot change even then, because the checkpoint could not hold the same
+run afterwards: the algorithm, the network (parameter shapes), the environment id,
+the number of environments and the back end (env states are back-end specific),
+the seed and the name.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from cadence.trainer.errors import RunConfigMismatchError
+
+FIXED_KEYS = ("name", "seed", "algorithm.name", "env.name", "env.num_envs", "env.backend")
+FIXED_SECTIONS = ("network.",)
+IGNORED_KEYS = ("root_dir", "description")
+
+CHANGES_FILE = "config_changes.jsonl"
+
+
+def config_changes(old_yaml: str, new_yaml: str) -> dict[str, tuple[Any, Any]]:
+    """Each dotted key whose value differs between two resolved configs: ``(old, new)``."""
+    old, new = _flatten(yaml.safe_load(old_yaml) or {}), _flatten(yaml.safe_load(new_yaml) or {})
+    return {
+        key: (old.get(key), new.get(key))
+        for key in sorted(set(old) | set(new))
+        if key not in IGNORED_KEYS and old.get(key) != new.get(key)
+    }
+
+
+def check_resume_config(
+    run_dir: Path, config_yaml: str, resume_with_changes: bool, iteration: int
+) -> bool:
+    """Refuses or records a change of config on resume; returns whether there was one.
+
+    Raises:
+        RunConfigMismatchError: the config differs and ``resume_with_changes`` is False,
+            or a key that cannot change did.
+    """
+    path = Path(run_dir) / "config.yaml"
+    if not path.is_file():
+        return False
+    changes = config_changes(path.read_text(), config_yaml)
+    if not changes:
+        return False
+    fixed = [key for key in changes if key in FIXED_KEYS or key.startswith(FIXED_SECTIONS)]
+    if fixed:
+        raise RunConfigMismatchError(
+            f"{run_dir} holds a run whose {', '.join(fixed)} cannot change on resume "
+            f"(the checkpoint holds another run):\n{_describe(changes)}\n"
+            "Start a new run in another directory (--root-dir)."
+        )
+    if not resume_with_changes:
+        raise RunConfigMismatchError(
+            f"{run_dir} holds a run with another config:\n{_describe(changes)}\n"
+            "To continue it with these changes (e.g. a larger trainer.num_env_steps), add "
+            "--resume-with-changes; to start a new run, choose another --root-dir."
+        )
+    record = {"iteration": iteration, "changes": {k: list(v) for k, v in changes.items()}}
+    with open(Path(run_dir) / CHANGES_FILE, "a", encoding="utf-8") as f:
+        f.write(json.dumps(record) + "\n")
+    path.write_text(config_yaml)
+    return True
+
+
+def _describe(changes: dict[str, tuple[Any, Any]]) -> str:
+    return "\n".join(f"  {key}: {old!r} -> {new!r}" for key, (old, new) in changes.items())
+
+
+def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
+    if not isinstance(tree, dict):
+        return {prefix.rstrip("."): tree}
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict) and value:
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
