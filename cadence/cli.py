@@ -14,6 +14,7 @@ import argparse
 import hashlib
 import importlib
 import logging
+import os
 import shutil
 import sys
 import tarfile
@@ -48,6 +49,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help(sys.stderr)
         return 2
+    _import_from_working_directory()
     try:
         return args.run(args)
     except ConfigError as error:
@@ -331,6 +333,15 @@ def _extract(archive: Path, target: Path) -> None:
         tar.extractall(target, members=members, filter="data")
     if not (target / "cadence" / "__init__.py").is_file():
         raise ConfigError(f"{archive} is not a cadence snapshot: cadence/__init__.py is missing")
+
+
+def _import_from_working_directory() -> None:
+    """Makes the working directory's modules importable, as ``python -m`` does, so that
+    ``env.name=my_module:MyEnv-v0`` and ``module:Class`` wrappers of the user's own work
+    from the ``cadence`` script too (its ``sys.path`` starts at the script's directory)."""
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.insert(0, cwd)
 
 
 def _log_to_terminal() -> None:

@@ -24,7 +24,9 @@ class EnvConfig:
         default="CartPole-v1",
         validator=min_len(1),
         metadata={
-            "doc": "Gymnasium id of the environment (e.g. 'CartPole-v1', 'cadence/PixelCartPole-v1')."
+            "doc": "Gymnasium id of the environment (e.g. 'CartPole-v1', "
+            "'cadence/PixelCartPole-v1'), or 'module:Id' to import the module that registers "
+            "Id first (a module in the working directory works)."
         },
     )
     num_envs: int = field(
