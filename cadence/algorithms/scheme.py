@@ -52,20 +52,22 @@ class UpdateTotals:
         self.nonfinite: torch.Tensor | None = None
 
     def add(self, result: UpdateResult) -> None:
-        for key, value in result.metrics.items():
-            self.sums[key] = self.sums.get(key, 0.0) + value.detach()
-        flag = result.nonfinite
-        self.nonfinite = flag if self.nonfinite is None else self.nonfinite | flag
-        self.count += 1
+        """Adds one update's result."""
+        detached = {key: value.detach() for key, value in result.metrics.items()}
+        self._accumulate(detached, 1, result.nonfinite)
 
     def merge(self, other: UpdateTotals) -> None:
         """Adds the updates summed in ``other``."""
-        for key, value in other.sums.items():
+        self._accumulate(other.sums, other.count, other.nonfinite)
+
+    def _accumulate(
+        self, sums: dict[str, torch.Tensor], count: int, nonfinite: torch.Tensor | None
+    ) -> None:
+        for key, value in sums.items():
             self.sums[key] = self.sums.get(key, 0.0) + value
-        if other.nonfinite is not None:
-            flag = other.nonfinite
-            self.nonfinite = flag if self.nonfinite is None else self.nonfinite | flag
-        self.count += other.count
+        if nonfinite is not None:
+            self.nonfinite = nonfinite if self.nonfinite is None else self.nonfinite | nonfinite
+        self.count += count
 
     def means(self) -> Mapping[str, float]:
         """The mean of every metric so far, each synced only when it is read."""

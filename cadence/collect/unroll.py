@@ -72,13 +72,13 @@ class Collector:
                 the random actions of an off-policy algorithm's initial collection.
         """
         act = self.algorithm.rollout_step if policy is None else policy
+        initial_state = self.algorithm.initial_state(self.env.batch_size)
+        stateful = bool(flatten(initial_state))
         if self._time_step is None:
             if self.transformer is not None:
                 self._transform_state = self.transformer.initial_state(self.env.batch_size)
             self._time_step = self._transform(self.env.reset().to(self.device))
-            self._state = self.algorithm.initial_state(self.env.batch_size)
-        initial_state = self.algorithm.initial_state(self.env.batch_size)
-        stateful = bool(flatten(initial_state))
+            self._state = initial_state
         time_steps, actions, infos, states = [self._time_step], [], [], []
         for _ in range(self.unroll_length):
             if stateful:
