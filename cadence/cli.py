@@ -26,6 +26,7 @@ from typing import Any
 
 import cadence
 from cadence.config import ConfigError, list_configs
+from cadence.envs.errors import EnvBuildError
 from cadence.trainer.errors import CheckpointError, NonFiniteUpdateError, RunConfigMismatchError
 
 SNAPSHOT_FILE = "snapshot.tar.gz"
@@ -37,8 +38,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     Exit codes: 0 success (a pre-empted run included: starting it again resumes
     it), 1 a missing file such as a run without checkpoints, or training stopped by
-    a non-finite loss, 2 a usage or config error, or a run none of whose checkpoints
-    verifies; the message goes to stderr.
+    a non-finite loss, 2 a usage or config error, an environment that cannot be built
+    (unknown id, missing dependency, a ``module:Id`` that does not import, an env that
+    raises), or a run none of whose checkpoints verifies; the message goes to stderr.
     """
     parser = build_parser()
     try:
@@ -55,7 +57,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as error:
         print(f"cadence {args.command}: {error}", file=sys.stderr)
         return 2
-    except (CheckpointError, RunConfigMismatchError) as error:  # nothing was written
+    except (CheckpointError, RunConfigMismatchError, EnvBuildError) as error:  # nothing written
         print(f"cadence {args.command}: {error}", file=sys.stderr)
         return 2
     except (FileNotFoundError, NonFiniteUpdateError) as error:

@@ -10,7 +10,9 @@ __getattr__, __dir__ = lazy_exports(
         "PyEnvironmentWrapper": "environment",
         "GymAdapter": "gym_adapter",
         "GymEnvFactory": "make",
-        "UnknownEnvironmentError": "make",
+        "EnvBuildError": "errors",
+        "EnvStateMismatchError": "errors",
+        "UnknownEnvironmentError": "errors",
         "make_env": "make",
         "MujocoWarning": "mujoco_setup",
         "EnvironmentWorkerError": "parallel",
@@ -29,7 +31,9 @@ __getattr__, __dir__ = lazy_exports(
 
 __all__ = [
     "ContinuousActionClip",
+    "EnvBuildError",
     "EnvFrameStack",
+    "EnvStateMismatchError",
     "Environment",
     "EnvironmentWorkerError",
     "FrameSkip",

@@ -32,12 +32,14 @@ class EnvConfig:
     num_envs: int = field(
         default=8, validator=ge(1), metadata={"doc": "Environments stepped together as one batch."}
     )
-    backend: Literal["serial", "thread", "parallel", "tensor", "auto"] = field(
+    backend: Literal["serial", "thread", "parallel", "tensor", "prefer_tensor", "auto"] = field(
         default="auto",
-        validator=in_(["serial", "thread", "parallel", "tensor", "auto"]),
+        validator=in_(["serial", "thread", "parallel", "tensor", "prefer_tensor", "auto"]),
         metadata={
             "doc": "Batching back end ('auto': tensor-native if available and the batch is "
-            "large or not on a CPU, else serial or parallel by step cost)."
+            "large or not on a CPU, else serial or parallel by step cost; 'prefer_tensor': "
+            "cadence's tensor-native env when it has one for env.name and there are no "
+            "env.wrappers, else serial or parallel as 'auto' picks for a Gymnasium env)."
         },
     )
     max_episode_steps: int | None = field(
@@ -88,6 +90,6 @@ class EnvConfig:
         if self.wrappers and self.backend == "tensor":
             raise ValueError(
                 "env.backend='tensor' steps cadence's torch implementation of the env, not a "
-                "Gymnasium env, so it cannot apply env.wrappers; use backend 'auto', 'serial' "
-                "or 'parallel', or no wrappers"
+                "Gymnasium env, so it cannot apply env.wrappers; use backend 'prefer_tensor', "
+                "'auto', 'serial' or 'parallel', or no wrappers"
             )

@@ -27,6 +27,8 @@ from typing import Any
 
 import gymnasium as gym
 
+from cadence.envs.errors import EnvStateMismatchError
+
 # Module-level objects a state may use, by (module, name): numpy's reconstructors.
 _PLAIN_DATA = frozenset(
     [
@@ -75,7 +77,15 @@ def loads_env_state(data: bytes, env: gym.Env) -> Any:
 
     Raises:
         UnsafeEnvStateError: the state names a function or class it may not use.
+        EnvStateMismatchError: ``data`` is not a pickled state (it was saved by a
+            tensor-native env, or by an env stack of other layers).
     """
+    if not isinstance(data, bytes | bytearray):
+        raise EnvStateMismatchError(
+            f"the env state is a {type(data).__name__}, not a Gymnasium env's pickled state "
+            "(it was saved by a tensor-native env, or by an env stack of other layers, "
+            "e.g. with env.max_episode_steps)"
+        )
     return _EnvStateUnpickler(io.BytesIO(data), env_classes(env)).load()
 
 

@@ -21,6 +21,7 @@ import torch
 from cadence.data.nest import Nest
 from cadence.data.specs import CompositeSpec, Spec, TensorSpec
 from cadence.data.time_step import TimeStep
+from cadence.envs.errors import EnvStateMismatchError
 
 REWARD_SPEC = TensorSpec((), torch.float32)
 
@@ -104,6 +105,11 @@ class PyEnvironmentWrapper(PyEnvironment):
         return {"inner": self._env.get_state(), "own": self._own_state()}
 
     def set_state(self, state: Any) -> None:
+        if not isinstance(state, dict) or set(state) != {"inner", "own"}:
+            raise EnvStateMismatchError(
+                f"the env state was not saved by a {type(self).__name__}: it was saved by an "
+                "env stack of other layers (e.g. without env.max_episode_steps)"
+            )
         self._env.set_state(state["inner"])
         self._set_own_state(state["own"])
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import importlib
 import os
 import sys
 import time
@@ -14,12 +15,13 @@ import gymnasium as gym
 import torch
 
 from cadence.envs.environment import Environment, PyEnvironment
+from cadence.envs.errors import EnvBuildError, UnknownEnvironmentError
 from cadence.envs.gym_adapter import GymAdapter
 from cadence.envs.mujoco_setup import is_mujoco_env, prepare_for_mujoco
 from cadence.envs.time_limit import TimeLimit
 
-Backend = Literal["serial", "thread", "parallel", "tensor", "auto"]
-BACKENDS = ("serial", "thread", "parallel", "tensor", "auto")
+Backend = Literal["serial", "thread", "parallel", "tensor", "prefer_tensor", "auto"]
+BACKENDS = ("serial", "thread", "parallel", "tensor", "prefer_tensor", "auto")
 
 # On a CPU a tensor-native env costs about the same per batch step at any batch size (a few
 # dozen small torch ops), so it beats stepping Gymnasium envs one by one only in large
@@ -31,10 +33,6 @@ _TENSOR_MIN_CPU_ENVS = 32
 # the workers, waiting for them to wake, copying the batch out of shared memory. Spreading
 # the envs over the workers must save more than this for "auto" to pick it.
 _PARALLEL_OVERHEAD_S = 100e-6
-
-
-class UnknownEnvironmentError(ValueError):
-    """An environment id that neither Gymnasium nor cadence knows."""
 
 
 class GymEnvFactory:
@@ -123,9 +121,13 @@ def make_env(
         num_envs: the batch size.
         backend: ``"serial"`` (in-process), ``"thread"`` (one env thread),
             ``"parallel"`` (worker processes on shared memory), ``"tensor"``
-            (cadence's tensor-native implementation of ``name``), or ``"auto"``
-            (the fastest for this env and machine: tensor-native on an accelerator or
-            for large batches, else serial or parallel by the env's step cost).
+            (cadence's tensor-native implementation of ``name``), ``"prefer_tensor"``
+            (``"tensor"`` where cadence has a tensor-native ``name`` and there are no
+            ``gym_wrappers``, else what ``"auto"`` picks for a Gymnasium env: serial or
+            parallel; which one it is depends on ``name`` and the wrappers alone, so a
+            resumed run gets the kind it started with), or ``"auto"`` (the fastest for
+            this env and machine: tensor-native on an accelerator or for large batches,
+            else serial or parallel by the env's step cost).
         seed: the batch's seed.
         device: where time steps are delivered (and tensor-native envs run).
         max_episode_steps: an episode limit applied with cadence's `TimeLimit`.
@@ -142,6 +144,7 @@ def make_env(
 
     Raises:
         UnknownEnvironmentError: ``name`` is not a registered id (close ids are suggested).
+        EnvBuildError: the module of a ``"module:Id"`` name does not import.
         ValueError: an unknown ``backend``, or ``"tensor"`` for an env without a
             tensor-native implementation.
     """
@@ -155,6 +158,8 @@ def make_env(
 
     tensor_ok = isinstance(name, str) and tensor.has_tensor_env(name) and not gym_wrappers
     tensor_pays = num_envs >= _TENSOR_MIN_CPU_ENVS or torch.device(device).type != "cpu"
+    if backend == "prefer_tensor":
+        backend = "tensor" if tensor_ok else "auto"  # "auto" never picks tensor when not ok
     if backend == "tensor" or (backend == "auto" and tensor_ok and tensor_pays):
         if not tensor_ok:
             raise ValueError(tensor.no_tensor_env_message(name, bool(gym_wrappers)))
@@ -192,9 +197,73 @@ def make_env(
     )
 
 
+def check_env(
+    name: str | Callable[..., gym.Env],
+    backend: Backend = "auto",
+    *,
+    max_episode_steps: int | None = None,
+    gym_wrappers: Sequence[Callable[[gym.Env], gym.Env]] = (),
+    env_kwargs: dict[str, Any] | None = None,
+) -> None:
+    """Builds and resets one env as `make_env` would, then closes it: a check to run before
+    anything of an experiment is written.
+
+    A Gymnasium env is built in this process (``"serial"``) whatever ``backend`` says, so
+    that its error is its own rather than a worker's report.
+
+    Raises:
+        EnvBuildError: the id is unknown (`UnknownEnvironmentError`, close ids suggested),
+            a ``"module:Id"``'s module does not import, an optional dependency is missing
+            (Gymnasium's install hint is kept), the env raised while built or reset, or
+            ``"tensor"`` names an env without a tensor-native implementation.
+    """
+    backend = backend if backend in ("tensor", "prefer_tensor") else "serial"
+    label = name if isinstance(name, str) else getattr(name, "__name__", repr(name))
+    if isinstance(name, str):
+        check_env_id(name)
+    from cadence.envs import tensor
+
+    if backend == "tensor" and not (isinstance(name, str) and tensor.has_tensor_env(name)):
+        raise EnvBuildError(tensor.no_tensor_env_message(label))
+    try:
+        env = make_env(
+            name,
+            1,
+            backend,
+            max_episode_steps=max_episode_steps,
+            gym_wrappers=gym_wrappers,
+            env_kwargs=env_kwargs,
+        )
+        try:
+            env.reset()
+        finally:
+            env.close()
+    except EnvBuildError:
+        raise
+    except Exception as error:  # noqa: BLE001 - whatever an env raises, it cannot be built
+        raise EnvBuildError(_build_failure(label, error)) from error
+
+
+def _build_failure(label: str, error: Exception) -> str:
+    if isinstance(error, gym.error.DependencyNotInstalled):
+        return f"Environment {label!r} needs a package that is not installed: {error}"
+    return f"Environment {label!r} could not be built: {type(error).__name__}: {error}"
+
+
 def check_env_id(name: str) -> None:
-    """Raises `UnknownEnvironmentError` naming ``name`` and the closest registered ids."""
-    if ":" in name or name in gym.registry:
+    """Raises `UnknownEnvironmentError` naming ``name`` and the closest registered ids.
+
+    For ``"module:Id"`` the module is imported first (it registers ``Id``).
+
+    Raises:
+        UnknownEnvironmentError: ``name`` (or its ``Id``) is not registered.
+        EnvBuildError: the module of a ``"module:Id"`` does not import.
+    """
+    if ":" in name:
+        module, _, env_id = name.partition(":")
+        _import_env_module(module, name)
+        name = env_id
+    if name in gym.registry:
         return
     from cadence.envs import suites  # noqa: F401 - registers cadence's own envs
 
@@ -206,6 +275,17 @@ def check_env_id(name: str) -> None:
         f"Unknown environment id {name!r}.{hint} (Ids come from gymnasium.registry; "
         "import the package that registers yours, or pass 'module:EnvId'.)"
     )
+
+
+def _import_env_module(module: str, name: str) -> None:
+    try:
+        importlib.import_module(module)
+    except Exception as error:  # noqa: BLE001 - a module may raise anything on import
+        raise EnvBuildError(
+            f"Environment {name!r}: its module {module!r} cannot be imported "
+            f"({type(error).__name__}: {error}); it must be an installed package or a "
+            "module in the working directory."
+        ) from error
 
 
 def _pick_cpu_backend(

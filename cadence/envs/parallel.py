@@ -57,6 +57,7 @@ from cadence.envs.parallel_worker import (
     shared_views,
     worker_main,
 )
+from cadence.envs.serial import check_batch_state
 from cadence.envs.worker_pool import RestartBudget, WorkerPool, available_cores
 
 logger = logging.getLogger(__name__)
@@ -272,8 +273,13 @@ class ParallelEnvironment(Environment):
         return [state for w in range(self.num_workers) for state in replies[w]]
 
     def set_state(self, state: Sequence[Any]) -> None:
-        if len(state) != self._num_envs:
-            raise ValueError(f"state holds {len(state)} envs, this batch has {self._num_envs}")
+        """Restores a `get_state` (or a `SerialEnvironment`'s).
+
+        Raises:
+            EnvStateMismatchError: ``state`` was saved by another kind of back end (or for
+                another number of envs).
+        """
+        check_batch_state(state, self._num_envs)
         self._request_all(
             {
                 w: ("set_state", list(state[start:stop]))

@@ -13,6 +13,7 @@ from cadence.data.specs import CompositeSpec, Spec
 from cadence.data.time_step import TimeStep
 from cadence.envs.buffer import TimeStepBuffer, action_row, action_to_numpy
 from cadence.envs.environment import Environment, PyEnvironment
+from cadence.envs.errors import EnvStateMismatchError
 
 
 class SerialEnvironment(Environment):
@@ -79,6 +80,13 @@ class SerialEnvironment(Environment):
         return [env.get_state() for env in self._envs]
 
     def set_state(self, state: Any) -> None:
+        """Restores a `get_state`: one state per env, in batch order.
+
+        Raises:
+            EnvStateMismatchError: ``state`` was saved by another kind of back end (or
+                for another number of envs).
+        """
+        check_batch_state(state, len(self._envs))
         for env, env_state in zip(self._envs, state, strict=True):
             env.set_state(env_state)
 
@@ -88,3 +96,17 @@ class SerialEnvironment(Environment):
         self._closed = True
         for env in self._envs:
             env.close()
+
+
+def check_batch_state(state: Any, num_envs: int) -> None:
+    """Raises `EnvStateMismatchError` unless ``state`` is a list of ``num_envs`` env states (the
+    format of the serial, thread and parallel back ends)."""
+    if not isinstance(state, list | tuple):
+        raise EnvStateMismatchError(
+            f"the env state is a {type(state).__name__}, not a list of per-env states (it was "
+            "saved by a tensor-native env, not by a Gymnasium back end)"
+        )
+    if len(state) != num_envs:
+        raise EnvStateMismatchError(
+            f"the env state holds {len(state)} envs, this batch has {num_envs}"
+        )

@@ -18,6 +18,7 @@ from cadence.envs.mujoco_setup import is_mujoco_env, offscreen_gl_hint
 from cadence.envs.wrapper_config import gym_wrappers
 from cadence.trainer.checkpoint import CheckpointManager
 from cadence.trainer.evaluation import TransformedPolicy, evaluate_episodes
+from cadence.trainer.run import check_training_env
 from cadence.transforms.build import make_data_transformer
 from cadence.transforms.transformer import DataTransformer
 
@@ -67,7 +68,11 @@ def play(
 
     With ``video_path`` every time step's frame (the first of each episode
     included) goes into an mp4 at 30 frames per second.
+
+    Raises:
+        EnvBuildError: the run's environment cannot be built here.
     """
+    check_training_env(config)
     env = _make_play_env(config, render=video_path is not None)
     try:
         policy = TransformedPolicy(*load_policy(config, run_dir, env), batch_size=1)
@@ -83,7 +88,13 @@ def play(
 
 
 def evaluate(config: Any, run_dir: Path, episodes: int = 10) -> dict[str, float]:
-    """Mean and standard deviation of the return over ``episodes`` episodes."""
+    """Mean and standard deviation of the return over ``episodes`` episodes.
+
+    Raises:
+        EnvBuildError: the run's environment cannot be built here (e.g. its ``module:Id``
+            does not import from this working directory).
+    """
+    check_training_env(config)
     env = make_env(
         config.env.name,
         episodes,
@@ -157,7 +168,7 @@ def _make_play_env(config: Any, render: bool) -> Environment:
     wrappers = gym_wrappers(config.env.wrappers)
     if (
         tensor.has_tensor_env(config.env.name)
-        and config.env.backend in ("tensor", "auto")
+        and config.env.backend in ("tensor", "prefer_tensor", "auto")
         and not wrappers
     ):
         backend = "tensor"  # renders itself; its dynamics match the Gymnasium env's

@@ -16,7 +16,7 @@ from cadence.algorithms.on_policy import OnPolicyScheme
 from cadence.algorithms.scheme import TrainingScheme
 from cadence.collect.unroll import Collector
 from cadence.envs.environment import Environment
-from cadence.envs.make import make_env
+from cadence.envs.make import check_env, make_env
 from cadence.envs.worker_pool import available_cores
 from cadence.replay.buffer import ReplayBuffer
 from cadence.trainer.checkpoint import CheckpointManager, latest_iteration
@@ -52,6 +52,8 @@ def train(config: Any, resume_with_changes: bool = False) -> Outcome | None:
     Raises:
         RunConfigMismatchError: the run directory holds a run with another config (see
             `cadence.trainer.run_config`); nothing was written.
+        EnvBuildError: the environment cannot be built (see `check_training_env`); nothing
+            was written.
         CheckpointError: no checkpoint of the run verifies; nothing was written.
         NonFiniteUpdateError: an update met a NaN or infinite loss or gradient.
     """
@@ -65,6 +67,7 @@ def train(config: Any, resume_with_changes: bool = False) -> Outcome | None:
     if (run_dir / "COMPLETE").exists():
         logger.info("%s is already complete; nothing to do", run_dir)
         return None
+    check_training_env(config)
     run_dir.mkdir(parents=True, exist_ok=True)
     if not checkpoints.has_checkpoints():
         (run_dir / "config.yaml").write_text(config.to_yaml())
@@ -165,6 +168,25 @@ def _check_transformers_fit(config: Any) -> None:
             f"{config.algorithm.name} is on-policy (no replay buffer); use an off-policy "
             "algorithm or remove it"
         )
+
+
+def check_training_env(config: Any) -> None:
+    """Builds and resets one env of ``config.env`` in this process, then closes it, so that an
+    unknown id, a missing dependency or an env that raises fails before anything is written.
+
+    Raises:
+        EnvBuildError: the env cannot be built; the message says why (see `check_env`).
+    """
+    from cadence.envs.wrapper_config import gym_wrappers
+
+    env_config = config.env
+    check_env(
+        env_config.name,
+        env_config.backend,
+        max_episode_steps=env_config.max_episode_steps,
+        gym_wrappers=gym_wrappers(env_config.wrappers),
+        env_kwargs=dict(env_config.env_kwargs or {}),
+    )
 
 
 def make_training_env(

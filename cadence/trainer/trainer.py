@@ -16,6 +16,7 @@ from cadence.algorithms.algorithm import Algorithm
 from cadence.algorithms.scheme import IterationResult, TrainingScheme
 from cadence.collect.unroll import Collector
 from cadence.envs.environment import Environment
+from cadence.envs.errors import EnvStateMismatchError
 from cadence.trainer.checkpoint import CheckpointManager
 from cadence.trainer.config import TrainerConfig
 from cadence.trainer.errors import NonFiniteUpdateError
@@ -264,19 +265,32 @@ class Trainer:
             self.collector.transformer.load_state_dict(state["data_transformers"])
         self.counters.update(state["counters"])
         self._pending = {k: [v.cpu()] for k, v in state["pending_metrics"].items()}
-        if state["env"] is not None:
-            self.collector.env.set_state(state["env"])
+        if self._restore_env(state["env"]):
             self.collector.load_state_dict(state["collector"])
-        else:
-            # The collector starts from env.reset() and fresh episode sums: the sums of the
-            # checkpoint's episodes would otherwise be carried into the new ones.
-            logger.warning(
-                "the checkpoint holds no environment state (the environment could not be "
-                "pickled): the environments are reset and start new episodes"
-            )
         set_rng_state(state["rng"])
         logger.info("resumed from %s (iteration %d)", path, self.counters["iteration"])
         return True
+
+    def _restore_env(self, env_state: Any) -> bool:
+        """Restores the checkpoint's environment state; where there is none, or it is of
+        another kind of back end (``prefer_tensor`` resolved otherwise after a change of
+        env.wrappers), warns and returns False: the collector then starts from env.reset()
+        with fresh episode sums (those of the checkpoint's episodes would otherwise be
+        carried into the new ones)."""
+        if env_state is None:
+            reason = (
+                "the checkpoint holds no environment state (the environment could not be pickled)"
+            )
+        else:
+            try:
+                self.collector.env.set_state(env_state)
+                return True
+            except EnvStateMismatchError as error:
+                reason = (
+                    f"the checkpoint's environment state does not fit these environments: {error}"
+                )
+        logger.warning("%s; the environments are reset and start new episodes", reason)
+        return False
 
     def _env_state(self) -> Any:
         try:

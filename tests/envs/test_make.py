@@ -10,7 +10,10 @@ import pytest
 
 from cadence.data.time_step import StepType
 from cadence.envs import (
+    EnvBuildError,
     EnvFrameStack,
+    EnvStateMismatchError,
+    FrameSkip,
     ImageChannelFirst,
     ParallelEnvironment,
     SerialEnvironment,
@@ -18,6 +21,9 @@ from cadence.envs import (
     UnknownEnvironmentError,
     make_env,
 )
+from cadence.envs.config import EnvConfig
+from cadence.envs.env_state import loads_env_state
+from cadence.envs.make import check_env
 from cadence.envs.tensor import TensorEnvironment
 from cadence.testing import ImageEnv
 
@@ -126,3 +132,140 @@ def test_max_episode_steps_cuts_episodes_with_discount_one():
         StepType.FIRST,
     ]
     assert steps[2].discount.tolist() == [1.0, 1.0]
+
+
+# ---------------------------------------------------------------------------------------
+# "prefer_tensor": the tensor-native env where there is one, else Gymnasium.
+
+
+def test_prefer_tensor_is_the_tensor_env_where_there_is_one_else_gymnasium():
+    with make_env("CartPole-v1", 2, "prefer_tensor") as env:
+        assert isinstance(env, TensorEnvironment)  # even for a batch "auto" steps serially
+    with make_env("MountainCarContinuous-v0", 2, "prefer_tensor") as env:
+        assert isinstance(env, SerialEnvironment | ParallelEnvironment)
+        assert tuple(env.reset().observation.shape) == (2, 2)
+    # Wrappers need Gymnasium: the same id, then, is not tensor-native.
+    with make_env(
+        "Pendulum-v1", 2, "prefer_tensor", gym_wrappers=[functools.partial(FrameSkip, skip=2)]
+    ) as env:
+        assert isinstance(env, SerialEnvironment | ParallelEnvironment)
+
+
+def test_prefer_tensor_takes_wrappers_where_tensor_refuses_them():
+    wrappers = [{"name": "FrameSkip", "skip": 2}]
+    assert EnvConfig(name="CartPole-v1", backend="prefer_tensor", wrappers=wrappers).wrappers
+    with pytest.raises(ValueError, match="cannot apply env.wrappers; use backend 'prefer_tensor'"):
+        EnvConfig(name="CartPole-v1", backend="tensor", wrappers=wrappers)
+
+
+# ---------------------------------------------------------------------------------------
+# check_env: every reason an env cannot be built is an EnvBuildError with one clear message.
+
+
+class _RaisesInItsConstructor(gym.Env):
+    def __init__(self):
+        raise RuntimeError("no simulator licence")
+
+
+class _NeedsAMissingPackage(gym.Env):
+    def __init__(self):
+        raise gym.error.DependencyNotInstalled(
+            'Box9D is not installed, run `pip install "gymnasium[box9d]"`'
+        )
+
+
+@pytest.fixture
+def broken_env_ids():
+    ids = {
+        "cadence_test/Raises-v0": _RaisesInItsConstructor,
+        "cadence_test/NeedsBox9D-v0": _NeedsAMissingPackage,
+    }
+    for env_id, entry_point in ids.items():
+        gym.register(id=env_id, entry_point=entry_point)
+    yield list(ids)
+    for env_id in ids:
+        del gym.registry[env_id]
+
+
+def test_check_env_passes_an_env_that_builds():
+    check_env("Pendulum-v1", "prefer_tensor")
+    check_env("MountainCarContinuous-v0", "prefer_tensor", max_episode_steps=5)
+    check_env("CartPole-v1", "parallel", gym_wrappers=[functools.partial(FrameSkip, skip=2)])
+
+
+def test_check_env_names_an_unknown_id_and_close_ones():
+    with pytest.raises(UnknownEnvironmentError, match="Did you mean: Pendulum-v1"):
+        check_env("Pendulm-v1")
+    assert issubclass(UnknownEnvironmentError, EnvBuildError)
+
+
+def test_check_env_names_a_module_that_does_not_import():
+    with pytest.raises(EnvBuildError) as error:
+        check_env("cadence_no_such_module:Foo-v0")
+    message = str(error.value)
+    assert "'cadence_no_such_module:Foo-v0'" in message
+    assert "No module named 'cadence_no_such_module'" in message
+
+
+def test_check_env_names_an_id_its_module_does_not_register():
+    with pytest.raises(UnknownEnvironmentError, match="'NoSuchEnv-v0'"):
+        check_env("gymnasium:NoSuchEnv-v0")
+
+
+def test_check_env_keeps_the_install_hint_of_a_missing_dependency(broken_env_ids):
+    with pytest.raises(EnvBuildError) as error:
+        check_env("cadence_test/NeedsBox9D-v0", "parallel")
+    message = str(error.value)
+    assert "needs a package that is not installed" in message
+    assert 'pip install "gymnasium[box9d]"' in message
+
+
+def test_check_env_reports_an_env_that_raises_while_built(broken_env_ids):
+    with pytest.raises(EnvBuildError, match="RuntimeError: no simulator licence"):
+        check_env("cadence_test/Raises-v0", "prefer_tensor")
+    with pytest.raises(EnvBuildError, match="TypeError"):  # an option the env does not take
+        check_env("Pendulum-v1", "prefer_tensor", env_kwargs={"no_such_option": 1})
+
+
+def test_check_env_refuses_tensor_for_an_env_without_one():
+    with pytest.raises(EnvBuildError, match="No tensor-native implementation of 'Acrobot-v1'"):
+        check_env("Acrobot-v1", "tensor")
+
+
+# ---------------------------------------------------------------------------------------
+# An env state saved by one kind of back end, loaded by another: a clear error, no TypeError.
+
+
+def _state(backend: str, **kwargs):
+    with make_env("CartPole-v1", 2, backend, seed=0, **kwargs) as env:
+        env.reset()
+        return env.get_state()
+
+
+@pytest.mark.parametrize(
+    ("saved_by", "loaded_by", "match"),
+    [
+        ("tensor", "serial", "saved by a tensor-native env"),
+        ("tensor", "thread", "saved by a tensor-native env"),
+        ("tensor", "parallel", "saved by a tensor-native env"),
+        ("serial", "tensor", "saved by a Gymnasium back end"),
+    ],
+)
+def test_a_state_of_another_kind_of_back_end_is_refused_clearly(saved_by, loaded_by, match):
+    state = _state(saved_by)
+    with make_env("CartPole-v1", 2, loaded_by, seed=0) as env:
+        with pytest.raises(EnvStateMismatchError, match=match):
+            env.set_state(state)
+        env.reset()  # still usable: nothing was restored
+
+
+def test_a_state_of_another_env_stack_is_refused_clearly():
+    with_limit, without_limit = _state("serial", max_episode_steps=10), _state("serial")
+    with make_env("CartPole-v1", 2, "serial", seed=0) as env:
+        with pytest.raises(EnvStateMismatchError, match="not a Gymnasium env's pickled state"):
+            env.set_state(with_limit)
+    with make_env("CartPole-v1", 2, "serial", seed=0, max_episode_steps=10) as env:
+        with pytest.raises(EnvStateMismatchError, match="not saved by a TimeLimit"):
+            env.set_state(without_limit)
+    with pytest.raises(EnvStateMismatchError, match="the env state is a dict"):
+        loads_env_state({"state": None}, gym.make("CartPole-v1"))

@@ -194,6 +194,23 @@ def test_an_unpicklable_env_is_reset_on_resume_with_a_warning(tmp_path, unpickla
     assert all(length <= 500 for length in lengths)
 
 
+def test_an_env_state_of_another_back_end_is_reset_on_resume_with_a_warning(tmp_path, caplog):
+    # prefer_tensor is CartPole's tensor env; with a wrapper (kept with --resume-with-changes)
+    # it is Gymnasium's, which cannot load the tensor env's state: new episodes, no TypeError.
+    root = tmp_path / "run"
+    config = _config(root, *RESUME, "env.backend=prefer_tensor")
+    assert _run_preempted_after(build_trainer(config, root), 2) == "preempted"
+    assert isinstance(CheckpointManager(root / "checkpoints").load()["env"], dict)
+    wrapped = _config(
+        root, *RESUME, "env.backend=prefer_tensor", "env.wrappers=[{name:FrameSkip,skip:1}]"
+    )
+    with caplog.at_level(logging.WARNING, logger="cadence.trainer"):
+        assert train(wrapped, resume_with_changes=True) == "complete"
+    assert "does not fit these environments" in caplog.text
+    assert "saved by a tensor-native env" in caplog.text
+    assert [r["iteration"] for r in read_metrics(root)] == list(range(1, 7))
+
+
 def test_progress_bar_stays_silent_off_a_terminal(capsys):
     from cadence.trainer.progress import ProgressBar
 

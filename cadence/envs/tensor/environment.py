@@ -46,6 +46,7 @@ import torch
 from cadence.data.specs import TensorSpec
 from cadence.data.time_step import StepType, TimeStep
 from cadence.envs.environment import Environment
+from cadence.envs.errors import EnvStateMismatchError
 from cadence.envs.tensor import seeding
 
 _FIRST, _MID, _LAST = int(StepType.FIRST), int(StepType.MID), int(StepType.LAST)
@@ -285,7 +286,16 @@ class TensorEnvironment(Environment):
         }
 
     def set_state(self, state: dict[str, torch.Tensor]) -> None:
-        """Restores a `get_state` snapshot; the next `step` continues exactly from it."""
+        """Restores a `get_state` snapshot; the next `step` continues exactly from it.
+
+        Raises:
+            EnvStateMismatchError: ``state`` was saved by a Gymnasium back end.
+        """
+        if not isinstance(state, dict) or "state" not in state:
+            raise EnvStateMismatchError(
+                f"the env state is a {type(state).__name__}, not a tensor-native env's snapshot "
+                "(it was saved by a Gymnasium back end: serial, thread or parallel)"
+            )
         if "episodes" not in state:
             raise ValueError(
                 "the snapshot has no 'episodes' counters (it predates per-env seeding); "

@@ -1,0 +1,142 @@
+"""Environments on the command line, as real ``cadence`` processes: a named config trains any
+Gymnasium env given as ``env.name``, and every reason an env cannot be built (an unknown id, a
+missing optional dependency, a ``module:Id`` whose module does not import, an env that raises
+in its constructor) exits 2 with one message on stderr, no traceback, and nothing written.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cadence.cli import main
+from cadence.config import load_config, to_yaml
+
+REPO = Path(__file__).resolve().parents[1]
+
+BROKEN_MODULE = """
+import gymnasium as gym
+
+
+class Broken(gym.Env):
+    def __init__(self):
+        raise RuntimeError("no simulator licence")
+
+
+gym.register("Broken-v0", entry_point=Broken)
+"""
+
+
+def _cadence(*argv: str, cwd: Path) -> subprocess.CompletedProcess:
+    # This checkout first on the path, whatever cadence is installed.
+    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
+    return subprocess.run(
+        [sys.executable, "-m", "cadence", *argv],
+        cwd=cwd,
+        env={**os.environ, "PYTHONPATH": path},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def _assert_refused(result: subprocess.CompletedProcess, *messages: str) -> None:
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr and result.stdout == ""
+    for message in messages:
+        assert message in result.stderr
+
+
+_NO_BOX2D = importlib.util.find_spec("Box2D") is None
+
+
+@pytest.mark.parametrize(
+    ("overrides", "messages"),
+    [
+        (["env.name=NoSuchEnv-v0"], ["cadence train: Unknown environment id 'NoSuchEnv-v0'"]),
+        (
+            ["env.name=no_such_module:Foo-v0"],
+            ["its module 'no_such_module' cannot be imported", "No module named 'no_such_module'"],
+        ),
+        (["env.name=broken_env:Broken-v0"], ["RuntimeError: no simulator licence"]),
+        pytest.param(
+            ["env.name=LunarLander-v3"],
+            ["needs a package that is not installed", "Box2D is not installed", "pip install"],
+            marks=pytest.mark.skipif(not _NO_BOX2D, reason="Box2D is installed"),
+        ),
+    ],
+    ids=["unknown", "module", "constructor", "dependency"],
+)
+def test_train_with_an_env_that_cannot_be_built_exits_2_writing_nothing(
+    tmp_path, overrides, messages
+):
+    (tmp_path / "broken_env.py").write_text(BROKEN_MODULE)
+    result = _cadence("train", "sac_pendulum", *overrides, cwd=tmp_path)
+    _assert_refused(result, *messages)
+    # Neither the default run directory (runs/...) nor anything else was made.
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["broken_env.py"]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["env.name=Pendulm-v1"], "Did you mean: Pendulum-v1"),
+        (
+            ["env.name=Acrobot-v1", "env.backend=tensor"],
+            "No tensor-native implementation of 'Acrobot-v1'",
+        ),
+    ],
+)
+def test_more_env_errors_in_process(capsys, tmp_path, monkeypatch, overrides, message):
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", "ppo_pendulum", *overrides]) == 2
+    captured = capsys.readouterr()
+    assert message in captured.err and captured.out == ""
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_named_config_trains_another_gymnasium_env(tmp_path):
+    # sac_pendulum runs on cadence's tensor-native Pendulum; MountainCar runs on Gymnasium.
+    result = _cadence(
+        "train",
+        "sac_pendulum",
+        "env.name=MountainCarContinuous-v0",
+        "env.max_episode_steps=50",
+        "trainer.num_env_steps=100",
+        "trainer.num_eval_episodes=1",
+        "trainer.progress_bar=off",
+        "--root-dir",
+        "run",
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "run" / "COMPLETE").exists()
+    assert "backend: prefer_tensor" in (tmp_path / "run" / "config.yaml").read_text()
+
+
+def test_eval_of_a_run_whose_env_cannot_be_built_here_exits_2(tmp_path):
+    _write_run_of_a_moved_module(tmp_path / "run")
+    result = _cadence("eval", "run", cwd=tmp_path)
+    _assert_refused(result, "cadence eval: ", "its module 'moved_away' cannot be imported")
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["config.yaml"]
+
+
+def test_play_of_a_run_whose_env_cannot_be_built_here_exits_2(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _write_run_of_a_moved_module(tmp_path / "run")
+    assert main(["play", "run", "--video", "out.mp4"]) == 2
+    captured = capsys.readouterr()
+    assert "cadence play: " in captured.err and "'moved_away' cannot be" in captured.err
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["config.yaml", "run"]
+
+
+def _write_run_of_a_moved_module(run: Path) -> None:
+    """A run of a user's env module that this working directory does not have."""
+    run.mkdir()
+    config = load_config("ppo_cartpole", ["env.name=moved_away:Corridor-v0"], root_dir=run)
+    (run / "config.yaml").write_text(to_yaml(config))
