@@ -1,6 +1,6 @@
-"""`benchmarks/fault_campaign.py`: its helpers judge what they should, and its quick
-campaign (real ``cadence train`` processes killed, pre-empted and fed damaged files)
-loses nothing."""
+"""`benchmarks/fault_campaign.py` and its `fault_tools.py`: the helpers judge what they
+should, and the quick campaign (real ``cadence train`` processes killed, pre-empted and
+fed damaged files) loses nothing."""
 
 from __future__ import annotations
 
@@ -14,43 +14,51 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "fault_campaign.py"
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+SCRIPT = BENCHMARKS / "fault_campaign.py"
 
 
 @pytest.fixture(scope="module")
 def campaign():
-    spec = importlib.util.spec_from_file_location("fault_campaign", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["fault_campaign"] = module  # dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    yield module
-    del sys.modules["fault_campaign"]
+    """The script as a module (it imports its sibling `fault_tools` by name, as when run)."""
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        yield importlib.import_module("fault_campaign")
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+        sys.modules.pop("fault_campaign", None)
+        sys.modules.pop("fault_tools", None)
+
+
+@pytest.fixture(scope="module")
+def tools(campaign):
+    return sys.modules["fault_tools"]
 
 
 def _rows(*iterations):
     return [{"iteration": i, "env_steps": 10 * i} for i in iterations]
 
 
-def test_flip_byte_changes_exactly_the_middle_byte(campaign, tmp_path):
+def test_flip_byte_changes_exactly_the_middle_byte(tools, tmp_path):
     path = tmp_path / "state.pt"
     path.write_bytes(bytes(range(10)))
-    assert campaign.flip_byte(path) == 5
+    assert tools.flip_byte(path) == 5
     data = path.read_bytes()
     assert data[5] == 5 ^ 0xFF
     assert data[:5] + data[6:] == bytes(range(10))[:5] + bytes(range(10))[6:]
-    campaign.flip_byte(path)
+    tools.flip_byte(path)
     assert path.read_bytes() == bytes(range(10))
 
 
-def test_truncate_file_halves_it(campaign, tmp_path):
+def test_truncate_file_halves_it(tools, tmp_path):
     path = tmp_path / "MANIFEST.json"
     path.write_bytes(b"x" * 11)
-    assert campaign.truncate_file(path) == 5
+    assert tools.truncate_file(path) == 5
     assert path.read_bytes() == b"x" * 5
 
 
-def test_metrics_problems_accepts_exactly_the_expected_rows(campaign):
-    assert campaign.metrics_problems(_rows(1, 2, 3), [1, 2, 3]) == []
+def test_metrics_problems_accepts_exactly_the_expected_rows(tools):
+    assert tools.metrics_problems(_rows(1, 2, 3), [1, 2, 3]) == []
 
 
 @pytest.mark.parametrize(
@@ -62,11 +70,11 @@ def test_metrics_problems_accepts_exactly_the_expected_rows(campaign):
         ((1, 2, 3, 4), "iterations not in the uninterrupted run: 4"),
     ],
 )
-def test_metrics_problems_names_each_defect(campaign, iterations, problem):
-    assert problem in campaign.metrics_problems(_rows(*iterations), [1, 2, 3])
+def test_metrics_problems_names_each_defect(tools, iterations, problem):
+    assert problem in tools.metrics_problems(_rows(*iterations), [1, 2, 3])
 
 
-def test_file_kinds_come_from_listing_the_run(campaign, tmp_path):
+def test_file_kinds_come_from_listing_the_run(tools, tmp_path):
     checkpoints = tmp_path / "checkpoints"
     for name in ("00000003", "00000006"):
         (checkpoints / name).mkdir(parents=True)
@@ -81,7 +89,7 @@ def test_file_kinds_come_from_listing_the_run(campaign, tmp_path):
         (tmp_path / log).write_bytes(b"l")
     (tmp_path / "tb").mkdir()
     (tmp_path / "tb" / "events.out").write_bytes(b"t")
-    kinds = campaign.corruptible_files(tmp_path)
+    kinds = tools.corruptible_files(tmp_path)
     assert sorted(kinds) == [
         "checkpoints/LATEST",
         "checkpoints/N/MANIFEST.json",
@@ -93,23 +101,23 @@ def test_file_kinds_come_from_listing_the_run(campaign, tmp_path):
     assert len(kinds["replay/chunks/N.npz"]) == 3
 
 
-def test_a_file_counts_as_named_only_with_what_identifies_it(campaign, tmp_path):
+def test_a_file_counts_as_named_only_with_what_identifies_it(tools, tmp_path):
     for name in ("00000003", "00000006"):
         (tmp_path / name).mkdir()
         (tmp_path / name / "state.pt").write_bytes(b"s")
     (tmp_path / "LATEST").write_text("x")
     state = tmp_path / "00000006" / "state.pt"
-    assert "state.pt" not in campaign.identifying_names(state, tmp_path)
-    assert "00000006/state.pt" in campaign.identifying_names(state, tmp_path)
-    assert "LATEST" in campaign.identifying_names(tmp_path / "LATEST", tmp_path)
+    assert "state.pt" not in tools.identifying_names(state, tmp_path)
+    assert "00000006/state.pt" in tools.identifying_names(state, tmp_path)
+    assert "LATEST" in tools.identifying_names(tmp_path / "LATEST", tmp_path)
 
 
-def test_resumed_iteration_reads_the_trainers_log(campaign):
+def test_resumed_iteration_reads_the_trainers_log(tools):
     output = (
         "12:00:01 cadence.trainer.trainer: resumed from /r/checkpoints/00000006 (iteration 6)\n"
     )
-    assert campaign.resumed_iteration(output) == 6
-    assert campaign.resumed_iteration("fresh start\n") == 0
+    assert tools.resumed_iteration(output) == 6
+    assert tools.resumed_iteration("fresh start\n") == 0
 
 
 def test_redone_work_beyond_the_allowance_is_lost(campaign):
@@ -196,10 +204,10 @@ def test_ci_budget_quick_fault_campaign_loses_nothing(tmp_path):
     assert "total wall time" in result.stdout
 
 
-def test_last_logged_iteration_skips_a_torn_last_line(campaign, tmp_path):
-    assert campaign.last_logged_iteration(tmp_path) == 0
+def test_last_logged_iteration_skips_a_torn_last_line(tools, tmp_path):
+    assert tools.last_logged_iteration(tmp_path) == 0
     (tmp_path / "metrics.jsonl").write_text('{"iteration": 1}\n')
-    assert campaign.last_logged_iteration(tmp_path) == 1
+    assert tools.last_logged_iteration(tmp_path) == 1
     (tmp_path / "metrics.jsonl").write_text('{"iteration": 1}\n{"iteration": 2}\n{"itera')
-    assert campaign.last_logged_iteration(tmp_path) == 2
-    assert campaign.torn_lines(tmp_path) == 1
+    assert tools.last_logged_iteration(tmp_path) == 2
+    assert tools.torn_lines(tmp_path) == 1
