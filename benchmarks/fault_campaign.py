@@ -107,6 +107,8 @@ STEP_TIMEOUT_S = 5.0
 """``env.step_timeout_s`` of the worker kinds (a hung worker is declared dead after it)."""
 RESTART_ALLOWANCE_S = 20.0
 """What a worker fault may add to the run's wall time beyond ``env.step_timeout_s``."""
+REPLAY_HINTS = ("replay", "chunk", "/data/")
+"""A file kind with one of these in its path holds replay (its absence is shown as n/a)."""
 FAULTY_ENV = "cadence.testing.fakes:cadence-testing/Faulty-v0"
 FAULT_AT_STEP = 50
 """The env step of the worker fault (per env: a few iterations into the run)."""
@@ -674,7 +676,7 @@ def missing_replay_rows(args: argparse.Namespace, results: Sequence[Result]) -> 
     for config in args.configs:
         for kind in (k for k in args.kinds if k in FILE_KINDS):
             kinds = {r.kind for r in results if r.config == config and r.kind.startswith(kind)}
-            if not any("replay" in k for k in kinds):
+            if not any(hint in k for k in kinds for hint in REPLAY_HINTS):
                 rows.append(
                     Result(config, f"{kind} replay files", 0, skipped="n/a (no such files)")
                 )

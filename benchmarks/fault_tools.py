@@ -299,8 +299,9 @@ def last_logged_iteration(run_dir: Path) -> int:
 
 
 def _staging_names(checkpoints: Path) -> set[str]:
+    """The checkpoint directories being written (``.<iteration>.tmp``; not ``.LATEST.tmp``)."""
     try:
-        return {e.name for e in os.scandir(checkpoints) if e.name.endswith(".tmp")}
+        return {e.name for e in os.scandir(checkpoints) if e.name.endswith(".tmp") and e.is_dir()}
     except FileNotFoundError:
         return set()
 
