@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 import attrs
 from attrs import field
-from attrs.validators import deep_mapping, ge, in_, instance_of, min_len, optional
+from attrs.validators import deep_mapping, ge, gt, in_, instance_of, min_len, optional
 
 from cadence.envs.wrapper_config import check_wrappers
 
@@ -61,6 +61,23 @@ class EnvConfig:
             "doc": "How long the 'parallel' back end's parent and workers poll shared memory "
             "for each other before sleeping (0: always sleep, e.g. on a machine shared by "
             "many jobs)."
+        },
+    )
+    step_timeout_s: float | None = field(
+        default=60.0,
+        validator=optional(gt(0.0)),
+        metadata={
+            "doc": "The longest a 'parallel' worker may take to answer a step or reset; one "
+            "silent for longer has hung: it is killed and restarted like a worker that died "
+            "(its episodes end with LAST). None: wait for ever."
+        },
+    )
+    build_timeout_s: float | None = field(
+        default=300.0,
+        validator=optional(gt(0.0)),
+        metadata={
+            "doc": "The longest 'parallel' workers may take to build their environments; a "
+            "longer build is an error naming the env. None: wait for ever."
         },
     )
     pin_workers: bool | None = field(

@@ -17,6 +17,11 @@ How long to spin adapts to the waits seen (`SpinPolicy`): a waiter whose waits
 have recently been longer than ``spin_s`` (a worker while its parent trains, a
 parent whose envs step slowly) sleeps at once and costs nothing.
 
+The parent's waits take a deadline (``timeout_s``): a worker that has not
+answered by then is reported as late (its process is the caller's to kill). It is
+only checked when the parent wakes from a sleep, so a step answered while the
+parent spins costs no more than without it.
+
 A sleeper announces itself with a store and then re-reads its number; the ringer
 stores the number and then reads the announcement. Without a memory fence
 either may read a stale value, so sleeps are bounded (1 ms first, growing to
@@ -30,6 +35,7 @@ the parent row holds ``PARENT_SLEEPS``.
 
 from __future__ import annotations
 
+import math
 import os
 import select
 import time
@@ -129,7 +135,8 @@ class ParentDoorbell:
         channels: Sequence[Channel],
         sentinels: Sequence[int],
         while_waiting: Callable[[], None] | None = None,
-    ) -> tuple[dict[int, Any], set[int]] | None:
+        timeout_s: float | None = None,
+    ) -> tuple[dict[int, Any], set[int], set[int]] | None:
         """Rings every worker for a step, runs ``while_waiting``, then waits for all of them.
 
         `ring` and `wait` in one call, without a reply dict unless something other than a
@@ -138,7 +145,7 @@ class ParentDoorbell:
 
         Returns:
             ``None`` when every worker answered its step plainly; otherwise what `wait`
-            returns (an env's error comes as a message, a dead worker in the set).
+            returns (an env's error comes as a message, a dead or late worker in its set).
         """
         slots, bases = self._slots, self._bases
         for worker, channel in enumerate(channels):
@@ -150,9 +157,11 @@ class ParentDoorbell:
         if not pending and not any(slots[base + REPLY_IS_MESSAGE] for base in bases):
             self._policy.record(time.perf_counter() - start)
             return None
-        answers, dead = self._collect(range(len(bases)), pending, channels, sentinels, start)
-        if dead or any(answer is not None for answer in answers.values()):
-            return answers, dead
+        answers, dead, late = self._collect(
+            range(len(bases)), pending, channels, sentinels, start, timeout_s
+        )
+        if dead or late or any(answer is not None for answer in answers.values()):
+            return answers, dead, late
         return None  # plain answers that came while this side slept
 
     def wait(
@@ -160,20 +169,23 @@ class ParentDoorbell:
         workers: Sequence[int],
         channels: Sequence[Channel],
         sentinels: Sequence[int],
-    ) -> tuple[dict[int, Any], set[int]]:
-        """Waits until each of ``workers`` answered its latest request or died.
+        timeout_s: float | None = None,
+    ) -> tuple[dict[int, Any], set[int], set[int]]:
+        """Waits until each of ``workers`` answered its latest request, died, or is late.
 
         Args:
             workers: the workers rung.
             channels, sentinels: every worker's channel and process sentinel, by worker index.
+            timeout_s: the longest wait (``None``: for ever).
 
         Returns:
             The messages among the answers by worker (``None`` for a plain "done"),
-            and the workers that died instead of answering.
+            the workers that died instead of answering, and those that had not
+            answered within ``timeout_s`` (late).
         """
         start = time.perf_counter()
         pending = self._spin([w * _SLOTS for w in workers], start)
-        return self._collect(workers, pending, channels, sentinels, start)
+        return self._collect(workers, pending, channels, sentinels, start, timeout_s)
 
     def _spin(self, bases: Sequence[int], start: float) -> list[int]:
         """Polls the rows at ``bases`` (yielding the core) until all answered or the spin
@@ -194,17 +206,21 @@ class ParentDoorbell:
         channels: Sequence[Channel],
         sentinels: Sequence[int],
         start: float,
-    ) -> tuple[dict[int, Any], set[int]]:
-        """Sleeps until the ``pending`` rows answered (or their workers died), then reads
-        the messages among the answers of ``workers`` (see `wait`)."""
-        dead = set()
+        timeout_s: float | None,
+    ) -> tuple[dict[int, Any], set[int], set[int]]:
+        """Sleeps until the ``pending`` rows answered (or their workers died, or
+        ``timeout_s`` from ``start`` passed), then reads the messages among the answers
+        of ``workers`` (see `wait`)."""
+        dead: set[int] = set()
+        late: set[int] = set()
         if pending:
             waiting = [base // _SLOTS for base in pending]
-            dead = self._sleep_until_answered(waiting, channels, sentinels)
+            deadline = None if timeout_s is None else start + timeout_s
+            dead, late = self._sleep_until_answered(waiting, channels, sentinels, deadline)
         self._policy.record(time.perf_counter() - start)
         replies: dict[int, Any] = {}
         for worker in workers:
-            if worker in dead:
+            if worker in dead or worker in late:
                 continue
             if self._slots[worker * _SLOTS + REPLY_IS_MESSAGE]:
                 try:
@@ -213,19 +229,27 @@ class ParentDoorbell:
                     dead.add(worker)  # it died after answering, before its message was out
             else:
                 replies[worker] = None
-        return replies, dead
+        return replies, dead, late
 
     def _answered(self, worker: int) -> bool:
         base = worker * _SLOTS
         return self._slots[base + DONE] == self._slots[base + COMMAND]
 
     def _sleep_until_answered(
-        self, pending: list[int], channels: Sequence[Channel], sentinels: Sequence[int]
-    ) -> set[int]:
-        """Sleeps on the pending workers' pipes and sentinels; returns the workers that died.
+        self,
+        pending: list[int],
+        channels: Sequence[Channel],
+        sentinels: Sequence[int],
+        deadline: float | None,
+    ) -> tuple[set[int], set[int]]:
+        """Sleeps on the pending workers' pipes and sentinels until they answered, died
+        or ``deadline`` (a `time.perf_counter` time, ``None``: none) passed.
 
         A pipe that is readable before its worker answered holds a stale wake-up byte
         (a message is only written after its answer) or its end: the byte is dropped.
+
+        Returns:
+            The workers that died, and those still silent at ``deadline``.
         """
         self._slots[self._parent] = 1
         dead: set[int] = set()
@@ -233,9 +257,15 @@ class ParentDoorbell:
             waiting = [w for w in pending if not self._answered(w)]
             timeouts = _sleep_timeouts_ms()
             while waiting:
+                timeout_ms = next(timeouts)
+                if deadline is not None:
+                    left_ms = math.ceil((deadline - time.perf_counter()) * 1000)
+                    if left_ms <= 0:
+                        return dead, set(waiting)
+                    timeout_ms = min(timeout_ms, left_ms)
                 owners = {channels[w].fd: (w, False) for w in waiting}
                 owners.update({sentinels[w]: (w, True) for w in waiting})
-                for worker, by_sentinel in _poll(owners, next(timeouts)):
+                for worker, by_sentinel in _poll(owners, timeout_ms):
                     if worker in dead or self._answered(worker):
                         continue
                     if by_sentinel or not channels[worker].drain_signal():
@@ -243,7 +273,7 @@ class ParentDoorbell:
                 waiting = [w for w in waiting if w not in dead and not self._answered(w)]
         finally:
             self._slots[self._parent] = 0
-        return dead
+        return dead, set()
 
 
 class WorkerDoorbell:

@@ -68,6 +68,15 @@ _PLAIN_DATA = frozenset(
 _SHARED_MODULES = frozenset(["builtins", "abc", "typing", "typing_extensions"])
 
 
+class UnsavableEnvStateError(TypeError):
+    """An env's state cannot be saved (it does not pickle, or would come back fresh).
+
+    Expected of some envs (Box2D's, which pickle as their constructor's arguments),
+    so reported as one line naming the env, without a traceback: a checkpoint then
+    holds no env state, and a run resumed from it starts new episodes.
+    """
+
+
 class UnsafeEnvStateError(pickle.UnpicklingError):
     """An env state names something that is neither plain data nor a class of the env."""
 

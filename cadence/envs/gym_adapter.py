@@ -22,7 +22,7 @@ from gymnasium.utils import EzPickle
 from cadence.data.nest import Nest, is_nested, map_structure
 from cadence.data.specs import CompositeSpec, Spec, TensorSpec, spec_from_space
 from cadence.data.time_step import StepType, TimeStep
-from cadence.envs.env_state import loads_env_state, wrapper_layers
+from cadence.envs.env_state import UnsavableEnvStateError, loads_env_state, wrapper_layers
 from cadence.envs.environment import PyEnvironment
 
 _FIRST, _MID, _LAST = int(StepType.FIRST), int(StepType.MID), int(StepType.LAST)
@@ -129,7 +129,12 @@ class GymAdapter(PyEnvironment):
         A MuJoCo env pickles as its constructor's arguments (Gymnasium's ``EzPickle``),
         which rebuild a fresh simulation: its state is saved beside it (`_mujoco_state`).
         Any other env or wrapper pickled that way would come back fresh, so its state
-        cannot be saved (``TypeError``; a resumed run then resets the environments).
+        cannot be saved; nor can an env that does not pickle.
+
+        Raises:
+            UnsavableEnvStateError: either (a ``TypeError``, one line naming the env:
+                expected of such envs, a run resumed from a checkpoint then starts new
+                episodes).
         """
         mujoco_state = _mujoco_state(self._env.unwrapped)
         fresh = [
@@ -139,9 +144,10 @@ class GymAdapter(PyEnvironment):
             and not (layer is self._env.unwrapped and mujoco_state is not None)
         ]
         if fresh:
-            raise TypeError(
-                f"{', '.join(fresh)} pickles as its constructor's arguments (Gymnasium's "
-                "EzPickle): it would be restored as a fresh env, so its state cannot be saved"
+            raise UnsavableEnvStateError(
+                f"{self._label()} cannot save its state: {', '.join(fresh)} pickles as its "
+                "constructor's arguments (Gymnasium's EzPickle) and would be restored as a "
+                "fresh env; a run resumed from a checkpoint cuts its episodes and starts new ones"
             )
         state = {
             "env": self._env,
@@ -151,7 +157,19 @@ class GymAdapter(PyEnvironment):
         }
         if mujoco_state is not None:
             state["mujoco"] = mujoco_state
-        return pickle.dumps(state)
+        try:
+            return pickle.dumps(state)
+        except (pickle.PicklingError, TypeError, AttributeError) as error:
+            raise UnsavableEnvStateError(
+                f"{self._label()} cannot save its state: it does not pickle ({error}); a run "
+                "resumed from a checkpoint cuts its episodes and starts new ones"
+            ) from error
+
+    def _label(self) -> str:
+        """``environment id 3 (LunarLander-v3)``: this env in messages."""
+        spec = getattr(self._env, "spec", None)
+        name = spec.id if spec is not None else type(self._env.unwrapped).__name__
+        return f"environment id {self._env_id} ({name})"
 
     def set_state(self, state: Any) -> None:
         """Restores a `get_state`; only plain data and the env's own classes are loaded

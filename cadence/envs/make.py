@@ -112,6 +112,8 @@ def make_env(
     max_worker_restarts: int = 3,
     spin_us: float = 1000.0,
     pin_workers: bool | None = None,
+    step_timeout_s: float | None = 60.0,
+    build_timeout_s: float | None = 300.0,
 ) -> Environment:
     """Builds a batch of ``num_envs`` environments; environment ``i`` is seeded ``seed + i``.
 
@@ -141,6 +143,11 @@ def make_env(
             each other before sleeping (see `ParallelEnvironment`); 0 always sleeps.
         pin_workers: whether ``"parallel"`` pins each worker to a core of its own
             (``None``: when there is one worker per core; see `ParallelEnvironment`).
+        step_timeout_s: how long a ``"parallel"`` worker may take to answer a step or
+            reset before it counts as hung and is killed and restarted like a dead one
+            (``None``: wait for ever).
+        build_timeout_s: how long ``"parallel"`` workers may take to build their envs
+            before that is an error (``None``: wait for ever).
 
     Raises:
         UnknownEnvironmentError: ``name`` is not a registered id (close ids are suggested).
@@ -194,6 +201,8 @@ def make_env(
         max_worker_restarts=max_worker_restarts,
         spin_us=spin_us,
         pin_workers=pin_workers,
+        step_timeout_s=step_timeout_s,
+        build_timeout_s=build_timeout_s,
     )
 
 

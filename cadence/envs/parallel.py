@@ -9,8 +9,10 @@ the time step straight into a pre-stacked `TimeStepBuffer` in shared memory, so
 the parent only copies one block out (nothing is pickled on the hot path).
 
 A worker that dies (a segfault in a simulator, the OOM killer) is noticed through
-its sentinel, never a hang, and restarted (DESIGN §3): a warning names it, its env
-ids and how it died; a fresh worker is built from the same factories and attached
+its sentinel, never a hang; one that hangs (a request unanswered for
+``step_timeout_s``: a simulator stuck in a loop, a deadlock in env code) is killed
+with ``SIGKILL``. Either is restarted (DESIGN §3): a warning names it, its env ids
+and how it died (or how long it hung); a fresh worker is built from the same factories and attached
 to the same shared memory; the step that noticed the death returns, for its envs,
 LAST with discount 1 (the episode was cut, not terminated), reward 0, zero
 ``env_info`` and the last observation those envs delivered, so their next step is
@@ -20,15 +22,21 @@ The rest of the batch steps normally. The rebuilt envs are seeded
 been restarted) where the factory supports it (`GymEnvFactory.with_seed_offset`),
 so they do not replay the run's first episodes and a run stays deterministic for
 the same deaths. Each worker may be restarted ``max_worker_restarts`` times in any
-``restart_window_s`` seconds; one more death raises `EnvironmentWorkerError` and
-leaves the environment unusable, as does a death while it is being built. An
+``restart_window_s`` seconds; one more death (or hang) raises
+`EnvironmentWorkerError` and leaves the environment unusable, as does a death
+while it is being built or a build that takes longer than ``build_timeout_s``. An
 exception raised by an env is a bug, not a crash: it is re-raised in the parent
-with the worker's traceback and the env id, and nothing restarts.
+with the worker's traceback and the env id, and nothing restarts; an env whose
+state cannot be saved raises `UnsavableEnvStateError` from `get_state`, one line
+naming the env, without a traceback.
 
 Workers start with ``"forkserver"`` by default: the server imports torch and
 cadence once, and every worker is forked from it in milliseconds, without
 inheriting the parent's threads (forking a process that has run torch is unsafe)
-and without importing anything per worker.
+and without importing anything per worker. Workers never run the user's main
+script (see `cadence.envs.main_module`): a script without an
+``if __name__ == "__main__":`` guard works, and env classes it defines are sent
+to the workers by value.
 """
 
 from __future__ import annotations
@@ -49,7 +57,9 @@ from cadence.data.time_step import StepType, TimeStep
 from cadence.envs.buffer import TimeStepBuffer, action_to_numpy
 from cadence.envs.channel import STEP
 from cadence.envs.doorbell import control_block_nbytes
+from cadence.envs.env_state import UnsavableEnvStateError
 from cadence.envs.environment import Environment, PyEnvironment
+from cadence.envs.main_module import MainFree, needs_main
 from cadence.envs.parallel_worker import (
     action_layout_for,
     action_rows,
@@ -74,7 +84,9 @@ class EnvironmentWorkerError(RuntimeError):
         worker: the worker's index.
         env_ids: the batch indices of the environments concerned.
         worker_traceback: the formatted traceback from the worker ('' if it died).
-        died: whether the worker process died.
+        died: whether the worker process died (or hung and was killed).
+        hung: whether it was killed for not answering in time (``step_timeout_s``, or
+            ``build_timeout_s`` while the environment was built).
         restarted: whether a replacement took over (the environment stays usable);
             ``False`` with ``died`` means the environment is unusable.
     """
@@ -87,6 +99,7 @@ class EnvironmentWorkerError(RuntimeError):
         worker_traceback: str = "",
         died: bool = False,
         restarted: bool = False,
+        hung: bool = False,
     ):
         super().__init__(message)
         self.worker = worker
@@ -94,6 +107,7 @@ class EnvironmentWorkerError(RuntimeError):
         self.worker_traceback = worker_traceback
         self.died = died
         self.restarted = restarted
+        self.hung = hung
 
 
 @runtime_checkable
@@ -114,8 +128,15 @@ class ParallelEnvironment(Environment):
         device: where the time steps are delivered.
         start_method: how workers start (see the module docstring).
         max_worker_restarts: how often each worker may be restarted after dying
-            within any ``restart_window_s`` seconds (0: never; a death is an error).
+            (or hanging) within any ``restart_window_s`` seconds (0: never; a death is
+            an error).
         restart_window_s: the window of ``max_worker_restarts``.
+        step_timeout_s: the longest a worker may take to answer a request (a step of
+            its envs, a reset, ``get_state``, ...); a worker silent for longer has hung:
+            it is killed and restarted like one that died. ``None``: wait for ever.
+        build_timeout_s: the longest a worker may take to build its envs (from its
+            start until it reports them built); a build that takes longer is an error.
+            ``None``: wait for ever.
         spin_us: how long the parent and the workers wait for each other by polling
             shared memory (yielding the core on every turn) before they sleep on a
             pipe; see `cadence.envs.doorbell`. Polling saves the wake-ups that make up
@@ -132,8 +153,10 @@ class ParallelEnvironment(Environment):
         EnvironmentWorkerError: an env raised in a worker (with the worker's
             traceback and the env id); a worker died while the environment was
             built, or more often than ``max_worker_restarts`` allows (with its env
-            ids and how it died); or a worker died while answering `get_state` or
-            `render` (it was restarted, ``restarted`` is set: ask again).
+            ids and how it died); building took longer than ``build_timeout_s``; or a
+            worker died while answering `get_state` or `render` (it was restarted,
+            ``restarted`` is set: ask again).
+        UnsavableEnvStateError: from `get_state`, an env whose state cannot be saved.
 
     >>> with ParallelEnvironment([GymEnvFactory("CartPole-v1", i, 0) for i in range(4)]) as env:  # doctest: +SKIP
     ...     time_step = env.step(env.action_spec.sample((4,)))
@@ -150,18 +173,27 @@ class ParallelEnvironment(Environment):
         restart_window_s: float = 600.0,
         spin_us: float = 1000.0,
         pin_workers: bool | None = None,
+        step_timeout_s: float | None = 60.0,
+        build_timeout_s: float | None = 300.0,
     ):
         if not env_fns:
             raise ValueError("ParallelEnvironment needs at least one environment")
+        if build_timeout_s is not None and not build_timeout_s > 0:
+            raise ValueError(f"build_timeout_s must be > 0 or None, got {build_timeout_s}")
         self._closed = False
         self._built = False  # a worker that dies before this is an error, not a restart
         self._broken: str | None = None
         self._device = torch.device(device)
         self._env_fns = list(env_fns)
+        # Factories that use what the user's script defines travel by value (see
+        # `cadence.envs.main_module`): workers never run the script.
+        self._by_value = needs_main(self._env_fns)
+        self._build_timeout_s = build_timeout_s
         self._num_envs = len(env_fns)
         self._slices = split_evenly(self._num_envs, num_workers or available_cores())
         self._budget = RestartBudget(max_worker_restarts, restart_window_s)
         self._restarts = [0] * len(self._slices)
+        self._ended: dict[int, str] = {}  # worker -> how its last process ended (see `reap`)
         self._pending_cuts: dict[int, list[int]] = {}  # worker -> its envs whose episodes were cut
         self._last: TimeStep | None = None  # the last time step delivered
         self._prepared: tuple[np.ndarray, TimeStep] | None = None  # the next one, unfilled
@@ -171,9 +203,10 @@ class ParallelEnvironment(Environment):
         self._cores = worker_cores(len(self._slices), pin_workers)
         context = mp.get_context(start_method)
         if start_method == "forkserver":
-            # The server imports these once; workers forked from it import nothing more.
-            context.set_forkserver_preload(["__main__", __name__])
-        self._pool = WorkerPool(context, len(self._slices))
+            # The server imports this once; workers forked from it import nothing more.
+            # Not "__main__": the user's script is never run in a worker (see above).
+            context.set_forkserver_preload([__name__])
+        self._pool = WorkerPool(context, len(self._slices), step_timeout_s)
         try:
             for worker in range(len(self._slices)):
                 self._spawn(worker)
@@ -222,8 +255,13 @@ class ParallelEnvironment(Environment):
         return self._spin_us
 
     @property
+    def step_timeout_s(self) -> float | None:
+        """The longest a worker may take to answer a request before it counts as hung."""
+        return self._pool.timeout_s
+
+    @property
     def restarts(self) -> list[int]:
-        """How often each worker has been restarted after dying."""
+        """How often each worker has been restarted after dying (or hanging)."""
         return list(self._restarts)
 
     def env_ids(self, worker: int) -> list[int]:
@@ -266,7 +304,11 @@ class ParallelEnvironment(Environment):
         return replies[worker]
 
     def get_state(self) -> list[Any]:
-        """Every env's ``get_state()``, in batch order (the format of `SerialEnvironment`)."""
+        """Every env's ``get_state()``, in batch order (the format of `SerialEnvironment`).
+
+        Raises:
+            UnsavableEnvStateError: an env's state cannot be saved (e.g. a Box2D env).
+        """
         replies, died = self._request({w: ("get_state", None) for w in range(self.num_workers)})
         if died:
             raise self._lost_request_error(min(died), "get_state")
@@ -305,7 +347,9 @@ class ParallelEnvironment(Environment):
     def _spawn(self, worker: int, seed_offset: int = 0) -> None:
         """Starts ``worker`` (a replacement, with fresh envs, once the batch is built)."""
         start, stop = self._slices[worker]
-        env_fns = [_with_seed_offset(fn, seed_offset) for fn in self._env_fns[start:stop]]
+        env_fns: Any = [_with_seed_offset(fn, seed_offset) for fn in self._env_fns[start:stop]]
+        if self._by_value:
+            env_fns = MainFree(env_fns)
         core = None if self._cores is None else self._cores[worker]
         self._pool.spawn(worker, worker_main, (worker, start, env_fns, self._built, core))
 
@@ -315,7 +359,7 @@ class ParallelEnvironment(Environment):
         Raises:
             EnvironmentWorkerError: an env's constructor raised (the environment is unusable).
         """
-        replies, dead = self._pool.gather(workers)
+        replies, dead = self._pool.gather(workers, self._build_timeout_s)
         for worker, (status, payload) in sorted(replies.items()):
             if status == "error":
                 error = self._worker_error(worker, *payload)
@@ -335,6 +379,7 @@ class ParallelEnvironment(Environment):
         """
         how = self._pool.reap(worker)
         while True:
+            self._ended[worker] = how
             if not self._built or not self._budget.spend(worker):
                 raise self._unrecoverable(worker, how)
             self._restarts[worker] += 1
@@ -374,7 +419,13 @@ class ParallelEnvironment(Environment):
         )
 
     def _unrecoverable(self, worker: int, how: str) -> EnvironmentWorkerError:
-        if not self._built:
+        hung = self._pool.hung_for(worker) is not None
+        if not self._built and hung:
+            reason = (
+                "while the environment was being built: building it timed out "
+                "(build_timeout_s; None waits for ever)"
+            )
+        elif not self._built:
             reason = "while the environment was being built"
         elif self._budget.max_restarts == 0:
             reason = "and restarts are off (max_worker_restarts=0)"
@@ -388,7 +439,7 @@ class ParallelEnvironment(Environment):
             "close it and build a new one (and find what kills the worker)"
         )
         self._broken = message
-        return EnvironmentWorkerError(message, worker, self.env_ids(worker), died=True)
+        return EnvironmentWorkerError(message, worker, self.env_ids(worker), died=True, hung=hung)
 
     def _check_replacement_specs(self, worker: int, specs: tuple[Any, ...]) -> None:
         """Raises unless the rebuilt envs lay out the shared memory as the first ones did."""
@@ -430,19 +481,22 @@ class ParallelEnvironment(Environment):
             )
 
     def _death_message(self, worker: int, how: str) -> str:
+        """``how``: `WorkerPool.reap`'s predicate (``"died (exit code 3)"``, ``"hung (...)"``)."""
         return (
             f"env worker {worker} (pid {self._pool.processes[worker].pid}, hosting environment "
-            f"{_ids(self.env_ids(worker))}) died ({how})"
+            f"{_ids(self.env_ids(worker))}) {how}"
         )
 
     def _lost_request_error(self, worker: int, request: str) -> EnvironmentWorkerError:
+        how = self._ended[worker]
+        hung = how.startswith("hung")
         message = (
-            f"env worker {worker} (hosting environment {_ids(self.env_ids(worker))}) died "
+            f"env worker {worker} (hosting environment {_ids(self.env_ids(worker))}) {how} "
             f"during {request} and was restarted: the episodes of its envs end with LAST on "
             f"the next step; call {request} again"
         )
         return EnvironmentWorkerError(
-            message, worker, self.env_ids(worker), died=True, restarted=True
+            message, worker, self.env_ids(worker), died=True, restarted=True, hung=hung
         )
 
     # -- shared memory ---------------------------------------------------------------------------
@@ -561,6 +615,8 @@ class ParallelEnvironment(Environment):
         for worker, (status, payload) in sorted(replies.items()):
             if status == "error":
                 raise self._worker_error(worker, *payload)
+            if status == "unsavable":  # expected of some envs: one line, no traceback
+                raise UnsavableEnvStateError(payload)
 
     def _worker_error(
         self, worker: int, env_index: int | None, text: str, tb: str

@@ -8,7 +8,9 @@ until "close". Until it is attached, requests come through its pipe (see
 actions are read from shared memory and the time steps written there, each
 worker into its own rows, and the answer is a number again. An exception in an
 env is sent to the parent with the env's index and the worker's traceback; the
-worker then goes on serving.
+worker then goes on serving. An env whose state cannot be saved
+(`UnsavableEnvStateError`) is expected, not a failure: its message alone is sent,
+as ``("unsavable", message)``.
 
 A worker that replaces one that died starts with every env *fresh*: the next
 step resets it instead of stepping it. A ``("step", skip)`` request leaves the
@@ -37,7 +39,9 @@ from cadence.data.time_step import TimeStep
 from cadence.envs.buffer import ArrayLayout, TimeStepBuffer, action_row, spec_fields
 from cadence.envs.channel import OK, STEP, Channel
 from cadence.envs.doorbell import WorkerDoorbell
+from cadence.envs.env_state import UnsavableEnvStateError
 from cadence.envs.environment import PyEnvironment
+from cadence.envs.main_module import MainFree
 
 logger = logging.getLogger(__name__)
 
@@ -48,7 +52,7 @@ def worker_main(
     conn: Connection,
     worker: int,
     start: int,
-    env_fns: list[Callable[[], PyEnvironment]],
+    env_fns: list[Callable[[], PyEnvironment]] | MainFree,
     fresh: bool = False,
     core: int | None = None,
 ) -> None:
@@ -58,7 +62,8 @@ def worker_main(
         conn: the worker's end of its pipe.
         worker: the worker's index (for log messages).
         start: the batch index of its first env.
-        env_fns: the factories of its envs, in batch order.
+        env_fns: the factories of its envs, in batch order (packed in a `MainFree` when
+            they use what the user's main script defines).
         fresh: whether it replaces a worker that died (its envs reset on their next step).
         core: the core to run on (``None``: wherever the scheduler puts it).
     """
@@ -308,11 +313,14 @@ class _EnvFailed(Exception):
 def _attempt(fn: Callable[[], Any], offset: int = 0) -> tuple[tuple[str, Any], Any]:
     """Runs ``fn``; returns the reply for the parent and the result (``None`` on failure).
 
-    A failure's reply is ``("error", (env index or None, "Type: message", traceback))``.
+    A failure's reply is ``("error", (env index or None, "Type: message", traceback))``,
+    or ``("unsavable", message)`` for an env whose state cannot be saved.
     """
     try:
         result = fn()
     except _EnvFailed as failed:
+        if isinstance(failed.__cause__, UnsavableEnvStateError):
+            return ("unsavable", str(failed.__cause__)), None
         return ("error", _describe_error(failed.__cause__, failed.index + offset)), None
     except Exception as exc:  # noqa: BLE001 - every failure is the parent's to raise
         return ("error", _describe_error(exc, None)), None
@@ -326,7 +334,9 @@ def _describe_error(
     return env_index, text, "".join(traceback.format_exception(exc))
 
 
-def _build(env_fns: list[Callable[[], PyEnvironment]]) -> list[PyEnvironment]:
+def _build(env_fns: list[Callable[[], PyEnvironment]] | MainFree) -> list[PyEnvironment]:
+    if isinstance(env_fns, MainFree):
+        env_fns = env_fns.unpack()
     envs: list[PyEnvironment] = []
     try:
         for fn in env_fns:

@@ -7,13 +7,19 @@ pipe (see `cadence.envs.channel`); once it is attached to the shared control
 block (`use_doorbell`, then `ring_doorbell` for that worker), its requests go
 through the `cadence.envs.doorbell` instead. Waiting covers both the answers and
 the process sentinels, so a worker that dies mid-request is reported, never
-waited for forever. `RestartBudget` bounds how often a worker may be replaced.
+waited for forever; and a deadline (the pool's ``timeout_s`` for a request, a
+caller's own for `gather`), so a worker that hangs (a simulator stuck in a loop, a
+deadlock in env code) is killed with ``SIGKILL`` and reported with the dead. The
+deadline costs the hot path nothing: the waits read the clock they read anyway,
+and only once the answers are late. `RestartBudget` bounds how often a worker may
+be replaced.
 """
 
 from __future__ import annotations
 
 import collections
 import logging
+import math
 import os
 import select
 import signal
@@ -24,6 +30,7 @@ from typing import Any
 
 from cadence.envs.channel import OK, STEP, Channel
 from cadence.envs.doorbell import ParentDoorbell
+from cadence.envs.main_module import main_module_hidden
 
 logger = logging.getLogger(__name__)
 
@@ -38,10 +45,17 @@ class WorkerPool:
     Args:
         context: a ``multiprocessing`` context (its start method starts the workers).
         num_workers: the number of worker slots.
+        timeout_s: the longest wait for a worker's answer to a request (`request`,
+            `step_all`); a worker silent for longer is killed and reported as dead
+            (see `hung_for`). ``None``: wait for ever.
     """
 
-    def __init__(self, context: Any, num_workers: int):
+    def __init__(self, context: Any, num_workers: int, timeout_s: float | None = None):
+        if timeout_s is not None and not timeout_s > 0:
+            raise ValueError(f"timeout_s must be > 0 or None, got {timeout_s}")
         self._context = context
+        self.timeout_s = timeout_s
+        self._hung: dict[int, float] = {}  # worker -> the wait it outlasted (until replaced)
         self.processes: list[Any] = [None] * num_workers
         self._channels: list[Channel | None] = [None] * num_workers
         # Every worker's pipe and sentinel, registered once: `select.poll` is one system
@@ -64,6 +78,7 @@ class WorkerPool:
         """Starts ``target(conn, *args)`` as worker ``worker``, replacing a dead one there."""
         if self._channels[worker] is not None:
             self._retire(worker)
+        self._hung.pop(worker, None)
         self._rung[worker] = False
         if self._doorbell is not None:
             self._doorbell.reset_row(worker)  # the new worker starts counting from 0
@@ -74,7 +89,8 @@ class WorkerPool:
             name=f"cadence-env-worker-{worker}",
             daemon=True,  # multiprocessing terminates daemons when the parent exits
         )
-        process.start()
+        with main_module_hidden():
+            process.start()
         child_conn.close()  # so that a dead worker reads as EOF on our end
         self.processes[worker] = process
         self._sentinels[worker] = process.sentinel
@@ -89,7 +105,8 @@ class WorkerPool:
         ``while_waiting`` (if any) runs once the messages are out, before the wait.
 
         Returns:
-            The replies by worker, and the workers that died instead of replying.
+            The replies by worker, and the workers that died (or hung past ``timeout_s``
+            and were killed) instead of replying.
         """
         if all(self._rung[w] for w in messages):
             return self._request_by_doorbell(messages, while_waiting)
@@ -102,7 +119,7 @@ class WorkerPool:
                     channel.send(message)
             except OSError:
                 pass  # a dead worker's pipe: `gather` sees its EOF and reports the death
-        return self.gather(messages)
+        return self.gather(messages, self.timeout_s)
 
     def step_all(
         self, while_waiting: Callable[[], None] | None = None
@@ -115,10 +132,12 @@ class WorkerPool:
         """
         if not all(self._rung):
             return self.request(dict.fromkeys(range(len(self.processes)), STEP), while_waiting)
-        outcome = self._doorbell.step_all(self._channels, self._sentinels, while_waiting)
+        outcome = self._doorbell.step_all(
+            self._channels, self._sentinels, while_waiting, self.timeout_s
+        )
         if outcome is None:
             return None
-        return _replies(*outcome)
+        return self._replies(*outcome)
 
     def _request_by_doorbell(
         self, messages: dict[int, Any], while_waiting: Callable[[], None] | None
@@ -128,15 +147,30 @@ class WorkerPool:
             doorbell.ring(worker, channels[worker], None if message is STEP else message)
         if while_waiting is not None:
             while_waiting()
-        return _replies(*doorbell.wait(list(messages), channels, self._sentinels))
+        outcome = doorbell.wait(list(messages), channels, self._sentinels, self.timeout_s)
+        return self._replies(*outcome)
 
-    def gather(self, workers: Iterable[int]) -> tuple[dict[int, Reply], set[int]]:
-        """Waits (blocking, not spinning) for a reply or the death of each of ``workers``."""
+    def gather(
+        self, workers: Iterable[int], timeout_s: float | None = None
+    ) -> tuple[dict[int, Reply], set[int]]:
+        """Waits (blocking, not spinning) for a reply or the death of each of ``workers``.
+
+        Args:
+            workers: the workers to wait for.
+            timeout_s: the longest wait; the workers still silent then are killed and
+                counted dead (see `hung_for`). ``None``: wait for ever.
+        """
         waiting = set(workers)
         replies: dict[int, Reply] = {}
         dead: set[int] = set()
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while waiting:
-            for worker, by_sentinel in self._ready(waiting):
+            ready = self._ready(waiting, deadline)
+            if ready is None:
+                self._kill_hung(waiting, timeout_s)
+                dead |= waiting
+                break
+            for worker, by_sentinel in ready:
                 if worker not in waiting:
                     continue  # both its pipe and its sentinel were ready
                 waiting.discard(worker)
@@ -148,10 +182,19 @@ class WorkerPool:
         return replies, dead
 
     def reap(self, worker: int) -> str:
-        """Waits for dead ``worker`` to be gone; returns how it died (``"killed by signal SIGKILL"``)."""
+        """Waits for dead ``worker`` to be gone; returns how it ended, as a predicate:
+        ``"died (killed by signal SIGKILL)"``, ``"hung (no answer within 60 s; killed
+        with SIGKILL)"``."""
         process = self.processes[worker]
         process.join(timeout=1.0)
-        return describe_exit(process.exitcode)
+        waited_s = self._hung.get(worker)
+        if waited_s is not None:
+            return f"hung (no answer within {waited_s:g} s; killed with SIGKILL)"
+        return f"died ({describe_exit(process.exitcode)})"
+
+    def hung_for(self, worker: int) -> float | None:
+        """The wait that dead ``worker`` outlasted before it was killed (``None``: it died)."""
+        return self._hung.get(worker)
 
     def stop(self) -> None:
         """Asks every worker to exit (``("close", None)``); kills the ones that do not."""
@@ -176,20 +219,50 @@ class WorkerPool:
                 channel.close()
         self._doorbell = None  # drops its view of the shared block, which can then close
 
-    def _ready(self, waiting: set[int]) -> list[tuple[int, bool]]:
-        """Blocks until some of ``waiting`` can be read: ``(worker, by its sentinel)`` pairs."""
+    def _ready(self, waiting: set[int], deadline: float | None) -> list[tuple[int, bool]] | None:
+        """Blocks until some of ``waiting`` can be read: ``(worker, by its sentinel)`` pairs.
+
+        Returns:
+            The pairs, or ``None`` once ``deadline`` (a `time.monotonic` time) has passed.
+        """
+        timeout_s = None if deadline is None else max(0.0, deadline - time.monotonic())
         if self._poller is not None:
-            ready = [self._owners[fd] for fd, _ in self._poller.poll()]
+            timeout_ms = None if timeout_s is None else math.ceil(timeout_s * 1000)
+            ready = [self._owners[fd] for fd, _ in self._poller.poll(timeout_ms)]
             if any(worker in waiting for worker, _ in ready):
                 return ready
+            if not ready:
+                return None if timeout_s is not None and time.monotonic() >= deadline else []
             # Only workers outside this request are ready (one died since it answered):
             # wait on the others alone rather than spin.
+            timeout_s = None if deadline is None else max(0.0, deadline - time.monotonic())
         channels = {self._channels[w].conn: w for w in waiting}
         sentinels = {self.processes[w].sentinel: w for w in waiting}
+        ready_objects = wait([*channels, *sentinels], timeout_s)
+        if not ready_objects and deadline is not None and time.monotonic() >= deadline:
+            return None
         return [
-            (channels[r], False) if r in channels else (sentinels[r], True)
-            for r in wait([*channels, *sentinels])
+            (channels[r], False) if r in channels else (sentinels[r], True) for r in ready_objects
         ]
+
+    def _replies(
+        self, answers: dict[int, Any], dead: set[int], late: set[int]
+    ) -> tuple[dict[int, Reply], set[int]]:
+        """A doorbell's outcome as replies (a plain "done" is ``("ok", None)``) and the dead,
+        the ``late`` workers killed and counted with the dead."""
+        if late:
+            self._kill_hung(late, self.timeout_s)
+        replies = {w: _OK if a is None else a for w, a in answers.items()}
+        return replies, dead | late
+
+    def _kill_hung(self, workers: Iterable[int], waited_s: float | None) -> None:
+        """Kills ``workers``, which did not answer within ``waited_s``; `reap` says so
+        (of those still running: one that exited meanwhile died)."""
+        for worker in workers:
+            process = self.processes[worker]
+            if process.exitcode is None:
+                self._hung[worker] = waited_s
+                process.kill()
 
     def _receive(self, worker: int, by_sentinel: bool) -> Reply | None:
         """``worker``'s reply, or ``None`` if it died."""
@@ -257,11 +330,6 @@ class RestartBudget:
     def recent(self, worker: int) -> int:
         """The restarts of ``worker`` recorded within the window (as of the last `spend`)."""
         return len(self._times[worker])
-
-
-def _replies(answers: dict[int, Any], dead: set[int]) -> tuple[dict[int, Reply], set[int]]:
-    """A doorbell's answers as replies (a plain "done" is ``("ok", None)``), and the dead."""
-    return {w: _OK if a is None else a for w, a in answers.items()}, dead
 
 
 def available_cores() -> int:

@@ -207,6 +207,8 @@ def make_training_env(
         num_workers=env_config.num_workers,
         spin_us=env_config.spin_us,
         pin_workers=env_config.pin_workers,
+        step_timeout_s=env_config.step_timeout_s,
+        build_timeout_s=env_config.build_timeout_s,
     )
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import threading
+import time
 
 import pytest
 
@@ -96,9 +97,9 @@ def test_steps_and_messages_round_trip_in_order(spin_s):
     try:
         for i in range(200):
             if i % 10 == 3:
-                assert link.request(("ping", i)) == ({0: ("ok", ("echo", i))}, set())
+                assert link.request(("ping", i)) == ({0: ("ok", ("echo", i))}, set(), set())
             else:
-                assert link.request() == ({0: None}, set())
+                assert link.request() == ({0: None}, set(), set())
     finally:
         link.close(thread)
     assert len(seen) == 200
@@ -128,6 +129,7 @@ def test_step_all_is_none_for_plain_answers_and_the_replies_otherwise(spin_s):
         assert link.parent.step_all(channels, sentinels) == (
             {0: ("error", (0, "ValueError: bad", "tb"))},
             set(),
+            set(),
         )
         assert link.parent.step_all(channels, sentinels) is None
     finally:
@@ -140,7 +142,31 @@ def test_step_all_is_none_for_plain_answers_and_the_replies_otherwise(spin_s):
 def test_step_all_reports_a_worker_that_dies_instead_of_answering(spin_s):
     link = _Link(spin_s)
     threading.Timer(0.05, os.write, (link.death_w, b"x")).start()
-    assert link.parent.step_all([link.parent_channel], [link.death_r]) == ({}, {0})
+    assert link.parent.step_all([link.parent_channel], [link.death_r]) == ({}, {0}, set())
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("spin_s", [0.0, 1e-3], ids=["sleeping", "spinning"])
+def test_a_worker_silent_past_the_deadline_is_reported_late(spin_s):
+    link = _Link(spin_s)
+    start = time.perf_counter()
+    outcome = link.parent.step_all([link.parent_channel], [link.death_r], timeout_s=0.3)
+    waited = time.perf_counter() - start
+    assert outcome == ({}, set(), {0})
+    assert 0.3 <= waited < 1.0  # the sleeps are cut at the deadline, not the 1 s ones
+    link.parent.ring(0, link.parent_channel)
+    assert link.parent.wait([0], [link.parent_channel], [link.death_r], 0.05) == ({}, set(), {0})
+
+
+@pytest.mark.timeout(60)
+def test_a_deadline_leaves_a_worker_that_answers_in_time_alone():
+    link = _Link(spin_s=0.0)
+    thread = link.serve(lambda message: time.sleep(0.05))
+    try:
+        channels, sentinels = [link.parent_channel], [link.death_r]
+        assert link.parent.step_all(channels, sentinels, timeout_s=5.0) is None
+    finally:
+        link.close(thread)
 
 
 @pytest.mark.timeout(60)
@@ -149,7 +175,7 @@ def test_a_reply_larger_than_the_pipe_buffer_does_not_deadlock():
     frame = bytes(4 << 20)  # the worker answers before writing it: the parent reads as it comes
     thread = link.serve(lambda message: ("ok", frame))
     try:
-        replies, dead = link.request(("render", 0))
+        replies, dead, _ = link.request(("render", 0))
     finally:
         link.close(thread)
     assert replies[0] == ("ok", frame) and not dead
@@ -162,8 +188,8 @@ def test_stale_wake_up_bytes_are_dropped():
     link.worker_channel.send_op(OK)
     thread = link.serve(lambda message: None if message is None else ("ok", message[1]))
     try:
-        assert link.request() == ({0: None}, set())
-        assert link.request(("value", 7)) == ({0: ("ok", 7)}, set())
+        assert link.request() == ({0: None}, set(), set())
+        assert link.request(("value", 7)) == ({0: ("ok", 7)}, set(), set())
     finally:
         link.close(thread)
 
@@ -175,8 +201,8 @@ def test_a_worker_that_dies_instead_of_answering_is_reported_not_waited_for(spin
     link.parent.ring(0, link.parent_channel)
     # Nobody answers; the worker's "process" ends.
     threading.Timer(0.05, os.write, (link.death_w, b"x")).start()
-    replies, dead = link.parent.wait([0], [link.parent_channel], [link.death_r])
-    assert replies == {} and dead == {0}
+    replies, dead, late = link.parent.wait([0], [link.parent_channel], [link.death_r])
+    assert replies == {} and dead == {0} and not late
 
 
 @pytest.mark.timeout(60)

@@ -38,16 +38,22 @@ def test_an_explicit_thread_count_or_an_env_without_workers_is_left_alone(torch_
 
 
 @pytest.mark.timeout(120)
-def test_the_parallel_back_ends_spin_and_pinning_are_set_from_the_config():
+def test_the_parallel_back_ends_spin_pinning_and_timeout_are_set_from_the_config():
     import cadence
     from cadence.trainer.run import make_training_env
 
     config = cadence.load_config(
         "ppo_cartpole",
-        ["env.backend=parallel", "env.num_envs=2", "env.spin_us=0", "env.pin_workers=false"],
+        [
+            "env.backend=parallel",
+            "env.num_envs=2",
+            "env.spin_us=0",
+            "env.pin_workers=false",
+            "env.step_timeout_s=7.5",
+        ],
     )
     with make_training_env(config, config.env.num_envs, config.seed) as env:
-        assert env.spin_us == 0.0
+        assert env.spin_us == 0.0 and env.step_timeout_s == 7.5
         allowed = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
         if allowed is not None:  # not pinned, though there is one worker per core on CI
             assert all(os.sched_getaffinity(p.pid) == allowed for p in env.processes)
