@@ -88,12 +88,17 @@ class Algorithm(nn.Module, abc.ABC):
             (``"time_step/observation"``, ``"action"``, ...); None gathers every field.
             Ignored when data transformers run first, since they may read any field.
         max_grad_norm: clip each optimizer's gradients to this global norm (None: no clip).
+        skip_nonfinite_updates: set by the trainer when the user opts in
+            (``trainer.skip_nonfinite_updates``): an update whose loss or gradients are
+            NaN or infinite is not applied (`finite_or_dropped`), and the scheme counts it
+            instead of averaging it in. Off, such an update stops the run.
     """
 
     num_updates_per_train_iter: int = 1
     mini_batch_size: int | None = None
     replay_fields: Sequence[str] | None = None
     max_grad_norm: float | None = None
+    skip_nonfinite_updates: bool = False
 
     def __init__(self) -> None:
         super().__init__()
@@ -180,9 +185,42 @@ class Algorithm(nn.Module, abc.ABC):
             optimizer.zero_grad(set_to_none=True)
         loss.backward()
         grad_norm = self.sync_and_clip(optimizers)
+        if self.skip_nonfinite_updates:
+            finite, grad_norm = self.finite_or_dropped(loss, optimizers, grad_norm)
+            if not finite:
+                return grad_norm
         for optimizer in optimizers:
             optimizer.step()
         return grad_norm
+
+    def finite_or_dropped(
+        self,
+        loss: torch.Tensor,
+        optimizers: Iterable[torch.optim.Optimizer],
+        grad_norm: torch.Tensor | None,
+    ) -> tuple[bool, torch.Tensor]:
+        """For `skip_nonfinite_updates`: whether ``loss`` and the gradients are finite.
+
+        One host sync (that is what skipping costs). When they are not, every gradient
+        is dropped, so that no optimizer steps on them; the caller skips its step.
+
+        Returns:
+            whether the update may step, and the gradients' norm (computed here when
+            ``grad_norm`` is None), which the update's result reports.
+        """
+        parameters = [p for optimizer in optimizers for p in _parameters(optimizer)]
+        if grad_norm is None:
+            grads = [p.grad for p in parameters if p.grad is not None]
+            grad_norm = (
+                torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
+                if grads
+                else loss.new_zeros(())
+            )
+        finite = bool(torch.isfinite(loss.detach()) & torch.isfinite(grad_norm))
+        if not finite:
+            for parameter in parameters:
+                parameter.grad = None
+        return finite, grad_norm
 
     def sync_and_clip(self, optimizers: Iterable[torch.optim.Optimizer]) -> torch.Tensor | None:
         """`sync_gradients`, then each optimizer's gradients clipped to `max_grad_norm`.

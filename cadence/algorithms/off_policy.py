@@ -16,7 +16,8 @@ Each minibatch goes: data transformers -> ``preprocess_experience`` -> `Algorith
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any, Protocol
 
 import torch
@@ -29,6 +30,8 @@ from cadence.data.nest import Nest
 from cadence.data.specs import Spec
 from cadence.data.time_step import TimeStep
 from cadence.replay.buffer import ReplayBuffer, ReplaySample
+from cadence.replay.chunk_writer import ChunkWriter, auto_chunk_length
+from cadence.replay.persistence import read_snapshot, write_snapshot
 from cadence.replay.prioritized import PrioritizedSampler, linear_schedule
 from cadence.replay.samplers import SampleIndices
 
@@ -104,6 +107,7 @@ class OffPolicyScheme:
         self.transform = transform
         self._random_policy = RandomPolicy(algorithm, action_spec)
         self._env_steps = 0
+        self._writer: ChunkWriter | None = None
 
     def train_iter(self) -> IterationResult:
         """Returns the mean of every logged term and the completed-episode stats."""
@@ -112,7 +116,7 @@ class OffPolicyScheme:
         experience, episodes = self.source.unroll(self._random_policy if collecting else None)
         self._env_steps += self.source.num_env_steps_per_unroll
         self.replay_buffer.add_experience(experience)
-        totals = UpdateTotals()
+        totals = UpdateTotals(self.algorithm.skip_nonfinite_updates)
         if self._env_steps >= self.config.initial_collect_steps:
             self.algorithm.train()
             for sample in self._minibatches():
@@ -129,6 +133,52 @@ class OffPolicyScheme:
         self.replay_buffer.load_state_dict(state["replay_buffer"])
         self._env_steps = int(state["env_steps"])
 
+    def persist(self, directory: Path) -> None:
+        """Streams every completed chunk of the replay buffer to ``directory`` from now on
+        (a background `ChunkWriter`), so that a checkpoint writes only what is new."""
+        self.close()
+        self._writer = ChunkWriter(directory, self.config.replay_chunk_length)
+        self.replay_buffer.observer = self._writer
+
+    def write_checkpoint(self, directory: Path) -> tuple[dict[str, Any], dict[str, str]]:
+        """The replay buffer as chunk files and ``meta.pt`` in ``directory`` (chunks already
+        streamed are hard-linked), and the env-step count for ``state.pt``."""
+        directory.mkdir(parents=True, exist_ok=True)
+        if self._writer is not None:
+            files = self._writer.write_snapshot(self.replay_buffer, directory)
+        else:
+            chunk_length = self.config.replay_chunk_length or auto_chunk_length(
+                self.replay_buffer.storage
+            )
+            files = write_snapshot(self.replay_buffer, directory, chunk_length)
+        return {"env_steps": self._env_steps}, files
+
+    def read_checkpoint(
+        self, state: dict[str, Any], directory: Path, files: Mapping[str, str]
+    ) -> None:
+        """Restores the buffer from the checked chunk files (a checkpoint written before
+        the buffer left ``state.pt`` holds it there, and is read from there)."""
+        if "replay_buffer" in state:
+            self.load_state_dict(state)
+            return
+        if self._writer is not None:
+            self._writer.read_snapshot(self.replay_buffer, directory, files)
+        else:
+            read_snapshot(self.replay_buffer, directory, files)
+        self._env_steps = int(state["env_steps"])
+
+    def cut_episodes(self) -> None:
+        """The episodes in progress end at each env's newest stored step (LAST, discount 1):
+        the environments start new episodes, so no stored transition crosses the cut."""
+        self.replay_buffer.end_episodes()
+
+    def close(self) -> None:
+        """Stops the chunk writer, if any, after it wrote what was queued."""
+        if self._writer is not None:
+            self._writer.close()
+            self.replay_buffer.observer = None
+            self._writer = None
+
     def _minibatches(self) -> Iterator[ReplaySample]:
         return replay_minibatches(self.replay_buffer, self.config, self._replay_fields())
 
@@ -142,6 +192,8 @@ class OffPolicyScheme:
             sample = self.transform(sample)
         result = self.algorithm.update(self.algorithm.preprocess_experience(sample))
         priorities = result.priorities
+        if self.algorithm.skip_nonfinite_updates and bool(result.nonfinite):
+            return result  # not applied: its priorities may be NaN too
         if priorities is not None and isinstance(self.replay_buffer.sampler, PrioritizedSampler):
             self.replay_buffer.update_priorities(
                 sample.indices, priorities.detach().abs() + self.config.priority_epsilon

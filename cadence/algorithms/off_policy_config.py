@@ -11,7 +11,7 @@ from typing import Any
 
 import attrs
 from attrs import field
-from attrs.validators import ge, gt, le
+from attrs.validators import ge, gt, le, optional
 
 
 @attrs.define(kw_only=True)
@@ -68,6 +68,24 @@ class OffPolicyConfig:
     priority_epsilon: float = field(
         default=1e-6, validator=gt(0), metadata={"doc": "Added to |TD error| to form a priority."}
     )
+    replay_chunk_length: int | None = field(
+        default=None,
+        validator=optional(ge(1)),
+        metadata={
+            "doc": "Steps per replay chunk file: each completed chunk is written to the run "
+            "directory while training runs, so a checkpoint writes only the chunks in "
+            "progress (None: the largest divisor of replay_buffer_length under 4 MiB per "
+            "chunk; must divide replay_buffer_length)."
+        },
+    )
+
+    def __attrs_post_init__(self) -> None:
+        chunk = self.replay_chunk_length
+        if chunk is not None and self.replay_buffer_length % chunk:
+            raise ValueError(
+                f"replay_chunk_length {chunk} must divide replay_buffer_length "
+                f"{self.replay_buffer_length} (chunks tile each env's ring)"
+            )
 
 
 def check_off_policy_config(instance: Any, attribute: Any, value: Any) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, Protocol
 
 import torch
@@ -54,14 +56,31 @@ class OnPolicyScheme:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         pass
 
+    def persist(self, directory: Path) -> None:
+        """Nothing to stream: the scheme holds no data between iterations."""
+
+    def write_checkpoint(self, directory: Path) -> tuple[dict[str, Any], dict[str, str]]:
+        return self.state_dict(), {}
+
+    def read_checkpoint(
+        self, state: dict[str, Any], directory: Path, files: Mapping[str, str]
+    ) -> None:
+        self.load_state_dict(state)
+
+    def cut_episodes(self) -> None:
+        """Nothing stored: the next unroll starts from the new episodes."""
+
+    def close(self) -> None:
+        pass
+
     def _update(self, batch: Batch) -> UpdateTotals:
         algorithm = self.algorithm
         first_leaf = flatten(batch)[0]
         num_samples = int(first_leaf.shape[0])
         mini_batch_size = algorithm.mini_batch_size or num_samples
-        totals = UpdateTotals()
+        totals = UpdateTotals(algorithm.skip_nonfinite_updates)
         for _ in range(algorithm.num_updates_per_train_iter):
-            epoch = UpdateTotals()
+            epoch = UpdateTotals(algorithm.skip_nonfinite_updates)
             permutation = torch.randperm(num_samples, device=first_leaf.device)
             for start in range(0, num_samples, mini_batch_size):
                 indices = permutation[start : start + mini_batch_size]

@@ -8,6 +8,7 @@ are the two; both feed minibatches to `Algorithm.update` and sum its results wit
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
 import torch
@@ -34,7 +35,13 @@ class IterationResult(NamedTuple):
 
 class TrainingScheme(Protocol):
     """What the trainer drives: ``train_iter()`` plus the scheme's own state
-    (e.g. a replay buffer), which goes into every checkpoint."""
+    (e.g. a replay buffer), which goes into every checkpoint.
+
+    ``state_dict`` / ``load_state_dict`` hold everything, in memory. A checkpoint takes
+    the scheme's state in two parts instead (`write_checkpoint`): bulk data as files
+    (a replay buffer's chunks, mostly on disk already: `persist` streams them there
+    while training runs) and the rest for ``state.pt``.
+    """
 
     def train_iter(self) -> IterationResult: ...
 
@@ -42,23 +49,58 @@ class TrainingScheme(Protocol):
 
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
+    def persist(self, directory: Path) -> None:
+        """Keeps the bulk data streaming to ``directory`` (owned by the scheme) from now on."""
+
+    def write_checkpoint(self, directory: Path) -> tuple[dict[str, Any], dict[str, str]]:
+        """Writes the bulk data as fsynced files into ``directory`` (new, empty).
+
+        Returns:
+            the rest of the state (for ``state.pt``) and ``{file name relative to
+            directory: sha256}`` of the files written.
+        """
+
+    def read_checkpoint(
+        self, state: dict[str, Any], directory: Path, files: Mapping[str, str]
+    ) -> None:
+        """Restores what `write_checkpoint` wrote; ``files`` are its verified digests."""
+
+    def cut_episodes(self) -> None:
+        """The environments start new episodes without the old ones' ends (a resume
+        without env state): the stored episodes in progress end as truncated."""
+
+    def close(self) -> None:
+        """Stops streaming (what was queued is written first)."""
+
 
 class UpdateTotals:
-    """Sums the metrics of a sequence of `UpdateResult` without syncing with the host."""
+    """Sums the metrics of a sequence of `UpdateResult` without syncing with the host.
 
-    def __init__(self) -> None:
+    Args:
+        skip_nonfinite: count the updates flagged non-finite (which the algorithm did not
+            apply, see `Algorithm.skip_nonfinite_updates`) instead of summing them; costs
+            one host sync per update.
+    """
+
+    def __init__(self, skip_nonfinite: bool = False) -> None:
         self.sums: dict[str, torch.Tensor] = {}
         self.count = 0
         self.nonfinite: torch.Tensor | None = None
+        self.skip_nonfinite = skip_nonfinite
+        self.skipped = 0
 
     def add(self, result: UpdateResult) -> None:
-        """Adds one update's result."""
+        """Adds one update's result (or counts it as skipped)."""
+        if self.skip_nonfinite and bool(result.nonfinite):
+            self.skipped += 1
+            return
         detached = {key: value.detach() for key, value in result.metrics.items()}
         self._accumulate(detached, 1, result.nonfinite)
 
     def merge(self, other: UpdateTotals) -> None:
         """Adds the updates summed in ``other``."""
         self._accumulate(other.sums, other.count, other.nonfinite)
+        self.skipped += other.skipped
 
     def _accumulate(
         self, sums: dict[str, torch.Tensor], count: int, nonfinite: torch.Tensor | None
@@ -77,6 +119,8 @@ class UpdateTotals:
         """The iteration's result: one host sync per metric."""
         metrics = dict(self.means())
         metrics["train/num_updates"] = float(self.count)
+        if self.skip_nonfinite:
+            metrics["train/skipped_updates"] = float(self.skipped)
         nonfinite = torch.tensor(False) if self.nonfinite is None else self.nonfinite
         return IterationResult(metrics, episodes, nonfinite)
 

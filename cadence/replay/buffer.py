@@ -16,7 +16,7 @@ import torch
 
 from cadence.data.experience import Experience
 from cadence.data.nest import Nest, flatten
-from cadence.data.time_step import TimeStep
+from cadence.data.time_step import StepType, TimeStep
 from cadence.replay.episode_index import EpisodeIndex
 from cadence.replay.rows import STEP_TYPE_KEY, experience_rows, time_step_from_rows
 from cadence.replay.samplers import (
@@ -73,6 +73,11 @@ class StorageObserver(Protocol):
 
     def on_reset(self, storage: RingStorage) -> None:
         """Called after the contents were replaced wholesale (`clear`, `load_state_dict`)."""
+
+    def on_overwrite(
+        self, storage: RingStorage, env_ids: torch.Tensor, times: torch.Tensor
+    ) -> None:
+        """Called after the stored steps at ``times`` (``[N]``) of ``env_ids`` changed in place."""
 
 
 class ReplayBuffer:
@@ -230,6 +235,34 @@ class ReplayBuffer:
             raise TypeError(f"a {type(self.sampler).__name__} keeps no priorities")
         update(indices, priorities)
 
+    def end_episodes(self, discount_key: str = "time_step/discount") -> None:
+        """Ends each env's episode in progress at its newest stored step: LAST, discount 1.
+
+        For episodes that were cut from outside (a resume whose environments had to
+        start new episodes): the step before the next FIRST becomes a time-limit
+        truncation, so no window bootstraps across the cut. Envs without steps, or whose
+        newest step is already LAST, are left as they are.
+        """
+        storage = self.storage
+        if not storage.initialized or self.step_type_key not in storage.fields:
+            return
+        env_ids = torch.nonzero(storage.num_added > 0).flatten()
+        if len(env_ids) == 0:
+            return
+        positions = (storage.num_added[env_ids] - 1) % storage.capacity
+        step_type = storage.fields[self.step_type_key]
+        open_ = step_type[env_ids, positions] != int(StepType.LAST)
+        env_ids, positions = env_ids[open_], positions[open_]
+        if len(env_ids) == 0:
+            return
+        step_type[env_ids, positions] = int(StepType.LAST)
+        if discount_key in storage.fields:
+            storage.fields[discount_key][env_ids, positions] = 1
+        if self._episode_index is not None:
+            self._episode_index.rebuild()
+        if self.observer is not None:
+            self.observer.on_overwrite(storage, env_ids, storage.num_added[env_ids] - 1)
+
     def clear(self) -> None:
         """Forgets every stored step."""
         self.storage.clear()
@@ -243,8 +276,9 @@ class ReplayBuffer:
         """Storage contents and counts, and sampler state (the episode index is rebuilt)."""
         return {"storage": self.storage.state_dict(), "sampler": self.sampler.state_dict()}
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self.storage.load_state_dict(state["storage"])
+    def load_state_dict(self, state: Mapping[str, Any], copy: bool = True) -> None:
+        """Restores a `state_dict` (``copy=False``: see `RingStorage.load_state_dict`)."""
+        self.storage.load_state_dict(state["storage"], copy=copy)
         self.sampler.load_state_dict(state["sampler"])
         self._make_episode_index()
         if self._episode_index is not None:

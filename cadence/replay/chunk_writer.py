@@ -5,7 +5,11 @@ the disk takes. Instead, whenever the write head of a ring leaves a chunk (see
 `cadence.replay.persistence`), the chunk is copied on the training thread (one
 vectorized gather) and written, with its checksum, by a writer thread. A
 checkpoint then waits for the writer, hard-links the files still current and
-writes only the chunks the heads are in the middle of.
+writes only the chunks the heads are in the middle of: its time and extra memory
+no longer grow with the buffer.
+
+Without a given ``chunk_length`` the writer picks one when the rows are known: the
+largest divisor of the capacity whose chunk stays under `TARGET_CHUNK_BYTES`.
 """
 
 from __future__ import annotations
@@ -20,17 +24,24 @@ import torch
 
 from cadence.replay.buffer import ReplayBuffer
 from cadence.replay.persistence import (
+    CHUNK_PATTERN,
     FlushedChunk,
     check_chunk_length,
     chunk_name,
     encode,
+    read_snapshot,
     save_checkpoint,
     sha256,
+    stored_chunks,
     write_durable,
+    write_snapshot,
 )
 from cadence.replay.storage import RingStorage
 
 logger = logging.getLogger(__name__)
+
+TARGET_CHUNK_BYTES = 4 << 20
+"""The size an automatically chosen chunk stays under (one file per chunk)."""
 
 _Job = tuple[list[tuple[int, int, int]], dict[str, torch.Tensor]]
 """``([(env, slot, start_time), ...], {key: [num_chunks, chunk_length, *shape]})``."""
@@ -43,8 +54,10 @@ class ChunkWriter:
     it as a context manager).
 
     Args:
-        directory: where the live chunk files go (created if missing).
-        chunk_length: positions per chunk; must divide the buffer's capacity.
+        directory: where the live chunk files go (created if missing). It is the writer's
+            own: chunk files an earlier process left there are removed.
+        chunk_length: positions per chunk; must divide the buffer's capacity (None: chosen
+            from the row size when the first rows arrive, see `auto_chunk_length`).
         max_pending: chunk batches that may wait for the writer before an add blocks.
 
     >>> import tempfile
@@ -57,10 +70,16 @@ class ChunkWriter:
     """
 
     def __init__(
-        self, directory: str | os.PathLike, chunk_length: int = 4096, max_pending: int = 64
+        self,
+        directory: str | os.PathLike,
+        chunk_length: int | None = None,
+        max_pending: int = 64,
     ):
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
+        for stale in self.directory.iterdir():
+            if CHUNK_PATTERN.fullmatch(stale.name) or stale.name.endswith(".tmp"):
+                stale.unlink()
         self.chunk_length = chunk_length
         self._flushed: dict[tuple[int, int], FlushedChunk] = {}
         self._lock = threading.Lock()
@@ -72,14 +91,14 @@ class ChunkWriter:
     def on_add(self, storage: RingStorage, env_ids: torch.Tensor, num_steps: int) -> None:
         """Queues the chunks that the last add completed (copied now, written later)."""
         self._raise_writer_error()
-        check_chunk_length(storage.capacity, self.chunk_length)
-        envs, starts = _completed_chunks(storage, env_ids, num_steps, self.chunk_length)
+        chunk_length = self._chunk_length(storage)
+        envs, starts = _completed_chunks(storage, env_ids, num_steps, chunk_length)
         if len(envs) == 0:
             return
-        steps = torch.arange(self.chunk_length, device=storage.device)
+        steps = torch.arange(chunk_length, device=storage.device)
         positions = (starts.unsqueeze(1) + steps) % storage.capacity
         data = {key: ring[envs.unsqueeze(1), positions] for key, ring in storage.fields.items()}
-        slots = (starts % storage.capacity) // self.chunk_length
+        slots = (starts % storage.capacity) // chunk_length
         chunks = list(zip(envs.tolist(), slots.tolist(), starts.tolist(), strict=True))
         self._queue.put((chunks, {key: value.cpu() for key, value in data.items()}))
 
@@ -90,6 +109,20 @@ class ChunkWriter:
             stale, self._flushed = self._flushed, {}
         for chunk in stale.values():
             chunk.path.unlink(missing_ok=True)
+
+    def on_overwrite(
+        self, storage: RingStorage, env_ids: torch.Tensor, times: torch.Tensor
+    ) -> None:
+        """Forgets the files of the chunks holding those steps: the next snapshot writes them."""
+        self.wait()
+        chunk_length = self._chunk_length(storage)
+        starts = (times // chunk_length * chunk_length).tolist()
+        with self._lock:
+            for env, start in zip(env_ids.tolist(), starts, strict=True):
+                slot = (start % storage.capacity) // chunk_length
+                known = self._flushed.get((env, slot))
+                if known is not None and known.start_time == start:
+                    del self._flushed[(env, slot)]
 
     def wait(self) -> None:
         """Blocks until every queued chunk is on disk.
@@ -103,9 +136,49 @@ class ChunkWriter:
     def checkpoint(self, buffer: ReplayBuffer, directory: str | os.PathLike) -> Path:
         """Waits for the writer, then publishes a snapshot atomically (see `save_checkpoint`)."""
         self.wait()
-        with self._lock:
-            flushed = dict(self._flushed)
-        return save_checkpoint(buffer, directory, self.chunk_length, flushed)
+        return save_checkpoint(
+            buffer, directory, self._chunk_length(buffer.storage), self._flushed_now()
+        )
+
+    def write_snapshot(self, buffer: ReplayBuffer, directory: Path) -> dict[str, str]:
+        """Waits for the writer, then writes the buffer into ``directory`` (see
+        `cadence.replay.persistence.write_snapshot`): chunks on disk are hard-linked.
+
+        Returns:
+            ``{file name: sha256}`` of the snapshot's files.
+        """
+        self.wait()
+        return write_snapshot(
+            buffer, directory, self._chunk_length(buffer.storage), self._flushed_now()
+        )
+
+    def read_snapshot(
+        self, buffer: ReplayBuffer, snapshot: Path, files: dict[str, str] | None = None
+    ) -> None:
+        """Loads ``snapshot`` into ``buffer`` (see `cadence.replay.persistence.read_snapshot`)
+        and adopts its complete chunks as this writer's files (hard links), so that the next
+        snapshot writes only what is new since.
+        """
+        read_snapshot(buffer, snapshot, files)  # the buffer's reset makes us forget our files
+        storage = buffer.storage
+        chunk_length = self._chunk_length(storage)
+        for env, slot, start_time in stored_chunks(
+            storage.num_added, storage.capacity, chunk_length
+        ):
+            if start_time < 0:
+                continue  # the chunk a head is in: rewritten when it completes
+            name = chunk_name(env, slot)
+            source, target = snapshot / name, self.directory / name
+            staging = target.with_suffix(".tmp")
+            staging.unlink(missing_ok=True)
+            try:
+                os.link(source, staging)
+            except OSError:
+                continue  # no hard links here: the next snapshot writes it again
+            os.replace(staging, target)
+            digest = files[name] if files is not None else sha256(target.read_bytes())
+            with self._lock:
+                self._flushed[(env, slot)] = FlushedChunk(start_time, target, digest)
 
     def close(self) -> None:
         """Writes what is queued and stops the thread."""
@@ -119,6 +192,16 @@ class ChunkWriter:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+    def _flushed_now(self) -> dict[tuple[int, int], FlushedChunk]:
+        with self._lock:
+            return dict(self._flushed)
+
+    def _chunk_length(self, storage: RingStorage) -> int:
+        if self.chunk_length is None:
+            self.chunk_length = auto_chunk_length(storage)
+        check_chunk_length(storage.capacity, self.chunk_length)
+        return self.chunk_length
 
     def _run(self) -> None:
         while (job := self._queue.get()) is not None:
@@ -146,6 +229,36 @@ class ChunkWriter:
     def _raise_writer_error(self) -> None:
         if self._error is not None:
             raise RuntimeError("the replay chunk writer failed") from self._error
+
+
+def auto_chunk_length(storage: RingStorage) -> int:
+    """The largest divisor of the capacity whose chunk (all fields) fits `TARGET_CHUNK_BYTES`.
+
+    A capacity with only large prime factors may leave no divisor near the target; then
+    a whole ring is one chunk (a checkpoint rewrites it every time) and a warning says so.
+    """
+    row_bytes = sum(ring[0, 0].numel() * ring.element_size() for ring in storage.fields.values())
+    most = max(1, TARGET_CHUNK_BYTES // max(row_bytes, 1))
+    capacity = storage.capacity
+    if capacity <= most:
+        return capacity
+    best = max(d for d in _divisors(capacity) if d <= most)
+    if best * 64 < most:
+        logger.warning(
+            "replay_buffer_length %d has no divisor near %d steps (%d bytes per step): each "
+            "checkpoint rewrites the whole buffer; a length with small prime factors (e.g. a "
+            "multiple of 1024) lets checkpoints write only what is new",
+            capacity,
+            most,
+            row_bytes,
+        )
+        return capacity
+    return best
+
+
+def _divisors(n: int) -> list[int]:
+    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
+    return small + [n // d for d in small]
 
 
 def _completed_chunks(

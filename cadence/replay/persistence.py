@@ -39,7 +39,8 @@ from cadence.replay.storage import RingStorage
 
 FORMAT_VERSION = 1
 _SNAPSHOT = re.compile(r"snapshot-(\d+)")
-_CHUNK = re.compile(r"env(\d+)-chunk(\d+)\.pt")
+CHUNK_PATTERN = re.compile(r"env(\d+)-chunk(\d+)\.pt")
+"""The name of a chunk file (its env and ring slot)."""
 
 
 class ChecksumError(ValueError):
@@ -129,18 +130,13 @@ def save_checkpoint(
     Returns:
         the published snapshot directory.
     """
-    storage = buffer.storage
-    check_chunk_length(storage.capacity, chunk_length)
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     name = f"snapshot-{_latest_number(directory) + 1:06d}"
     staging = directory / f"{name}.tmp"
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir()
-    files = _write_chunks(storage, staging, chunk_length, flushed or {})
-    meta = encode(_meta(buffer, chunk_length))
-    write_durable(staging / "meta.pt", meta)
-    files["meta.pt"] = sha256(meta)
+    files = write_snapshot(buffer, staging, chunk_length, flushed)
     manifest = json.dumps({"format": FORMAT_VERSION, "files": files}, sort_keys=True).encode()
     write_durable(staging / "manifest.json", manifest)
     _fsync_directory(staging)
@@ -160,21 +156,92 @@ def load_checkpoint(buffer: ReplayBuffer, directory: str | os.PathLike) -> None:
         ValueError: the snapshot was saved from a buffer of another size.
     """
     snapshot, files = _read_manifest(Path(directory))
-    blobs = {name: _verified(snapshot / name, digest) for name, digest in files.items()}
-    meta = _decode(blobs.pop("meta.pt"), snapshot / "meta.pt")
+    read_snapshot(buffer, snapshot, files)
+
+
+def write_snapshot(
+    buffer: ReplayBuffer,
+    directory: Path,
+    chunk_length: int = 4096,
+    flushed: Mapping[tuple[int, int], FlushedChunk] | None = None,
+) -> dict[str, str]:
+    """Writes the buffer as chunk files and ``meta.pt`` into the existing ``directory``.
+
+    Every file is fsynced (the directory itself is the caller's to sync and publish).
+    Chunks in ``flushed`` that still hold what the ring holds are hard-linked, not
+    written: with a `ChunkWriter` following the buffer, only the chunks the write
+    heads are in the middle of cost a write.
+
+    Returns:
+        ``{file name: sha256}`` of everything written.
+    """
+    storage = buffer.storage
+    check_chunk_length(storage.capacity, chunk_length)
+    files = _write_chunks(storage, directory, chunk_length, flushed or {})
+    meta = encode(_meta(buffer, chunk_length))
+    write_durable(directory / "meta.pt", meta)
+    files["meta.pt"] = sha256(meta)
+    return files
+
+
+def read_snapshot(
+    buffer: ReplayBuffer, snapshot: Path, files: Mapping[str, str] | None = None
+) -> None:
+    """Loads a snapshot written by `write_snapshot` into ``buffer``.
+
+    Every chunk is checked against ``meta.pt`` (the set of chunks its counts imply, each
+    field's shape and dtype) before the buffer is touched.
+
+    Args:
+        buffer: a buffer of the snapshot's size.
+        snapshot: the directory `write_snapshot` wrote.
+        files: ``{file name: sha256}`` to verify each file against; None when the caller
+            has verified them already (a checkpoint manifest covers them).
+
+    Raises:
+        ChecksumError: a file is missing, does not match its checksum or cannot be decoded.
+        ValueError: the snapshot is of another size, or its chunks do not match its metadata
+            (named).
+    """
+    meta = _decode(_read(snapshot / "meta.pt", files), snapshot / "meta.pt")
     size = (meta["num_envs"], meta["capacity"])
     if size != (buffer.num_envs, buffer.capacity):
         raise ValueError(
             f"{snapshot} holds {size[0]} envs x {size[1]} steps, the buffer {buffer.num_envs} x "
             f"{buffer.capacity}"
         )
-    fields = _empty_fields(meta)
-    for name, blob in blobs.items():
-        _place_chunk(fields, name, _decode(blob, snapshot / name), meta["chunk_length"])
-    storage_state = {key: meta[key] for key in ("num_envs", "capacity", "num_added", "structure")}
-    buffer.load_state_dict(
-        {"storage": {**storage_state, "fields": fields}, "sampler": meta["sampler"]}
-    )
+    state = _snapshot_state(snapshot, meta, files, buffer.storage.device)
+    buffer.load_state_dict(state, copy=False)
+
+
+def snapshot_state(
+    snapshot: Path, files: Mapping[str, str] | None = None, device: torch.device | str = "cpu"
+) -> dict[str, Any]:
+    """The `ReplayBuffer.state_dict` a snapshot holds, without a buffer (checked as in
+    `read_snapshot`): for tools and tests that compare runs."""
+    meta = _decode(_read(snapshot / "meta.pt", files), snapshot / "meta.pt")
+    return _snapshot_state(snapshot, meta, files, torch.device(device))
+
+
+def _snapshot_state(
+    snapshot: Path, meta: Mapping[str, Any], files: Mapping[str, str] | None, device: torch.device
+) -> dict[str, Any]:
+    chunk_length = meta["chunk_length"]
+    chunks = stored_chunks(meta["num_added"], meta["capacity"], chunk_length)
+    names = sorted(chunk_name(env, slot) for env, slot, _ in chunks)
+    fields = _empty_fields(meta, device)
+    for name in names:
+        if not (snapshot / name).is_file():
+            raise ChecksumError(snapshot / name, "is missing (meta.pt's counts imply it)")
+        chunk = _decode(_read(snapshot / name, files), snapshot / name)
+        _place_chunk(fields, snapshot / name, chunk, chunk_length)
+    storage = {key: meta[key] for key in ("num_envs", "capacity", "num_added", "structure")}
+    return {"storage": {**storage, "fields": fields}, "sampler": meta["sampler"]}
+
+
+def snapshot_chunk_length(snapshot: Path) -> int:
+    """The chunk length a snapshot was written with (reads only ``meta.pt``)."""
+    return int(_decode((snapshot / "meta.pt").read_bytes(), snapshot / "meta.pt")["chunk_length"])
 
 
 # ------------------------------------------------------------------- writing
@@ -188,7 +255,9 @@ def _write_chunks(
 ) -> dict[str, str]:
     """Puts every chunk that holds data into ``staging``; returns ``{name: sha256}``."""
     files = {}
-    for env, slot, complete_since in _stored_chunks(storage, chunk_length):
+    for env, slot, complete_since in stored_chunks(
+        storage.num_added, storage.capacity, chunk_length
+    ):
         name = chunk_name(env, slot)
         known = flushed.get((env, slot))
         if (
@@ -204,18 +273,26 @@ def _write_chunks(
     return files
 
 
-def _stored_chunks(storage: RingStorage, chunk_length: int) -> list[tuple[int, int, int]]:
+def stored_chunks(
+    num_added: torch.Tensor, capacity: int, chunk_length: int
+) -> list[tuple[int, int, int]]:
     """``(env, slot, start_time)`` of every ring slot holding data.
 
-    ``start_time`` is the first time of the complete chunk the slot holds, or
-    -1 for the slot the write head is in the middle of (it must be written now).
+    Args:
+        num_added: ``[num_envs]`` steps ever added per env (`RingStorage.num_added`).
+        capacity: the ring size.
+        chunk_length: positions per chunk.
+
+    Returns:
+        for each slot, ``start_time`` is the first time of the complete chunk it holds,
+        or -1 for the slot a write head is in the middle of (it must be written now).
     """
-    slots_per_ring = storage.capacity // chunk_length
+    slots_per_ring = capacity // chunk_length
     chunks = []
-    for env, added in enumerate(storage.num_added.tolist()):
-        head = (added % storage.capacity) // chunk_length
+    for env, added in enumerate(num_added.tolist()):
+        head = (added % capacity) // chunk_length
         for slot in range(slots_per_ring):
-            if added < storage.capacity and slot * chunk_length >= added:
+            if added < capacity and slot * chunk_length >= added:
                 break
             if slot == head and added % chunk_length:
                 chunks.append((env, slot, -1))
@@ -315,6 +392,18 @@ def _verified(path: Path, digest: str) -> bytes:
     return data
 
 
+def _read(path: Path, files: Mapping[str, str] | None) -> bytes:
+    """The bytes of ``path``, verified against ``files[path.name]`` when ``files`` is given."""
+    if files is None:
+        try:
+            return path.read_bytes()
+        except OSError as error:
+            raise ChecksumError(path, f"cannot be read ({error})") from error
+    if path.name not in files:
+        raise ChecksumError(path, "not listed in the manifest")
+    return _verified(path, files[path.name])
+
+
 def _decode(data: bytes, path: Path) -> Any:
     try:
         return torch.load(io.BytesIO(data), weights_only=True)
@@ -322,20 +411,31 @@ def _decode(data: bytes, path: Path) -> Any:
         raise ChecksumError(path, f"cannot be decoded ({error})") from error
 
 
-def _empty_fields(meta: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+def _empty_fields(meta: Mapping[str, Any], device: torch.device) -> dict[str, torch.Tensor]:
     outer = (meta["num_envs"], meta["capacity"])
     return {
-        key: torch.zeros(outer + tuple(shape), dtype=getattr(torch, dtype))
+        key: torch.zeros(outer + tuple(shape), dtype=getattr(torch, dtype), device=device)
         for key, (shape, dtype) in meta["fields"].items()
     }
 
 
 def _place_chunk(
-    fields: dict[str, torch.Tensor], name: str, chunk: Mapping[str, torch.Tensor], chunk_length: int
+    fields: dict[str, torch.Tensor],
+    path: Path,
+    chunk: Mapping[str, torch.Tensor],
+    chunk_length: int,
 ) -> None:
-    match = _CHUNK.fullmatch(name)
-    if match is None or set(chunk) != set(fields):
-        raise ValueError(f"{name} is not a chunk of this checkpoint's fields")
+    """Copies one chunk into the rings after checking it against the snapshot's fields."""
+    match = CHUNK_PATTERN.fullmatch(path.name)
+    if match is None or not isinstance(chunk, Mapping) or set(chunk) != set(fields):
+        raise ValueError(f"{path} is not a chunk of this snapshot's fields {sorted(fields)}")
     env, slot = int(match.group(1)), int(match.group(2))
     for key, ring in fields.items():
-        ring[env, slot * chunk_length : (slot + 1) * chunk_length] = chunk[key]
+        value = chunk[key]
+        expected = (chunk_length, *ring.shape[2:])
+        if not isinstance(value, torch.Tensor) or tuple(value.shape) != expected:
+            shape = list(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
+            raise ValueError(f"{path}: field {key!r} is {shape}, meta.pt says {list(expected)}")
+        if value.dtype != ring.dtype:
+            raise ValueError(f"{path}: field {key!r} is {value.dtype}, meta.pt says {ring.dtype}")
+        ring[env, slot * chunk_length : (slot + 1) * chunk_length] = value

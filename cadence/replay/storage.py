@@ -238,8 +238,13 @@ class RingStorage:
             "fields": {key: ring.clone() for key, ring in self._fields.items()},
         }
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+    def load_state_dict(self, state: Mapping[str, Any], copy: bool = True) -> None:
         """Restores a `state_dict` taken from a storage of the same size.
+
+        Args:
+            state: what `state_dict` returned.
+            copy: copy the rings (False adopts contiguous tensors already on the storage's
+                device as they are: for a caller that built them for this storage alone).
 
         Raises:
             ValueError: ``num_envs`` or ``capacity`` differ.
@@ -252,13 +257,16 @@ class RingStorage:
             )
         self._structure = state["structure"]
         self._selections = {}
-        self._fields = {
-            key: ring.to(self.device).clone(memory_format=torch.contiguous_format)
-            for key, ring in state["fields"].items()
-        }
+        self._fields = {key: self._ring(ring, copy) for key, ring in state["fields"].items()}
         self._num_added = state["num_added"].to(self.device).clone()
 
     # ---------------------------------------------------------------- internal
+
+    def _ring(self, ring: torch.Tensor, copy: bool) -> torch.Tensor:
+        ring = ring.to(self.device)
+        if copy or not ring.is_contiguous():
+            ring = ring.clone(memory_format=torch.contiguous_format)
+        return ring
 
     def _allocate(self, fields: Mapping[str, tuple[tuple[int, ...], torch.dtype]], structure: Nest):
         outer = (self.num_envs, self.capacity)

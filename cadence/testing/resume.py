@@ -31,6 +31,7 @@ from unittest import mock
 import torch
 
 from cadence.config import load_config
+from cadence.replay.persistence import snapshot_state
 from cadence.trainer.checkpoint import CheckpointManager, latest_iteration
 from cadence.trainer.metrics import read_metrics
 from cadence.trainer.run import train
@@ -82,9 +83,21 @@ def comparable_metrics(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]
 
 
 def final_state(run_dir: Path) -> dict[str, Any]:
-    """The latest checkpoint of the run in ``run_dir``, loaded on the CPU."""
+    """The latest checkpoint of the run in ``run_dir``, loaded on the CPU and verified.
+
+    A replay buffer the checkpoint holds as chunk files is read back into
+    ``state["scheme"]["replay_buffer"]`` (a `ReplayBuffer.state_dict`), so that two runs'
+    states compare as wholes.
+    """
     manager = CheckpointManager(Path(run_dir) / "checkpoints")
-    return manager.load(manager.latest())
+    path = manager.latest()
+    files = manager.verify(path)
+    state = manager.load(path)
+    data = path / "data"
+    if (data / "meta.pt").is_file():
+        digests = {k.removeprefix("data/"): v for k, v in files.items() if k.startswith("data/")}
+        state["scheme"]["replay_buffer"] = snapshot_state(data, digests)
+    return state
 
 
 def assert_equal_nests(a: Any, b: Any, where: str = "") -> None:

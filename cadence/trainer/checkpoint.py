@@ -1,6 +1,7 @@
 """Checkpoints: one complete, verified directory per iteration, published by rename (DESIGN §8).
 
     checkpoints/<iteration>/state.pt        an explicit dict of state dicts
+    checkpoints/<iteration>/data/...        bulk files (a replay buffer's chunks), if any
     checkpoints/<iteration>/MANIFEST.json   each file's size and SHA-256, and its own digest
     checkpoints/LATEST                      "<iteration> <SHA-256 of that MANIFEST.json>"
 
@@ -24,7 +25,8 @@ import json
 import logging
 import os
 import shutil
-from pathlib import Path
+from collections.abc import Callable, Collection, Mapping
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import torch
@@ -33,7 +35,8 @@ from cadence.trainer.errors import CheckpointError, CorruptCheckpointError
 
 logger = logging.getLogger(__name__)
 
-_STATE_FILE = "state.pt"
+STATE_FILE = "state.pt"
+"""The file of a checkpoint holding its state dicts (what acting needs is all in it)."""
 _MANIFEST_FILE = "MANIFEST.json"
 _LATEST_FILE = "LATEST"
 
@@ -51,8 +54,20 @@ class CheckpointManager:
         self.keep = keep
 
     # ------------------------------------------------------------------ saving
-    def save(self, iteration: int, state: dict[str, Any]) -> Path:
+    def save(
+        self,
+        iteration: int,
+        state: dict[str, Any],
+        write_files: Callable[[Path], Mapping[str, str]] | None = None,
+    ) -> Path:
         """Writes ``state`` as checkpoint ``iteration`` and publishes it.
+
+        Args:
+            iteration: the checkpoint's name.
+            state: what goes into ``state.pt``.
+            write_files: writes bulk files (fsynced) into the staged checkpoint directory
+                it is given, and returns ``{path relative to it: sha256}`` of those it
+                knows the digest of (the others are hashed here).
 
         Raises:
             OSError: the checkpoint could not be written (e.g. a full disk); the
@@ -64,10 +79,10 @@ class CheckpointManager:
         shutil.rmtree(staging, ignore_errors=True)
         try:
             staging.mkdir()
-            torch.save(state, staging / _STATE_FILE)
-            _fsync_file(staging / _STATE_FILE)
-            digest = _write_manifest(staging)
-            _fsync_dir(staging)
+            known = dict(write_files(staging)) if write_files is not None else {}
+            torch.save(state, staging / STATE_FILE)
+            _fsync_file(staging / STATE_FILE)
+            digest = _write_manifest(staging, known)
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
@@ -97,8 +112,22 @@ class CheckpointManager:
         return bool(self._candidates())
 
     # ----------------------------------------------------------------- loading
-    def verify(self, path: Path, manifest_digest: str | None = None) -> None:
+    def verify(
+        self,
+        path: Path,
+        manifest_digest: str | None = None,
+        only: Collection[str] | None = None,
+    ) -> dict[str, str]:
         """Checks checkpoint ``path`` against its manifest (and ``manifest_digest``).
+
+        Args:
+            path: the checkpoint directory.
+            manifest_digest: what ``LATEST`` says the manifest's digest is, if it names ``path``.
+            only: check only these files (and the manifest), e.g. `STATE_FILE` for a
+                caller that reads nothing else; None checks every file.
+
+        Returns:
+            ``{file path relative to ``path``: sha256}`` of every file the manifest lists.
 
         Raises:
             CorruptCheckpointError: naming the file that is missing, truncated or changed.
@@ -113,11 +142,16 @@ class CheckpointManager:
             manifest = json.loads(raw)
             files = manifest["files"]
             own = manifest["digest"]
+            digests = {name: entry["sha256"] for name, entry in files.items()}
         except (ValueError, KeyError, TypeError):
             raise CorruptCheckpointError(f"{manifest_path} is not a valid manifest") from None
         if _files_digest(files) != own:
             raise CorruptCheckpointError(f"{manifest_path} was changed (its digest does not match)")
+        if STATE_FILE not in files or any(not _is_inside(name) for name in files):
+            raise CorruptCheckpointError(f"{manifest_path} is not a valid manifest")
         for name, expected in files.items():
+            if only is not None and name not in only:
+                continue
             file = path / name
             if not file.is_file():
                 raise CorruptCheckpointError(f"{file} is missing")
@@ -128,12 +162,17 @@ class CheckpointManager:
                 )
             if _sha256(file) != expected["sha256"]:
                 raise CorruptCheckpointError(f"{file} does not match its checksum (corrupted)")
+        return digests
 
-    def load_verified(self, map_location: Any = "cpu") -> tuple[Path, dict[str, Any]]:
+    def load_verified(
+        self, map_location: Any = "cpu", only: Collection[str] | None = None
+    ) -> tuple[Path, dict[str, Any]]:
         """The newest checkpoint that verifies, and its state.
 
         ``LATEST``'s checkpoint comes first, then the others from the newest; each one
-        that fails is logged (naming the file) and skipped.
+        that fails is logged (naming the file) and skipped. ``only`` limits the files
+        checked (see `verify`): a caller that needs nothing but ``state.pt`` (eval, play)
+        does not read the replay buffer.
 
         Raises:
             FileNotFoundError: the run has no checkpoint.
@@ -145,7 +184,7 @@ class CheckpointManager:
         failures = []
         for path, digest in candidates:
             try:
-                state = self.load(path, map_location, manifest_digest=digest)
+                state = self.load(path, map_location, manifest_digest=digest, only=only)
             except CorruptCheckpointError as error:
                 failures.append(str(error))
                 logger.warning("skipping checkpoint %s: %s", path.name, error)
@@ -163,8 +202,10 @@ class CheckpointManager:
         path: Path | None = None,
         map_location: Any = "cpu",
         manifest_digest: str | None = None,
+        only: Collection[str] | None = None,
     ) -> dict[str, Any]:
-        """Loads checkpoint ``path`` after verifying it, without running any code.
+        """Loads checkpoint ``path``'s state after verifying it (see `verify`), without
+        running any code.
 
         Without ``path``: the newest checkpoint that verifies (`load_verified`).
 
@@ -173,9 +214,18 @@ class CheckpointManager:
             CorruptCheckpointError: ``path`` does not verify.
         """
         if path is None:
-            return self.load_verified(map_location)[1]
-        self.verify(path, manifest_digest)
-        return torch.load(path / _STATE_FILE, map_location=map_location, weights_only=True)
+            return self.load_verified(map_location, only)[1]
+        self.verify(path, manifest_digest, only)
+        try:
+            return torch.load(path / STATE_FILE, map_location=map_location, weights_only=True)
+        except (RuntimeError, EOFError, ValueError) as error:  # verified, yet unreadable
+            raise CorruptCheckpointError(f"{path / STATE_FILE} cannot be read ({error})") from None
+
+    def manifest_files(self, path: Path) -> dict[str, str]:
+        """``{file path relative to path: sha256}`` from checkpoint ``path``'s manifest
+        (not verified: call after `verify` or `load_verified`)."""
+        files = json.loads((path / _MANIFEST_FILE).read_bytes())["files"]
+        return {name: entry["sha256"] for name, entry in files.items()}
 
     # --------------------------------------------------------------- internals
     def _candidates(self) -> list[tuple[Path, str | None]]:
@@ -224,17 +274,30 @@ def latest_iteration(directory: Path) -> int:
     return int(name) if name is not None and name.isdigit() else 0
 
 
-def _write_manifest(directory: Path) -> str:
-    """Writes ``MANIFEST.json`` for the files of ``directory``; returns its SHA-256."""
-    files = {
-        path.name: {"size": path.stat().st_size, "sha256": _sha256(path)}
-        for path in sorted(directory.iterdir())
-        if path.is_file() and path.name != _MANIFEST_FILE
-    }
+def _write_manifest(directory: Path, known: Mapping[str, str] | None = None) -> str:
+    """Writes ``MANIFEST.json`` for the files under ``directory`` (``known``: digests of
+    some of them, by relative path) and fsyncs every directory; returns its SHA-256."""
+    files = {}
+    for path in sorted(directory.rglob("*")):
+        if path.is_dir():
+            _fsync_dir(path)
+            continue
+        name = path.relative_to(directory).as_posix()
+        if name == _MANIFEST_FILE:
+            continue
+        digest = (known or {}).get(name) or _sha256(path)
+        files[name] = {"size": path.stat().st_size, "sha256": digest}
     raw = json.dumps({"files": files, "digest": _files_digest(files)}, indent=1).encode()
     (directory / _MANIFEST_FILE).write_bytes(raw)
     _fsync_file(directory / _MANIFEST_FILE)
+    _fsync_dir(directory)
     return hashlib.sha256(raw).hexdigest()
+
+
+def _is_inside(name: str) -> bool:
+    """Whether a manifest's file name stays inside its checkpoint directory."""
+    parts = PurePosixPath(name).parts
+    return bool(parts) and not PurePosixPath(name).is_absolute() and ".." not in parts
 
 
 def _files_digest(files: dict[str, Any]) -> str:

@@ -68,3 +68,11 @@ class TrainerConfig:
     deterministic: bool = field(
         default=True, metadata={"doc": "Use deterministic torch algorithms (exact resume on CPU)."}
     )
+    skip_nonfinite_updates: bool = field(
+        default=False,
+        metadata={
+            "doc": "Skip (do not apply) an update whose loss or gradients are NaN or infinite "
+            "and count it in train/skipped_updates, instead of stopping the run (costs one "
+            "host sync per update)."
+        },
+    )

@@ -16,7 +16,7 @@ from cadence.envs.environment import Environment
 from cadence.envs.make import make_env
 from cadence.envs.mujoco_setup import is_mujoco_env, offscreen_gl_hint
 from cadence.envs.wrapper_config import gym_wrappers
-from cadence.trainer.checkpoint import CheckpointManager
+from cadence.trainer.checkpoint import STATE_FILE, CheckpointManager
 from cadence.trainer.evaluation import TransformedPolicy, evaluate_episodes
 from cadence.trainer.run import check_training_env
 from cadence.transforms.build import make_data_transformer
@@ -47,7 +47,7 @@ def load_policy(
     checkpoints = CheckpointManager(Path(run_dir) / "checkpoints")
     if not checkpoints.has_checkpoints():
         raise FileNotFoundError(f"{run_dir} has no checkpoint yet (checkpoints/ is empty)")
-    path, state = checkpoints.load_verified()
+    path, state = checkpoints.load_verified(only=(STATE_FILE,))  # never the replay buffer
     transformer = make_data_transformer(config.data_transformers, env.observation_spec)
     observation_spec = env.observation_spec
     if transformer is not None:

@@ -30,6 +30,8 @@ logger = logging.getLogger(__name__)
 
 Outcome = Literal["complete", "preempted", "stopped_at_eval_return"]
 
+_SCHEME_DATA = "data"  # the checkpoint's directory of the training scheme's files
+
 
 class Trainer:
     """Runs training iterations until the env-step budget is spent.
@@ -62,6 +64,7 @@ class Trainer:
         self.run_dir = Path(run_dir)
         self.eval_seed = eval_seed
         self.checkpoints = CheckpointManager(self.run_dir / "checkpoints", config.keep_checkpoints)
+        algorithm.skip_nonfinite_updates = config.skip_nonfinite_updates
         self.counters = {
             "iteration": 0,
             "env_steps": 0,
@@ -81,6 +84,13 @@ class Trainer:
     # ----------------------------------------------------------------- the loop
     def run(self) -> Outcome:
         """Trains (resuming from the latest checkpoint if any) and returns how it ended."""
+        self.scheme.persist(self.run_dir / "replay")
+        try:
+            return self._run()
+        finally:
+            self.scheme.close()
+
+    def _run(self) -> Outcome:
         resumed = self.restore()
         self._wall_time_at_start = self.counters["wall_time"]
         self._session_start = time.perf_counter()
@@ -150,7 +160,16 @@ class Trainer:
 
     def _check_finite(self, result: IterationResult) -> None:
         """Stops training at the first iteration whose updates met a non-finite value
-        (one host sync per iteration: the flag was accumulated on the device)."""
+        (one host sync per iteration: the flag was accumulated on the device), or, with
+        ``skip_nonfinite_updates``, warns of the updates that were skipped."""
+        skipped = int(result.metrics.get("train/skipped_updates", 0))
+        if skipped:
+            logger.warning(
+                "iteration %d: skipped %d update(s) with a non-finite loss or gradient "
+                "(trainer.skip_nonfinite_updates)",
+                self.counters["iteration"] + 1,
+                skipped,
+            )
         if not bool(result.nonfinite):
             return
         bad = [key for key, value in result.metrics.items() if not math.isfinite(value)]
@@ -162,6 +181,28 @@ class Trainer:
             + (f" (the latest checkpoint is {saved})" if saved is not None else "")
             + ". Lower the learning rate, clip gradients (max_grad_norm) or check the rewards "
             "and observations for NaN or huge values."
+        )
+
+    def _check_parameters_finite(self) -> None:
+        """No checkpoint holding a NaN or infinite parameter is published (an update with
+        a finite loss can still overflow a weight)."""
+        parameters = dict(self.algorithm.named_parameters())
+        if not parameters:
+            return
+        norms = torch.stack(torch._foreach_norm(list(parameters.values())))
+        if bool(torch.isfinite(norms).all()):
+            return
+        bad = [
+            name
+            for name, norm in zip(parameters, norms.tolist(), strict=True)
+            if not math.isfinite(norm)
+        ]
+        saved = self.checkpoints.latest()
+        raise NonFiniteUpdateError(
+            f"iteration {self.counters['iteration']}: parameter(s) {', '.join(bad[:5])} are NaN "
+            "or infinite; training stopped and this iteration was not checkpointed"
+            + (f" (the latest checkpoint is {saved})" if saved is not None else "")
+            + ". Lower the learning rate or clip gradients (max_grad_norm)."
         )
 
     # ------------------------------------------------------------ log points
@@ -237,15 +278,25 @@ class Trainer:
         the checkpoint of an iteration already published is not written again)."""
         if self._saved_iteration == self.counters["iteration"]:
             return
+        self._check_parameters_finite()
         self._counter_record()  # brings wall_time up to date
-        self.checkpoints.save(self.counters["iteration"], self.state_dict())
+        state = self.state_dict(scheme=False)
+
+        def write_files(staging: Path) -> dict[str, str]:
+            # The scheme's bulk data (the replay buffer) goes beside state.pt as files.
+            state["scheme"], files = self.scheme.write_checkpoint(staging / _SCHEME_DATA)
+            return {f"{_SCHEME_DATA}/{name}": digest for name, digest in files.items()}
+
+        self.checkpoints.save(self.counters["iteration"], state, write_files)
         self._saved_iteration = self.counters["iteration"]
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self, scheme: bool = True) -> dict[str, Any]:
+        """Everything needed to continue exactly from here (``scheme=False``: all but the
+        training scheme's state, which a checkpoint takes as files)."""
         return {
             "algorithm": self.algorithm.state_dict(),
             "collector": self.collector.state_dict(),
-            "scheme": self.scheme.state_dict(),
+            "scheme": self.scheme.state_dict() if scheme else {},
             "data_transformers": _transformer_state(self.collector),
             "env": self._env_state(),
             "counters": dict(self.counters),
@@ -260,7 +311,13 @@ class Trainer:
         path, state = self.checkpoints.load_verified(map_location=self.collector.device)
         self._saved_iteration = int(state["counters"]["iteration"])
         self.algorithm.load_state_dict(state["algorithm"])
-        self.scheme.load_state_dict(state["scheme"])
+        files = self.checkpoints.manifest_files(path)
+        prefix = f"{_SCHEME_DATA}/"
+        self.scheme.read_checkpoint(
+            state["scheme"],
+            path / _SCHEME_DATA,
+            {k.removeprefix(prefix): v for k, v in files.items() if k.startswith(prefix)},
+        )
         if self.collector.transformer is not None:
             self.collector.transformer.load_state_dict(state["data_transformers"])
         self.counters.update(state["counters"])
@@ -289,7 +346,14 @@ class Trainer:
                 reason = (
                     f"the checkpoint's environment state does not fit these environments: {error}"
                 )
-        logger.warning("%s; the environments are reset and start new episodes", reason)
+        # The stored episodes in progress end where they were cut (LAST, discount 1), so
+        # that no replayed transition runs from their last step into a new episode.
+        self.scheme.cut_episodes()
+        logger.warning(
+            "%s; the environments are reset and start new episodes (those in progress end "
+            "as truncated)",
+            reason,
+        )
         return False
 
     def _env_state(self) -> Any:

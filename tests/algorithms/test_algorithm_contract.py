@@ -12,6 +12,7 @@ from cadence.algorithms.algorithm import Algorithm
 from cadence.config import load_config
 from cadence.data.time_step import StepType, TimeStep
 from cadence.trainer.errors import NonFiniteUpdateError
+from cadence.trainer.metrics import read_metrics
 from cadence.trainer.run import build_trainer
 
 # One short, cheap config per built-in algorithm (off-policy ones train from their
@@ -95,20 +96,31 @@ def test_without_the_hook_the_same_training_moves_the_parameters(name, tmp_path)
 @pytest.mark.parametrize("name", ["ppo", "dqn", "sac", "td3"])
 def test_a_non_finite_loss_stops_the_run_before_it_is_checkpointed(name, tmp_path):
     trainer = _trainer(name, tmp_path, ["trainer.checkpoint_interval=1"])
-    algorithm = trainer.algorithm
-    train_step = algorithm.train_step
+    _poison(trainer, poisoned_iterations=range(3, 10**6))  # from the fourth iteration on
+    with pytest.raises(NonFiniteUpdateError, match=r"iteration 4: a non-finite .*loss/") as error:
+        trainer.run()
+    assert "latest checkpoint" in str(error.value)
+    assert int(trainer.checkpoints.latest().name) == 3  # nothing of iteration 4 was published
+    assert not (trainer.run_dir / "COMPLETE").exists()
+
+
+def _poison(trainer, poisoned_iterations):
+    """The loss is NaN during ``poisoned_iterations`` (0-based)."""
+    algorithm, train_step, scheme_train_iter = (
+        trainer.algorithm,
+        trainer.algorithm.train_step,
+        trainer.scheme.train_iter,
+    )
     iterations = {"n": 0}
 
     def poisoned_train_step(inputs, state=()):
         step = train_step(inputs, state)
-        if iterations["n"] >= 3:  # from the fourth iteration on, the loss is NaN
+        if iterations["n"] in poisoned_iterations:
             info = dict(step.info)
             key = "q" if "q" in info else ("q_value" if "q_value" in info else "value")
             info[key] = info[key] * math.nan
             step = step._replace(info=info)
         return step
-
-    scheme_train_iter = trainer.scheme.train_iter
 
     def counting_train_iter():
         result = scheme_train_iter()
@@ -117,11 +129,41 @@ def test_a_non_finite_loss_stops_the_run_before_it_is_checkpointed(name, tmp_pat
 
     algorithm.train_step = poisoned_train_step
     trainer.scheme.train_iter = counting_train_iter
-    with pytest.raises(NonFiniteUpdateError, match=r"iteration 4: a non-finite .*loss/") as error:
+
+
+@pytest.mark.parametrize("name", ["ppo", "dqn", "sac", "td3"])
+def test_opted_in_non_finite_updates_are_skipped_and_counted(name, tmp_path):
+    trainer = _trainer(
+        name, tmp_path, ["trainer.skip_nonfinite_updates=true", "trainer.summary_interval=1"]
+    )
+    trainer.config.num_env_steps = 8 * trainer.collector.num_env_steps_per_unroll
+    _poison(trainer, poisoned_iterations={3, 4})
+    assert trainer.run() == "complete"
+    records = read_metrics(trainer.run_dir)
+    skipped = [r.get("train/skipped_updates", 0) for r in records]
+    assert all(n > 0 for n in skipped[3:5]) and not any(skipped[:3] + skipped[5:])
+    assert all(math.isfinite(r.get("loss/total", 0.0)) for r in records)
+    state = trainer.checkpoints.load()["algorithm"]
+    assert all(torch.isfinite(v).all() for v in state.values() if isinstance(v, torch.Tensor))
+
+
+def test_a_checkpoint_holding_a_non_finite_parameter_is_never_published(tmp_path):
+    trainer = _trainer("ppo", tmp_path, ["trainer.checkpoint_interval=1"])
+    scheme_train_iter, iterations = trainer.scheme.train_iter, {"n": 0}
+
+    def overflowing_train_iter():
+        result = scheme_train_iter()
+        iterations["n"] += 1
+        if iterations["n"] == 3:  # a finite loss, yet a weight overflowed
+            with torch.no_grad():
+                next(trainer.algorithm.parameters()).view(-1)[0] = math.inf
+        return result
+
+    trainer.scheme.train_iter = overflowing_train_iter
+    trainer.config.num_env_steps = 8 * trainer.collector.num_env_steps_per_unroll
+    with pytest.raises(NonFiniteUpdateError, match="iteration 3: parameter"):
         trainer.run()
-    assert "latest checkpoint" in str(error.value)
-    assert int(trainer.checkpoints.latest().name) == 3  # nothing of iteration 4 was published
-    assert not (trainer.run_dir / "COMPLETE").exists()
+    assert int(trainer.checkpoints.latest().name) == 2
 
 
 def _time_step(batch_size: int, observation: torch.Tensor) -> TimeStep:

@@ -53,13 +53,13 @@ def test_an_exact_resume_passes_and_logs_every_iteration(tmp_path):
 
 
 def test_a_resume_that_perturbs_the_networks_is_caught(tmp_path, monkeypatch):
-    load = OffPolicyScheme.load_state_dict
+    load = OffPolicyScheme.read_checkpoint
 
-    def perturbed_load(self, state):
-        load(self, state)
+    def perturbed_load(self, state, directory, files):
+        load(self, state, directory, files)
         next(self.algorithm.parameters()).data.add_(1e-6)
 
-    monkeypatch.setattr(OffPolicyScheme, "load_state_dict", perturbed_load)
+    monkeypatch.setattr(OffPolicyScheme, "read_checkpoint", perturbed_load)
     with pytest.raises(AssertionError, match="differs after resume|algorithm/"):
         check_exact_resume("dqn_cartpole", OVERRIDES, tmp_path, stop_after=N)
 

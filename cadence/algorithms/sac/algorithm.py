@@ -185,8 +185,12 @@ class SACAlgorithm(Algorithm):
         self._joint_adam.zero_grad()
         loss.backward()
         grad_norm = self.sync_and_clip(self._optimizers.values())
-        self._joint_adam.step()
-        self.after_update()
+        finite = True
+        if self.skip_nonfinite_updates:
+            finite, grad_norm = self.finite_or_dropped(loss, self._optimizers.values(), grad_norm)
+        if finite:
+            self._joint_adam.step()
+            self.after_update()
         return self.update_result(LossInfo(loss, extra), grad_norm, priorities)
 
     @torch.no_grad()
