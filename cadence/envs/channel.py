@@ -71,8 +71,15 @@ class Channel:
                 return obj
 
     def drain_signal(self) -> bool:
-        """Reads one byte that is known to be waiting; ``False`` if it was the end of the pipe."""
-        return bool(os.read(self.fd, 1))
+        """Reads one byte that is known to be waiting; ``False`` if it was the end of the pipe.
+
+        The pipe is a socket pair: a worker that dies with a wake-up byte unread in its
+        end resets the connection, which reads as an error here rather than as the end.
+        """
+        try:
+            return bool(os.read(self.fd, 1))
+        except ConnectionResetError:
+            return False
 
     def poll(self) -> bool:
         """Whether something (or the end of the pipe) can be read without blocking."""

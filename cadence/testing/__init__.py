@@ -20,6 +20,7 @@ __getattr__, __dir__ = lazy_exports(
         "record_stream": "contract",
         "DictObservationEnv": "fakes",
         "FailingEnv": "fakes",
+        "FaultyEnv": "fakes",
         "ImageEnv": "fakes",
     },
 )
@@ -28,6 +29,7 @@ __all__ = [
     "ContractReport",
     "DictObservationEnv",
     "FailingEnv",
+    "FaultyEnv",
     "ImageEnv",
     "Stream",
     "check_distinct_env_ids",

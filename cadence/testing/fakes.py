@@ -2,7 +2,10 @@
 
 - `DictObservationEnv`: ``Dict`` observations and ``Dict`` actions of mixed dtypes;
 - `ImageEnv`: small uint8 RGB frames, ``[H, W, 3]`` or channel-first;
-- `FailingEnv`: raises at a chosen step (or at construction), for error paths.
+- `FailingEnv`: raises at a chosen step (or at construction), for error paths;
+- `FaultyEnv`: a learnable task whose worker raises, exits, segfaults or hangs once,
+  for the recovery paths of the parallel back end (registered as
+  ``cadence-testing/Faulty-v0`` when this module is imported).
 
 Everything random is drawn from the env's ``np_random``, so one seed gives one
 stream and different seeds give different streams; episodes end both by
@@ -14,13 +17,20 @@ module-level classes, so worker processes can build them by name.
 
 from __future__ import annotations
 
-from typing import Any
+import multiprocessing
+import os
+import signal
+import time
+from typing import Any, Literal
 
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-__all__ = ["DictObservationEnv", "FailingEnv", "ImageEnv"]
+__all__ = ["DictObservationEnv", "FailingEnv", "FaultyEnv", "ImageEnv"]
+
+FAULTY_ENV_ID = "cadence-testing/Faulty-v0"
+Fault = Literal["raise", "exit", "segfault", "hang"]
 
 
 class DictObservationEnv(gym.Env):
@@ -219,3 +229,138 @@ class FailingEnv(gym.Env):
             raise RuntimeError(f"FailingEnv failed at step {self._count} as asked")
         observation = self.np_random.uniform(-1.0, 1.0, 2).astype(np.float32)
         return observation, float(action), False, False, {}
+
+
+class FaultyEnv(gym.Env):
+    """A learnable task that fails once, in an env worker process, as asked.
+
+    Each step shows a point ``x`` drawn uniformly from ``[-1, 1]^4``; the reward is
+    1 for the action ``x[0] > 0`` (``Discrete(2)``), or, with ``continuous``,
+    ``1 - (a - x[0])^2`` for an action ``a`` in ``Box(-1, 1, (1,))``; episodes are
+    truncated after ``max_steps`` steps. PPO (and SAC, continuous) learn it in a few
+    thousand steps; everything random comes from the seed.
+
+    At the env's ``at_step``-th call of ``step`` or ``at_reset``-th call of ``reset``
+    (counted from its construction, over episodes; cadence's `GymAdapter` makes one
+    of each when it builds the env, to find its info keys: ``at_reset=2`` is the
+    run's first reset), or while it is built (``on_build``), ``fault`` happens: ``"raise"`` a
+    ``RuntimeError``, ``"exit"`` ``os._exit(3)``, ``"segfault"`` a ``SIGSEGV``,
+    ``"hang"`` sleeping for ever. Only in a worker process (a process started by
+    ``multiprocessing``): the trainer's own env check and evaluation envs never fail.
+    With ``once_file``, only the first env of a run to get there fails: it creates the
+    file (atomically: ``O_CREAT | O_EXCL``) just before, and no env fails while the
+    file exists, so the restarted worker recovers. Without it, every env fails at its
+    ``at_step``-th step, a restarted worker's envs too.
+
+    From the command line, e.g. (the run recovers from the worker's death)::
+
+        cadence train ppo_cartpole env.name=cadence.testing.fakes:cadence-testing/Faulty-v0 \
+            env.backend=parallel env.num_workers=2 env.step_timeout_s=5 \
+            "++env.env_kwargs={fault: exit, at_step: 50, once_file: /tmp/fired}"
+
+    (``++``: Hydra refuses to set a dict that the config holds empty with a plain ``=``;
+    ``+env.env_kwargs.fault=exit`` and so on, key by key, works too.)
+
+    Args:
+        fault: what happens (``None``: nothing; the env is then a plain task).
+        at_step: the call of ``step`` that fails (1-based; ``None``: none).
+        at_reset: the call of ``reset`` that fails (1-based; ``None``: none).
+        on_build: fail while the env is built instead.
+        once_file: a path; see above (``None``: fail every time).
+        continuous: a ``Box`` action instead of ``Discrete(2)``.
+        max_steps: the episode length.
+
+    >>> env = FaultyEnv(fault="raise", at_step=2)
+    >>> env.reset(seed=0)[0].shape
+    (4,)
+    """
+
+    metadata = {"render_modes": []}
+
+    def __init__(
+        self,
+        fault: Fault | None = None,
+        at_step: int | None = 10,
+        at_reset: int | None = None,
+        on_build: bool = False,
+        once_file: str | None = None,
+        continuous: bool = False,
+        max_steps: int = 100,
+    ):
+        if fault not in (None, "raise", "exit", "segfault", "hang"):
+            raise ValueError(f"fault must be raise, exit, segfault, hang or None, got {fault!r}")
+        if max_steps < 1:
+            raise ValueError(f"max_steps must be >= 1, got {max_steps}")
+        self._fault = fault
+        self._at_step = at_step
+        self._at_reset = at_reset
+        self._once_file = None if once_file is None else os.fspath(once_file)
+        self._continuous = continuous
+        self._max_steps = max_steps
+        self.observation_space = spaces.Box(-1.0, 1.0, (4,), np.float32)
+        self.action_space = (
+            spaces.Box(-1.0, 1.0, (1,), np.float32) if continuous else spaces.Discrete(2)
+        )
+        self._point = np.zeros(4, np.float32)
+        self._count = 0  # steps in this episode
+        self._steps = 0  # calls of step, over episodes
+        self._resets = 0  # calls of reset
+        if on_build:
+            self._fail("while built")
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)
+        self._resets += 1
+        if self._resets == self._at_reset:
+            self._fail(f"at reset {self._resets}")
+        self._count = 0
+        self._point = self.np_random.uniform(-1.0, 1.0, 4).astype(np.float32)
+        return self._point.copy(), {"terminated": False, "truncated": False}
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        self._steps += 1
+        if self._steps == self._at_step:
+            self._fail(f"at step {self._steps}")
+        if self._continuous:
+            reward = 1.0 - float(
+                (np.asarray(action, np.float32).reshape(-1)[0] - self._point[0]) ** 2
+            )
+        else:
+            reward = float(int(action) == int(self._point[0] > 0))
+        self._count += 1
+        truncated = self._count >= self._max_steps
+        self._point = self.np_random.uniform(-1.0, 1.0, 4).astype(np.float32)
+        return (
+            self._point.copy(),
+            reward,
+            False,
+            truncated,
+            {"terminated": False, "truncated": truncated},
+        )
+
+    def _fail(self, when: str) -> None:
+        """Does ``fault`` if this is a worker process and the once-file allows it."""
+        if self._fault is None or multiprocessing.parent_process() is None:
+            return
+        if self._once_file is not None:
+            try:
+                os.close(os.open(self._once_file, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            except FileExistsError:
+                return  # it fired already in this run
+        if self._fault == "raise":
+            raise RuntimeError(f"FaultyEnv raised {when} as asked")
+        if self._fault == "exit":
+            os._exit(3)
+        if self._fault == "segfault":
+            os.kill(os.getpid(), signal.SIGSEGV)
+        while True:  # "hang", and a segfault that is slow to land
+            time.sleep(3600)
+
+
+if FAULTY_ENV_ID not in gym.registry:
+    # So that `cadence train env.name=cadence.testing.fakes:cadence-testing/Faulty-v0`
+    # (and gym.make) find it: the module's one import-time side effect, as for any
+    # package that registers Gymnasium envs.
+    gym.register(id=FAULTY_ENV_ID, entry_point=FaultyEnv)
