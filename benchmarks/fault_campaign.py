@@ -123,13 +123,15 @@ class CampaignConfig:
         overrides: ``key=value`` overrides (the training seed is added per campaign).
         checkpoint_interval: ``trainer.checkpoint_interval`` in ``overrides``.
         worker_overrides: the overrides that swap the env for ``FaultyEnv`` on the
-            parallel back end (without ``env.env_kwargs``), or None where it does not fit.
+            parallel back end (besides ``env.env_kwargs``), or None where it does not fit.
+        worker_kwargs: ``FaultyEnv``'s arguments besides the fault's (YAML flow mapping items).
     """
 
     named: str
     overrides: tuple[str, ...]
     checkpoint_interval: int
     worker_overrides: tuple[str, ...] | None = None
+    worker_kwargs: str = ""
 
 
 CONFIGS = {
@@ -150,6 +152,14 @@ CONFIGS = {
             "trainer.num_threads=1",
         ),
         checkpoint_interval=3,
+        worker_overrides=(
+            f"env.name={FAULTY_ENV}",
+            "env.backend=parallel",
+            "env.num_envs=2",
+            "env.num_workers=2",
+            f"env.step_timeout_s={STEP_TIMEOUT_S:g}",
+        ),
+        worker_kwargs="continuous: true",
     ),
     # On-policy on the serial back end (CartPole's state pickles): 32 iterations, ~10 s.
     "ppo_cartpole": CampaignConfig(
@@ -483,13 +493,13 @@ def worker_attempt(campaign: Campaign, config: str, kind: str, index: int) -> li
             check_redone(
                 result, faulted.logged_iteration, resumed, interval, "one checkpoint interval"
             )
-    baseline = campaign.references.get(f"{config}/workers")
-    if result.finished and baseline is not None:
+    baseline = campaign.references[f"{config}/workers"]
+    if result.finished:
         extra = faulted.wall_s - baseline.wall_s
         result.notes.append(f"+{max(0.0, extra):.0f} s")
         if extra > STEP_TIMEOUT_S + RESTART_ALLOWANCE_S:
             result.notes.append(f"recovery slower than {STEP_TIMEOUT_S + RESTART_ALLOWANCE_S:g} s")
-    judge_run(run_dir, campaign.references[config], result, expect_equal=None)
+    judge_run(run_dir, baseline, result, expect_equal=None)
     result.wall_s = time.monotonic() - start
     campaign.tidy([result], run_dir)
     return [result]
@@ -499,8 +509,16 @@ def worker_command(
     campaign: Campaign, config: str, run_dir: Path, fault: str, at_step: int, once_file: Path
 ) -> list[str]:
     """The command of a worker fault (``once_file`` existing: the fault never fires)."""
-    kwargs = f"env.env_kwargs={{fault: {fault}, at_step: {at_step}, once_file: '{once_file}'}}"
-    return campaign.command(config, run_dir, [*CONFIGS[config].worker_overrides, kwargs])
+    return campaign.command(config, run_dir, worker_overrides(config, fault, at_step, once_file))
+
+
+def worker_overrides(config: str, fault: str, at_step: int, once_file: Path) -> list[str]:
+    """``config``'s overrides for ``FaultyEnv`` failing with ``fault`` at ``at_step`` once."""
+    spec = CONFIGS[config]
+    items = [f"fault: {fault}", f"at_step: {at_step}", f"once_file: '{once_file}'"]
+    items += [spec.worker_kwargs] if spec.worker_kwargs else []
+    # "++": Hydra refuses a plain "=" for a dict the config holds empty.
+    return [*spec.worker_overrides, f"++env.env_kwargs={{{', '.join(items)}}}"]
 
 
 def worker_kinds_missing(kind: str) -> str | None:
@@ -551,11 +569,8 @@ def worker_reference(campaign: Campaign, config: str) -> Reference:
     once = campaign.workdir / config / "workers-never-fires"
     once.parent.mkdir(parents=True, exist_ok=True)
     once.touch()
-    spec = CONFIGS[config]
-    kwargs = f"env.env_kwargs={{fault: exit, at_step: 1, once_file: '{once}'}}"
-    return run_reference(
-        campaign.workdir, config, campaign.seed, "workers", [*spec.worker_overrides, kwargs]
-    )
+    overrides = worker_overrides(config, "exit", 1, once)
+    return run_reference(campaign.workdir, config, campaign.seed, "workers", overrides)
 
 
 # ------------------------------------------------------------------------- table
