@@ -137,6 +137,7 @@ def _add_play(commands: Any) -> None:
         action="store_true",
         help=f"run the cadence code saved in DIR/{SNAPSHOT_FILE}",
     )
+    _add_checkpoint_option(command)
     command.set_defaults(run=run_play)
 
 
@@ -146,7 +147,31 @@ def _add_eval(commands: Any) -> None:
     command.add_argument(
         "--episodes", type=_positive_int, default=10, metavar="N", help="episodes (default 10)"
     )
+    _add_checkpoint_option(command)
     command.set_defaults(run=run_eval)
+
+
+def _add_checkpoint_option(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "--checkpoint",
+        type=_checkpoint_choice,
+        default="latest",
+        metavar="latest|best|N",
+        help="which checkpoint acts: the latest (default), the best (highest evaluation "
+        "return among checkpoints saved at an evaluated iteration; pruning keeps it), or "
+        "that of iteration N",
+    )
+
+
+def _checkpoint_choice(text: str) -> str:
+    if text in ("latest", "best") or text.isdigit():
+        return text
+    raise argparse.ArgumentTypeError(f"must be 'latest', 'best' or an iteration, got {text!r}")
+
+
+def _checkpoint_kwargs(args: argparse.Namespace) -> dict[str, str]:
+    # Passed only when asked for, so that the code of an older --use-snapshot still runs.
+    return {} if args.checkpoint == "latest" else {"checkpoint": args.checkpoint}
 
 
 def _positive_int(text: str) -> int:
@@ -207,12 +232,14 @@ def run_train(args: argparse.Namespace) -> int:
 
 
 def run_play(args: argparse.Namespace) -> int:
-    """Plays episodes with a run's latest checkpoint and prints their returns."""
+    """Plays episodes with a run's checkpoint (``--checkpoint``) and prints their returns."""
     if args.use_snapshot:
         use_snapshot(args.run_dir)
     config, play_module = _load_run(args.run_dir, "cadence.trainer.play")
     _log_to_terminal()
-    result = play_module.play(config, args.run_dir, args.episodes, args.video)
+    result = play_module.play(
+        config, args.run_dir, args.episodes, args.video, **_checkpoint_kwargs(args)
+    )
     for index, (episode_return, length) in enumerate(
         zip(result.returns, result.lengths, strict=True)
     ):
@@ -223,10 +250,10 @@ def run_play(args: argparse.Namespace) -> int:
 
 
 def run_eval(args: argparse.Namespace) -> int:
-    """Evaluates a run's latest checkpoint and prints the mean return."""
+    """Evaluates a run's checkpoint (``--checkpoint``) and prints the mean return."""
     config, play_module = _load_run(args.run_dir, "cadence.trainer.play")
     _log_to_terminal()
-    stats = play_module.evaluate(config, args.run_dir, args.episodes)
+    stats = play_module.evaluate(config, args.run_dir, args.episodes, **_checkpoint_kwargs(args))
     print(
         f"return {stats['mean_return']:.2f} +- {stats['std_return']:.2f} "
         f"(mean length {stats['mean_length']:.1f}) over {int(stats['episodes'])} episodes"

@@ -8,6 +8,7 @@ command for real on a tiny run, and a few run the console command as a process.
 from __future__ import annotations
 
 import io
+import logging
 import subprocess
 import sys
 import tarfile
@@ -339,6 +340,19 @@ def test_real_eval_prints_the_mean_over_the_episodes(capsys, trained_run):
     code, out, err = _run(capsys, "eval", str(trained_run), "--episodes", "3")
     assert code == 0, err
     assert out.startswith("return ") and "over 3 episodes" in out
+
+
+def test_real_eval_acts_with_the_checkpoint_asked_for(capsys, caplog, trained_run):
+    caplog.set_level(logging.INFO, logger="cadence")
+    code, out, err = _run(
+        capsys, "eval", str(trained_run), "--episodes", "2", "--checkpoint", "best"
+    )
+    assert code == 0, err
+    assert "--checkpoint best" in caplog.text and "over 2 episodes" in out
+    code, _, err = _run(capsys, "eval", str(trained_run), "--checkpoint", "999")
+    assert code == 1 and "for --checkpoint 999" in err
+    code, _, err = _run(capsys, "play", str(trained_run), "--checkpoint", "newest")
+    assert code == 2 and "'latest', 'best' or an iteration" in err
 
 
 def test_real_play_use_snapshot_imports_the_runs_own_code(trained_run):

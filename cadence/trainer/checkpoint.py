@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import os
 import shutil
 from collections.abc import Callable, Collection, Mapping
@@ -37,7 +38,7 @@ logger = logging.getLogger(__name__)
 
 STATE_FILE = "state.pt"
 """The file of a checkpoint holding its state dicts (what acting needs is all in it)."""
-_MANIFEST_FILE = "MANIFEST.json"
+MANIFEST_FILE = "MANIFEST.json"
 _LATEST_FILE = "LATEST"
 
 
@@ -59,6 +60,7 @@ class CheckpointManager:
         iteration: int,
         state: dict[str, Any],
         write_files: Callable[[Path], Mapping[str, str]] | None = None,
+        eval_return: float | None = None,
     ) -> Path:
         """Writes ``state`` as checkpoint ``iteration`` and publishes it.
 
@@ -68,6 +70,9 @@ class CheckpointManager:
             write_files: writes bulk files (fsynced) into the staged checkpoint directory
                 it is given, and returns ``{path relative to it: sha256}`` of those it
                 knows the digest of (the others are hashed here).
+            eval_return: the evaluation return of exactly this iteration, if it was
+                evaluated: recorded in the manifest, it makes the checkpoint a candidate
+                for ``best`` (`load_verified`), which pruning keeps.
 
         Raises:
             OSError: the checkpoint could not be written (e.g. a full disk); the
@@ -82,7 +87,7 @@ class CheckpointManager:
             known = dict(write_files(staging)) if write_files is not None else {}
             torch.save(state, staging / STATE_FILE)
             _fsync_file(staging / STATE_FILE)
-            digest = _write_manifest(staging, known)
+            digest = _write_manifest(staging, known, eval_return)
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
@@ -132,7 +137,7 @@ class CheckpointManager:
         Raises:
             CorruptCheckpointError: naming the file that is missing, truncated or changed.
         """
-        manifest_path = path / _MANIFEST_FILE
+        manifest_path = path / MANIFEST_FILE
         if not manifest_path.is_file():
             raise CorruptCheckpointError(f"{manifest_path} is missing")
         raw = manifest_path.read_bytes()
@@ -165,22 +170,40 @@ class CheckpointManager:
         return digests
 
     def load_verified(
-        self, map_location: Any = "cpu", only: Collection[str] | None = None
+        self,
+        map_location: Any = "cpu",
+        only: Collection[str] | None = None,
+        which: str = "latest",
     ) -> tuple[Path, dict[str, Any]]:
-        """The newest checkpoint that verifies, and its state.
+        """The newest (or best, or a given) checkpoint that verifies, and its state.
 
-        ``LATEST``'s checkpoint comes first, then the others from the newest; each one
-        that fails is logged (naming the file) and skipped. ``only`` limits the files
-        checked (see `verify`): a caller that needs nothing but ``state.pt`` (eval, play)
-        does not read the replay buffer.
+        Args:
+            map_location: where the tensors go.
+            only: limits the files checked (see `verify`): a caller that needs nothing
+                but ``state.pt`` (eval, play) does not read the replay buffer.
+            which: ``"latest"``: ``LATEST``'s checkpoint first, then the others from the
+                newest; ``"best"``: the evaluated checkpoints from the highest evaluation
+                return (the newest of equals first); an iteration number: that checkpoint
+                alone. Each one that fails is logged (naming the file) and skipped.
 
         Raises:
-            FileNotFoundError: the run has no checkpoint.
+            FileNotFoundError: the run has no checkpoint (of that iteration; or, for
+                ``"best"``, none saved at an evaluated iteration).
             CheckpointError: none verifies (every file is left where it is).
+            ValueError: ``which`` is none of the above.
         """
-        candidates = self._candidates()
+        candidates = self._select(which)
         if not candidates:
-            raise FileNotFoundError(f"no checkpoint in {self.directory}")
+            raise FileNotFoundError(
+                f"no checkpoint in {self.directory}"
+                + ("" if which == "latest" else f" for --checkpoint {which}")
+                + (
+                    " (only checkpoints saved at an evaluated iteration have a return to "
+                    "compare: make trainer.checkpoint_interval a multiple of eval_interval)"
+                    if which == "best"
+                    else ""
+                )
+            )
         failures = []
         for path, digest in candidates:
             try:
@@ -224,20 +247,51 @@ class CheckpointManager:
     def manifest_files(self, path: Path) -> dict[str, str]:
         """``{file path relative to path: sha256}`` from checkpoint ``path``'s manifest
         (not verified: call after `verify` or `load_verified`)."""
-        files = json.loads((path / _MANIFEST_FILE).read_bytes())["files"]
+        files = json.loads((path / MANIFEST_FILE).read_bytes())["files"]
         return {name: entry["sha256"] for name, entry in files.items()}
 
+    def eval_returns(self) -> dict[Path, float]:
+        """The recorded evaluation return of each checkpoint saved at an evaluated
+        iteration (from its manifest, not verified)."""
+        returns = {}
+        for path in self._checkpoint_dirs():
+            try:
+                value = json.loads((path / MANIFEST_FILE).read_bytes()).get("eval_return")
+            except (OSError, ValueError, AttributeError):
+                continue
+            if isinstance(value, (int, float)) and math.isfinite(value):
+                returns[path] = float(value)
+        return returns
+
     # --------------------------------------------------------------- internals
+    def _select(self, which: str) -> list[tuple[Path, str | None]]:
+        """The candidates of `load_verified`'s ``which``, in the order to try them."""
+        candidates = self._candidates()
+        if which == "latest":
+            return candidates
+        if which == "best":
+            returns = self.eval_returns()
+            ranked = sorted(returns, key=lambda p: (returns[p], p.name), reverse=True)
+            digests = dict(candidates)
+            return [(path, digests.get(path)) for path in ranked]
+        if which.isdigit():
+            wanted = self.directory / f"{int(which):08d}"
+            return [(path, digest) for path, digest in candidates if path == wanted]
+        raise ValueError(f"--checkpoint must be 'latest', 'best' or an iteration, got {which!r}")
+
+    def _checkpoint_dirs(self) -> list[Path]:
+        """The published checkpoint directories, oldest first."""
+        if not self.directory.is_dir():
+            return []
+        return sorted(p for p in self.directory.iterdir() if p.is_dir() and p.name.isdigit())
+
     def _candidates(self) -> list[tuple[Path, str | None]]:
         """``(path, expected manifest digest)``: LATEST's checkpoint, then the rest newest first."""
         if not self.directory.is_dir():
             return []
         name, digest = self._read_latest()
         named = self._checkpoint_path(name) if name is not None else None
-        others = sorted(
-            (p for p in self.directory.iterdir() if p.is_dir() and p.name.isdigit()),
-            reverse=True,
-        )
+        others = self._checkpoint_dirs()[::-1]
         candidates = [(named, digest)] if named is not None and named.is_dir() else []
         return candidates + [(p, None) for p in others if p != named]
 
@@ -262,9 +316,12 @@ class CheckpointManager:
         _fsync_dir(self.directory)
 
     def _prune(self, keep: Path) -> None:
-        complete = sorted(p for p in self.directory.iterdir() if p.is_dir() and p.name.isdigit())
-        for old in complete[: -self.keep]:
-            if old != keep:
+        """Removes all but the ``keep`` newest checkpoints, ``keep`` itself and the best
+        evaluated one (the highest recorded evaluation return)."""
+        returns = self.eval_returns()
+        best = max(returns, key=lambda p: (returns[p], p.name)) if returns else None
+        for old in self._checkpoint_dirs()[: -self.keep]:
+            if old not in (keep, best):
                 shutil.rmtree(old, ignore_errors=True)
 
 
@@ -274,22 +331,28 @@ def latest_iteration(directory: Path) -> int:
     return int(name) if name is not None and name.isdigit() else 0
 
 
-def _write_manifest(directory: Path, known: Mapping[str, str] | None = None) -> str:
+def _write_manifest(
+    directory: Path, known: Mapping[str, str] | None = None, eval_return: float | None = None
+) -> str:
     """Writes ``MANIFEST.json`` for the files under ``directory`` (``known``: digests of
-    some of them, by relative path) and fsyncs every directory; returns its SHA-256."""
+    some of them, by relative path; ``eval_return``: recorded beside them) and fsyncs
+    every directory; returns its SHA-256."""
     files = {}
     for path in sorted(directory.rglob("*")):
         if path.is_dir():
             _fsync_dir(path)
             continue
         name = path.relative_to(directory).as_posix()
-        if name == _MANIFEST_FILE:
+        if name == MANIFEST_FILE:
             continue
         digest = (known or {}).get(name) or _sha256(path)
         files[name] = {"size": path.stat().st_size, "sha256": digest}
-    raw = json.dumps({"files": files, "digest": _files_digest(files)}, indent=1).encode()
-    (directory / _MANIFEST_FILE).write_bytes(raw)
-    _fsync_file(directory / _MANIFEST_FILE)
+    manifest: dict[str, Any] = {"files": files, "digest": _files_digest(files)}
+    if eval_return is not None and math.isfinite(eval_return):
+        manifest["eval_return"] = eval_return
+    raw = json.dumps(manifest, indent=1).encode()
+    (directory / MANIFEST_FILE).write_bytes(raw)
+    _fsync_file(directory / MANIFEST_FILE)
     _fsync_dir(directory)
     return hashlib.sha256(raw).hexdigest()
 

@@ -37,17 +37,25 @@ class PlayResult:
 
 
 def load_policy(
-    config: Any, run_dir: Path, env: Environment
+    config: Any, run_dir: Path, env: Environment, checkpoint: str = "latest"
 ) -> tuple[Algorithm, DataTransformer | None]:
-    """The run's algorithm and data transformers (eval mode) from its latest checkpoint.
+    """The run's algorithm and data transformers (eval mode) from one of its checkpoints.
 
     The transformers' statistics (normalizers) are the checkpoint's; the replay
     side of HER and frame stacking is not needed to act.
+
+    Args:
+        config: the run's config.
+        run_dir: the run directory.
+        env: the environment the policy will act in (its specs).
+        checkpoint: ``"latest"``, ``"best"`` (the highest evaluation return recorded at
+            a checkpoint) or an iteration number (see `CheckpointManager.load_verified`).
     """
     checkpoints = CheckpointManager(Path(run_dir) / "checkpoints")
     if not checkpoints.has_checkpoints():
         raise FileNotFoundError(f"{run_dir} has no checkpoint yet (checkpoints/ is empty)")
-    path, state = checkpoints.load_verified(only=(STATE_FILE,))  # never the replay buffer
+    # Only state.pt is verified and read: acting never needs the replay buffer.
+    path, state = checkpoints.load_verified(only=(STATE_FILE,), which=str(checkpoint))
     transformer = make_data_transformer(config.data_transformers, env.observation_spec)
     observation_spec = env.observation_spec
     if transformer is not None:
@@ -57,12 +65,16 @@ def load_policy(
     algorithm = build_algorithm(config.algorithm, observation_spec, env.action_spec, config.network)
     algorithm.load_state_dict(state["algorithm"])
     algorithm.eval()
-    logger.info("loaded %s", path)
+    logger.info("loaded %s (--checkpoint %s)", path, checkpoint)
     return algorithm, transformer
 
 
 def play(
-    config: Any, run_dir: Path, episodes: int = 1, video_path: Path | None = None
+    config: Any,
+    run_dir: Path,
+    episodes: int = 1,
+    video_path: Path | None = None,
+    checkpoint: str = "latest",
 ) -> PlayResult:
     """Runs ``episodes`` episodes one after another in a `ThreadEnvironment`.
 
@@ -75,7 +87,7 @@ def play(
     check_training_env(config)
     env = _make_play_env(config, render=video_path is not None)
     try:
-        policy = TransformedPolicy(*load_policy(config, run_dir, env), batch_size=1)
+        policy = TransformedPolicy(*load_policy(config, run_dir, env, checkpoint), batch_size=1)
         frames: list[np.ndarray] = []
         returns, lengths = _run_episodes(
             policy, env, episodes, frames if video_path else None, config.env.name
@@ -87,7 +99,9 @@ def play(
     return PlayResult(returns, lengths, len(frames))
 
 
-def evaluate(config: Any, run_dir: Path, episodes: int = 10) -> dict[str, float]:
+def evaluate(
+    config: Any, run_dir: Path, episodes: int = 10, checkpoint: str = "latest"
+) -> dict[str, float]:
     """Mean and standard deviation of the return over ``episodes`` episodes.
 
     Raises:
@@ -105,7 +119,7 @@ def evaluate(config: Any, run_dir: Path, episodes: int = 10) -> dict[str, float]
         env_kwargs=dict(config.env.env_kwargs or {}),
     )
     try:
-        algorithm, transformer = load_policy(config, run_dir, env)
+        algorithm, transformer = load_policy(config, run_dir, env, checkpoint)
         results = evaluate_episodes(algorithm, env, transformer=transformer)
     finally:
         env.close()

@@ -287,7 +287,13 @@ class Trainer:
             state["scheme"], files = self.scheme.write_checkpoint(staging / _SCHEME_DATA)
             return {f"{_SCHEME_DATA}/{name}": digest for name, digest in files.items()}
 
-        self.checkpoints.save(self.counters["iteration"], state, write_files)
+        evaluated = self.last_eval_is_current() and "eval/episode_return" in self.last_eval
+        self.checkpoints.save(
+            self.counters["iteration"],
+            state,
+            write_files,
+            eval_return=self.last_eval["eval/episode_return"] if evaluated else None,
+        )
         self._saved_iteration = self.counters["iteration"]
 
     def state_dict(self, scheme: bool = True) -> dict[str, Any]:

@@ -162,3 +162,29 @@ def test_republishing_an_iteration_keeps_the_old_copy_until_latest_has_moved(tmp
     assert seen == [True]
     assert manager.load_verified()[1]["i"] == 33
     assert not (tmp_path / ".00000003.old").exists()
+
+
+def test_the_best_evaluated_checkpoint_is_kept_by_pruning_and_chosen_by_best(tmp_path, caplog):
+    manager = CheckpointManager(tmp_path, keep=2)
+    returns = {1: 10.0, 2: 50.0, 3: None, 4: 20.0, 5: 30.0, 6: None}
+    for iteration, eval_return in returns.items():
+        manager.save(iteration, {"i": iteration}, eval_return=eval_return)
+    names = sorted(p.name for p in tmp_path.iterdir() if p.is_dir() and p.name.isdigit())
+    assert names == ["00000002", "00000005", "00000006"], "the best (2) outlives pruning"
+    assert manager.load_verified(which="best")[1]["i"] == 2
+    assert manager.load_verified(which="latest")[1]["i"] == 6
+    assert manager.load_verified(which="5")[1]["i"] == 5
+    (tmp_path / "00000002" / "state.pt").write_bytes(b"damaged")
+    assert manager.load_verified(which="best")[1]["i"] == 5, "the next best that verifies"
+    assert "00000002/state.pt" in caplog.text
+    with pytest.raises(FileNotFoundError, match="--checkpoint 4"):
+        manager.load_verified(which="4")  # pruned
+    with pytest.raises(ValueError, match="'latest', 'best' or an iteration"):
+        manager.load_verified(which="newest")
+
+
+def test_best_without_any_evaluated_checkpoint_says_how_to_get_one(tmp_path):
+    manager = CheckpointManager(tmp_path)
+    manager.save(1, {"i": 1})
+    with pytest.raises(FileNotFoundError, match="multiple of eval_interval"):
+        manager.load_verified(which="best")
