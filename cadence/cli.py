@@ -27,7 +27,12 @@ from typing import Any
 import cadence
 from cadence.config import ConfigError, list_configs
 from cadence.envs.errors import EnvBuildError
-from cadence.trainer.errors import CheckpointError, NonFiniteUpdateError, RunConfigMismatchError
+from cadence.trainer.errors import (
+    CheckpointError,
+    NonFiniteUpdateError,
+    RunConfigMismatchError,
+    RunStorageError,
+)
 
 SNAPSHOT_FILE = "snapshot.tar.gz"
 CONFIG_FILE = "config.yaml"
@@ -38,7 +43,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     Exit codes: 0 success (a pre-empted run included: starting it again resumes
     it), 1 a missing file such as a run without checkpoints, or training stopped by
-    a non-finite loss, 2 a usage or config error, an environment that cannot be built
+    a non-finite loss or a run directory that could not be written (a full disk), 2 a usage or config error, an environment that cannot be built
     (unknown id, missing dependency, a ``module:Id`` that does not import, an env that
     raises), or a run none of whose checkpoints verifies; the message goes to stderr.
     """
@@ -60,7 +65,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (CheckpointError, RunConfigMismatchError, EnvBuildError) as error:  # nothing written
         print(f"cadence {args.command}: {error}", file=sys.stderr)
         return 2
-    except (FileNotFoundError, NonFiniteUpdateError) as error:
+    except (FileNotFoundError, NonFiniteUpdateError, RunStorageError) as error:
         print(f"cadence {args.command}: {error}", file=sys.stderr)
         return 1
 

@@ -128,7 +128,8 @@ class ChunkWriter:
         """Blocks until every queued chunk is on disk.
 
         Raises:
-            RuntimeError: the writer thread failed (its error is the cause).
+            OSError: the writer thread could not write (e.g. a full disk).
+            RuntimeError: the writer thread failed otherwise (its error is the cause).
         """
         self._queue.join()
         self._raise_writer_error()
@@ -227,8 +228,13 @@ class ChunkWriter:
                 self._flushed[(env, slot)] = FlushedChunk(start_time, path, sha256(blob))
 
     def _raise_writer_error(self) -> None:
-        if self._error is not None:
-            raise RuntimeError("the replay chunk writer failed") from self._error
+        error = self._error
+        if isinstance(error, OSError):  # a full disk: the caller can say what to do
+            raise OSError(
+                error.errno, f"the replay chunk writer failed: {error.strerror}", error.filename
+            ) from error
+        if error is not None:
+            raise RuntimeError("the replay chunk writer failed") from error
 
 
 def auto_chunk_length(storage: RingStorage) -> int:

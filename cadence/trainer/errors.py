@@ -21,3 +21,8 @@ class NonFiniteUpdateError(RuntimeError):
 
 class RunConfigMismatchError(RuntimeError):
     """A run directory was started again with a config that differs from its config.yaml."""
+
+
+class RunStorageError(RuntimeError):
+    """The run directory could not be written (a full disk, a lost mount): training
+    stopped; the checkpoints published before are intact and the same command resumes."""

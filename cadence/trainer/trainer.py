@@ -3,6 +3,7 @@ checkpoints, pre-emption and resume (DESIGN §8)."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import time
@@ -19,7 +20,7 @@ from cadence.envs.environment import Environment
 from cadence.envs.errors import EnvStateMismatchError
 from cadence.trainer.checkpoint import CheckpointManager
 from cadence.trainer.config import TrainerConfig
-from cadence.trainer.errors import NonFiniteUpdateError
+from cadence.trainer.errors import NonFiniteUpdateError, RunStorageError
 from cadence.trainer.evaluation import evaluate_episodes
 from cadence.trainer.metrics import MetricsWriter
 from cadence.trainer.preemption import PreemptionGuard
@@ -86,9 +87,16 @@ class Trainer:
         """Trains (resuming from the latest checkpoint if any) and returns how it ended."""
         self.scheme.persist(self.run_dir / "replay")
         try:
-            return self._run()
-        finally:
+            outcome = self._run()
+        except BaseException:
+            with contextlib.suppress(Exception):  # the error under way is the one to report
+                self.scheme.close()
+            raise
+        try:
             self.scheme.close()
+        except OSError as error:
+            raise self._storage_error("the replay buffer's files", error) from error
+        return outcome
 
     def _run(self) -> Outcome:
         resumed = self.restore()
@@ -122,7 +130,10 @@ class Trainer:
     def _iteration(self, writer: MetricsWriter, bar: ProgressBar) -> Outcome:
         start = time.perf_counter()
         self.algorithm.set_progress(self.counters["env_steps"] / self.config.num_env_steps)
-        result = self.scheme.train_iter()
+        try:
+            result = self.scheme.train_iter()
+        except OSError as error:  # e.g. the replay chunk writer met a full disk
+            raise self._storage_error("the replay buffer's files", error) from error
         losses, episodes = result.metrics, result.episodes
         elapsed = time.perf_counter() - start
         counters = self.counters
@@ -181,6 +192,18 @@ class Trainer:
             + (f" (the latest checkpoint is {saved})" if saved is not None else "")
             + ". Lower the learning rate, clip gradients (max_grad_norm) or check the rewards "
             "and observations for NaN or huge values."
+        )
+
+    def _storage_error(self, what: str, error: OSError) -> RunStorageError:
+        saved = self.checkpoints.latest()
+        return RunStorageError(
+            f"{what} could not be written ({error}); training stopped. "
+            + (
+                f"The previous checkpoint {saved} is intact: "
+                if saved is not None
+                else "No checkpoint was published yet: "
+            )
+            + "free some space (or fix the run directory) and run the same command to resume."
         )
 
     def _check_parameters_finite(self) -> None:
@@ -288,12 +311,17 @@ class Trainer:
             return {f"{_SCHEME_DATA}/{name}": digest for name, digest in files.items()}
 
         evaluated = self.last_eval_is_current() and "eval/episode_return" in self.last_eval
-        self.checkpoints.save(
-            self.counters["iteration"],
-            state,
-            write_files,
-            eval_return=self.last_eval["eval/episode_return"] if evaluated else None,
-        )
+        try:
+            self.checkpoints.save(
+                self.counters["iteration"],
+                state,
+                write_files,
+                eval_return=self.last_eval["eval/episode_return"] if evaluated else None,
+            )
+        except OSError as error:
+            raise self._storage_error(
+                f"the checkpoint of iteration {self.counters['iteration']}", error
+            ) from error
         self._saved_iteration = self.counters["iteration"]
 
     def state_dict(self, scheme: bool = True) -> dict[str, Any]:

@@ -4,6 +4,7 @@ every chunk (checksum, shape, dtype, count) before using it; eval and play never
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 
@@ -174,3 +175,29 @@ def test_ending_episodes_in_place_makes_the_next_snapshot_rewrite_that_chunk(tmp
 def _fresh(path):
     path.mkdir()
     return path
+
+
+def _no_space(*args, **kwargs):
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+@pytest.mark.parametrize(
+    "where", ["cadence.trainer.checkpoint.torch.save", "cadence.replay.chunk_writer.write_durable"]
+)
+def test_a_full_disk_stops_the_run_with_a_message_and_the_same_command_resumes(
+    tmp_path, monkeypatch, capsys, where
+):
+    from cadence.cli import main
+
+    command = ["train", "dqn_cartpole", "--root-dir", str(tmp_path), *OVERRIDES]
+    with crash_after(5), pytest.raises(SimulatedCrash):
+        train_named("dqn_cartpole", tmp_path, OVERRIDES)  # checkpoint 4 is on disk
+    with monkeypatch.context() as patch:
+        patch.setattr(where, _no_space)
+        assert main(command) == 1
+    err = capsys.readouterr().err
+    assert "No space left on device" in err and "Traceback" not in err
+    assert "00000004 is intact" in err and "run the same command to resume" in err
+    assert sorted(p.name for p in (tmp_path / "checkpoints").glob("0*"))[-1] <= "00000008"
+    assert main(command) == 0
+    assert [r["iteration"] for r in read_metrics(tmp_path)] == list(range(1, 17))
