@@ -232,7 +232,7 @@ class FailingEnv(gym.Env):
 
 
 class FaultyEnv(gym.Env):
-    """A learnable task that fails once, in an env worker process, as asked.
+    r"""A learnable task that fails once, in an env worker process, as asked.
 
     Each step shows a point ``x`` drawn uniformly from ``[-1, 1]^4``; the reward is
     1 for the action ``x[0] > 0`` (``Discrete(2)``), or, with ``continuous``,
