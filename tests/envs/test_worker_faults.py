@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import logging
+import multiprocessing as mp
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -17,6 +19,7 @@ import torch
 from cadence.data.time_step import StepType
 from cadence.envs import EnvironmentWorkerError, GymEnvFactory, ParallelEnvironment, make_env
 from cadence.envs.env_state import UnsavableEnvStateError
+from cadence.envs.worker_pool import WorkerPool
 from cadence.testing.fakes import FAULTY_ENV_ID, FaultyEnv
 
 FAULTY = f"cadence.testing.fakes:{FAULTY_ENV_ID}"
@@ -128,6 +131,26 @@ def test_a_hang_beyond_the_restart_budget_is_an_error(tmp_path):
     finally:
         env.close()
     assert error.value.hung and "hung (no answer within 0.5 s" in str(error.value)
+
+
+def _silent_worker(conn) -> None:
+    time.sleep(60)
+
+
+@pytest.mark.timeout(60)
+def test_the_worker_pool_kills_a_worker_silent_past_its_deadline():
+    """Any user of the pool (not only ParallelEnvironment) gets the deadline."""
+    pool = WorkerPool(mp.get_context("forkserver"), 1, timeout_s=0.5)
+    pool.spawn(0, _silent_worker, ())
+    try:
+        start = time.monotonic()
+        replies, dead = pool.request({0: ("anything", None)})
+        assert 0.5 <= time.monotonic() - start < 5.0
+        assert not replies and dead == {0} and pool.hung_for(0) == 0.5
+        assert pool.reap(0) == "hung (no answer within 0.5 s; killed with SIGKILL)"
+        assert pool.processes[0].exitcode == -signal.SIGKILL
+    finally:
+        pool.stop()
 
 
 class LockedEnv(FaultyEnv):
