@@ -63,7 +63,18 @@ class TrainerConfig:
     progress_bar: Literal["auto", "on", "off"] = field(
         default="auto",
         validator=in_(["auto", "on", "off"]),
-        metadata={"doc": "Show a progress bar ('auto': only when stdout is a terminal)."},
+        metadata={
+            "doc": "Show progress: 'auto' a bar when stdout is a terminal, else a plain line "
+            "every progress_interval_s; 'on' a bar always; 'off' nothing."
+        },
+    )
+    progress_interval_s: float = field(
+        default=30.0,
+        validator=ge(0),
+        metadata={
+            "doc": "Seconds between plain progress lines when stdout is not a terminal "
+            "(0: only the final line)."
+        },
     )
     deterministic: bool = field(
         default=True, metadata={"doc": "Use deterministic torch algorithms (exact resume on CPU)."}

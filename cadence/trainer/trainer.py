@@ -107,10 +107,14 @@ class Trainer:
         try:
             with (
                 PreemptionGuard() as preemption,
-                ProgressBar(self.config.num_env_steps, self.config.progress_bar) as bar,
+                ProgressBar(
+                    self.config.num_env_steps,
+                    self.config.progress_bar,
+                    interval_s=self.config.progress_interval_s,
+                ) as bar,
             ):
                 if resumed:
-                    bar.update(self.counters["env_steps"])
+                    bar.update(self.counters["env_steps"], iteration=self.counters["iteration"])
                 while self.counters["env_steps"] < self.config.num_env_steps:
                     outcome = self._iteration(writer, bar)
                     if outcome == "complete" and preemption.requested:
@@ -155,6 +159,7 @@ class Trainer:
             self._steps_per_s(elapsed),
             self._latest_return(),
             self.last_eval.get("eval/episode_return"),
+            iteration=iteration,
         )
         if self._every(self.config.checkpoint_interval):
             self.save()

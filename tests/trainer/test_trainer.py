@@ -211,16 +211,22 @@ def test_an_env_state_of_another_back_end_is_reset_on_resume_with_a_warning(tmp_
     assert [r["iteration"] for r in read_metrics(root)] == list(range(1, 7))
 
 
-def test_progress_bar_stays_silent_off_a_terminal(capsys):
-    from cadence.trainer.progress import ProgressBar
-
-    with ProgressBar(100, "auto") as bar:  # pytest captures stdout: not a terminal
-        bar.update(50, 1000.0, 20.0)
-    assert capsys.readouterr().out == ""
-    with ProgressBar(100, "on") as bar:
-        bar.update(50, 1000.0, 20.5, 30.0)
-    shown = capsys.readouterr().out
-    assert "env steps" in shown and "1,000 steps/s" in shown and "return 20.5" in shown
+def test_off_a_terminal_training_prints_plain_progress_lines(tmp_path, capsys):
+    config = load_config(
+        "ppo_cartpole",
+        [
+            "trainer.unroll_length=16",
+            "env.num_envs=4",
+            "trainer.num_env_steps=128",
+            "trainer.progress_bar=auto",  # pytest's stdout is not a terminal
+            "trainer.progress_interval_s=0",
+            f"root_dir={tmp_path / 'run'}",
+        ],
+    )
+    assert train(config) == "complete"
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-1].startswith("progress: iter 2  env steps 128/128 (100%)")
+    assert not any("\r" in line or "\x1b" in line for line in lines)
 
 
 def test_the_final_evaluation_shares_the_last_iterations_row(tmp_path):
