@@ -174,13 +174,13 @@ def test_the_attempts_choices_depend_on_the_seed_alone(campaign):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)
 def test_ci_budget_quick_fault_campaign_loses_nothing(tmp_path):
     """The quick campaign on the on-policy config: SIGKILL at a random moment and during
-    a checkpoint write, SIGTERM, every kind of damaged file, and the worker faults
-    (n/a until FaultyEnv exists); ~3 minutes on 2 cores."""
+    a checkpoint write, SIGTERM, every kind of damaged file, and a worker's death
+    (n/a without FaultyEnv); ~3 minutes on 2 idle cores."""
     report = tmp_path / "report.json"
     kinds = ["sigkill", "sigkill-checkpoint", "sigterm", "flip", "truncate", "worker-exit"]
-    kinds += ["worker-hang"]
     result = subprocess.run(
         [
             sys.executable, str(SCRIPT), "--quick", "--attempts", "1", "--configs",
@@ -189,7 +189,7 @@ def test_ci_budget_quick_fault_campaign_loses_nothing(tmp_path):
         ],
         capture_output=True,
         text=True,
-        timeout=900,
+        timeout=850,
         env={**os.environ, "PYTHONPATH": str(SCRIPT.parents[1])},
     )  # fmt: skip
     assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-3000:]
