@@ -167,11 +167,37 @@ def register_defaults() -> None:
     defaults = to_dict(ExperimentConfig(name="defaults"))
     for key in ("name", "algorithm"):
         del defaults[key]
-    store.store(name=DEFAULTS_NAME, node=defaults)
+    store.store(name=DEFAULTS_NAME, node=_open_mappings(defaults, ExperimentConfig))
     # Algorithms come and go (`unregister_algorithm`): the group holds exactly today's.
     store.repo.pop("algorithm", None)
     for algorithm, config_class in ALGORITHM_CONFIGS.items():
-        store.store(group="algorithm", name=algorithm, node=to_dict(config_class()))
+        node = _open_mappings(to_dict(config_class()), config_class)
+        store.store(group="algorithm", name=algorithm, node=node)
+
+
+def _open_mappings(tree: dict[str, Any], config_class: type) -> Any:
+    """``tree`` as an OmegaConf node whose free-form mappings (fields typed ``dict``, such
+    as ``env.env_kwargs``) take any key: ``env.env_kwargs={render_mode: rgb_array}`` and
+    ``env.env_kwargs.render_mode=...`` then work as they read, while a mistyped key of a
+    config class is still refused."""
+    node = OmegaConf.create(tree)
+    for path in _mapping_fields(config_class):
+        child = OmegaConf.select(node, path)
+        if child is not None:
+            OmegaConf.set_struct(child, False)
+    return node
+
+
+def _mapping_fields(config_class: type, prefix: str = "") -> Iterator[str]:
+    """The dotted paths of the ``dict``-typed fields of an attrs config class, nested ones too."""
+    hints = typing.get_type_hints(config_class)
+    for field in attrs.fields(config_class):
+        hint = hints.get(field.name)
+        origin = typing.get_origin(hint) or hint
+        if attrs.has(origin):
+            yield from _mapping_fields(origin, f"{prefix}{field.name}.")
+        elif origin in (dict, Mapping):
+            yield f"{prefix}{field.name}"
 
 
 def _named_paths() -> list[Path]:

@@ -256,10 +256,9 @@ class FaultyEnv(gym.Env):
 
         cadence train ppo_cartpole env.name=cadence.testing.fakes:cadence-testing/Faulty-v0 \
             env.backend=parallel env.num_workers=2 env.step_timeout_s=5 \
-            "++env.env_kwargs={fault: exit, at_step: 50, once_file: /tmp/fired}"
+            "env.env_kwargs={fault: exit, at_step: 50, once_file: /tmp/fired}"
 
-    (``++``: Hydra refuses to set a dict that the config holds empty with a plain ``=``;
-    ``+env.env_kwargs.fault=exit`` and so on, key by key, works too.)
+    (``env.env_kwargs.fault=exit`` and so on, key by key, works too.)
 
     Args:
         fault: what happens (``None``: nothing; the env is then a plain task).

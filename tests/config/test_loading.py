@@ -80,11 +80,13 @@ def test_overrides_convert_to_the_annotated_types():
     assert config.algorithm.gamma == 1.0 and isinstance(config.algorithm.gamma, float)
 
 
-def test_new_env_kwargs_are_added_with_plus():
-    config = load_config("ppo_cartpole", ["+env.env_kwargs.render_mode=rgb_array"])
-    assert config.env.env_kwargs == {"render_mode": "rgb_array"}
-    error = _error("ppo_cartpole", ["env.env_kwargs.render_mode=rgb_array"])
-    assert "+env.env_kwargs.render_mode=VALUE" in str(error)
+def test_new_env_kwargs_are_added_with_or_without_plus():
+    for override in (
+        "+env.env_kwargs.render_mode=rgb_array",
+        "env.env_kwargs.render_mode=rgb_array",
+    ):
+        config = load_config("ppo_cartpole", [override])
+        assert config.env.env_kwargs == {"render_mode": "rgb_array"}
 
 
 def test_algorithm_group_switches_the_algorithm():
@@ -176,3 +178,16 @@ def test_broken_named_yaml_is_a_config_error(tmp_path, monkeypatch):
     monkeypatch.setattr("cadence.config.loading.NAMED_CONFIG_DIR", tmp_path)
     error = _error("broken", [])
     assert error.problems[0].key == "(YAML)" and "broken.yaml" in error.problems[0].message
+
+
+def test_a_free_form_mapping_takes_any_key_from_the_command_line():
+    config = load_config(
+        "ppo_cartpole", ["env.env_kwargs={max_episode_steps: 50, sutton_barto_reward: true}"]
+    )
+    assert config.env.env_kwargs == {"max_episode_steps": 50, "sutton_barto_reward": True}
+    config = load_config("sac_pendulum", ["env.env_kwargs.g=9.0"])
+    assert config.env.env_kwargs == {"g": 9.0}
+    with pytest.raises(
+        ConfigError, match="env.env_kwarg: unknown key; did you mean env.env_kwargs"
+    ):
+        load_config("ppo_cartpole", ["env.env_kwarg={a: 1}"])
