@@ -13,6 +13,7 @@ __getattr__, __dir__ = lazy_exports(
         "EnvBuildError": "errors",
         "EnvStateMismatchError": "errors",
         "UnknownEnvironmentError": "errors",
+        "UnsavableEnvStateError": "env_state",
         "make_env": "make",
         "MujocoWarning": "mujoco_setup",
         "EnvironmentWorkerError": "parallel",
@@ -50,5 +51,6 @@ __all__ = [
     "ThreadEnvironment",
     "TimeLimit",
     "UnknownEnvironmentError",
+    "UnsavableEnvStateError",
     "make_env",
 ]

@@ -16,6 +16,7 @@ import torch
 from cadence.algorithms.algorithm import Algorithm
 from cadence.algorithms.scheme import IterationResult, TrainingScheme
 from cadence.collect.unroll import Collector
+from cadence.envs.env_state import UnsavableEnvStateError
 from cadence.envs.environment import Environment
 from cadence.envs.errors import EnvStateMismatchError
 from cadence.trainer.checkpoint import CheckpointManager
@@ -400,10 +401,14 @@ class Trainer:
             return self.collector.env.get_state()
         except Exception as error:  # noqa: BLE001 - any env may fail to pickle
             if not self._warned_env_state:
-                logger.warning(
-                    "environment state cannot be saved (%s); a resumed run resets the environments",
-                    error,
-                )
+                if isinstance(error, UnsavableEnvStateError):  # expected; says it all
+                    logger.warning("%s", error)
+                else:
+                    logger.warning(
+                        "environment state cannot be saved (%s); a run resumed from a "
+                        "checkpoint cuts its episodes and starts new ones",
+                        error,
+                    )
                 self._warned_env_state = True
             return None
 
