@@ -25,10 +25,15 @@ the same deaths. Each worker may be restarted ``max_worker_restarts`` times in a
 ``restart_window_s`` seconds; one more death (or hang) raises
 `EnvironmentWorkerError` and leaves the environment unusable, as does a death
 while it is being built or a build that takes longer than ``build_timeout_s``. An
-exception raised by an env is a bug, not a crash: it is re-raised in the parent
-with the worker's traceback and the env id, and nothing restarts; an env whose
-state cannot be saved raises `UnsavableEnvStateError` from `get_state`, one line
-naming the env, without a traceback.
+exception raised by an env's ``step`` or ``reset`` (a simulator gone unstable, a
+lost connection) is treated as a crash of its worker: a warning gives the env id and
+the worker's traceback, the worker is killed and restarted as above, within the
+same budget, so an env that keeps raising (a bug) ends as an error naming what it
+raised. An exception anywhere else (building the envs, ``get_state``, ``set_state``,
+``render``) is re-raised in the parent with the worker's traceback and the env id,
+and nothing restarts; an env whose state cannot be saved raises
+`UnsavableEnvStateError` from `get_state`, one line naming the env, without a
+traceback.
 
 Workers start with ``"forkserver"`` by default: the server imports torch and
 cadence once, and every worker is forked from it in milliseconds, without
@@ -269,7 +274,7 @@ class ParallelEnvironment(Environment):
         return list(range(*self._slices[worker]))
 
     def reset(self) -> TimeStep:
-        self._request_all(dict.fromkeys(range(self.num_workers), _RESET))
+        self._request_all(dict.fromkeys(range(self.num_workers), _RESET), stepping=True)
         self._pending_cuts.clear()  # every env starts a new episode
         return self._deliver()
 
@@ -279,7 +284,7 @@ class ParallelEnvironment(Environment):
         try:
             if cuts:  # workers restarted outside a step: their cut envs wait for this LAST
                 messages = {**self._step_all, **{w: ("step", rows) for w, rows in cuts.items()}}
-                died = self._request(messages, self._prepare)[1]
+                died = self._request(messages, self._prepare, stepping=True)[1]
             else:
                 died = self._step_workers()
             while died:
@@ -287,7 +292,7 @@ class ParallelEnvironment(Environment):
                 # end theirs with LAST here and reset on their next step.
                 for worker in died:
                     cuts[worker] = self._pending_cuts.pop(worker)
-                died = self._request({w: ("step", cuts[w]) for w in died})[1]
+                died = self._request({w: ("step", cuts[w]) for w in died}, stepping=True)[1]
         except EnvironmentWorkerError:
             # An env raised: the cut episodes still owe their LAST to the next step.
             self._pending_cuts = {**cuts, **self._pending_cuts}
@@ -568,29 +573,34 @@ class ParallelEnvironment(Environment):
 
     # -- messaging ---------------------------------------------------------------------------
 
-    def _request_all(self, messages: dict[int, Any]) -> dict[int, Any]:
+    def _request_all(self, messages: dict[int, Any], stepping: bool = False) -> dict[int, Any]:
         """`_request`, sending a dead worker's message again to its replacement."""
-        replies, died = self._request(messages)
+        replies, died = self._request(messages, stepping=stepping)
         while died:
-            more, died = self._request({w: messages[w] for w in died})
+            more, died = self._request({w: messages[w] for w in died}, stepping=stepping)
             replies.update(more)
         return replies
 
     def _request(
-        self, messages: dict[int, Any], while_waiting: Callable[[], None] | None = None
+        self,
+        messages: dict[int, Any],
+        while_waiting: Callable[[], None] | None = None,
+        stepping: bool = False,
     ) -> tuple[dict[int, Any], set[int]]:
         """Sends each worker its message (`STEP` or an object) and waits for all of them.
 
         ``while_waiting`` (if any) runs while the workers work.
 
         Workers that died are restarted (see `_recover`) before an env's error, if
-        any, is raised, so that the others stay in step with the parent.
+        any, is raised, so that the others stay in step with the parent. With
+        ``stepping`` (a step or a reset), a worker whose env raised is killed and
+        restarted like a dead one.
 
         Returns:
             The replies' payloads by worker, and the workers that died (and were replaced).
         """
         self._check_usable()
-        return self._settle(*self._pool.request(messages, while_waiting))
+        return self._settle(*self._pool.request(messages, while_waiting), stepping=stepping)
 
     def _step_workers(self) -> set[int]:
         """`_request` of a plain step from every worker (the hot path of `step`).
@@ -600,16 +610,31 @@ class ParallelEnvironment(Environment):
         """
         self._check_usable()
         outcome = self._pool.step_all(self._prepare)
-        return set() if outcome is None else self._settle(*outcome)[1]
+        return set() if outcome is None else self._settle(*outcome, stepping=True)[1]
 
     def _settle(
-        self, replies: dict[int, tuple[str, Any]], dead: set[int]
+        self, replies: dict[int, tuple[str, Any]], dead: set[int], stepping: bool = False
     ) -> tuple[dict[int, Any], set[int]]:
-        """Restarts the ``dead`` workers, then raises an env's error among the ``replies``."""
+        """Restarts the ``dead`` workers (and, ``stepping``, those whose env raised), then
+        raises an env's error among the ``replies``."""
+        if stepping and self._built:
+            for worker, (status, payload) in sorted(replies.items()):
+                if status == "error":
+                    self._kill_raising(worker, payload)
+                    dead = dead | {worker}
+            replies = {w: reply for w, reply in replies.items() if w not in dead}
         for worker in sorted(dead):
             self._recover(worker)
         self._raise_errors(replies)
         return {w: payload for w, (_, payload) in replies.items()}, dead
+
+    def _kill_raising(self, worker: int, payload: tuple[int | None, str, str]) -> None:
+        """Kills ``worker``, whose env raised in a step or reset, so that it is replaced;
+        the warning carries the worker's traceback."""
+        env_index, text, tb = payload
+        error = self._worker_error(worker, env_index, text, tb)
+        logger.warning("%s", error)
+        self._pool.kill(worker, f"raised {text.splitlines()[0]} (traceback above; killed)")
 
     def _raise_errors(self, replies: dict[int, tuple[str, Any]]) -> None:
         for worker, (status, payload) in sorted(replies.items()):

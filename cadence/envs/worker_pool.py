@@ -56,6 +56,7 @@ class WorkerPool:
         self._context = context
         self.timeout_s = timeout_s
         self._hung: dict[int, float] = {}  # worker -> the wait it outlasted (until replaced)
+        self._killed: dict[int, str] = {}  # worker -> why it was killed (until replaced)
         self.processes: list[Any] = [None] * num_workers
         self._channels: list[Channel | None] = [None] * num_workers
         # Every worker's pipe and sentinel, registered once: `select.poll` is one system
@@ -79,6 +80,7 @@ class WorkerPool:
         if self._channels[worker] is not None:
             self._retire(worker)
         self._hung.pop(worker, None)
+        self._killed.pop(worker, None)
         self._rung[worker] = False
         if self._doorbell is not None:
             self._doorbell.reset_row(worker)  # the new worker starts counting from 0
@@ -187,10 +189,21 @@ class WorkerPool:
         with SIGKILL)"``."""
         process = self.processes[worker]
         process.join(timeout=1.0)
+        if worker in self._killed:
+            return self._killed[worker]
         waited_s = self._hung.get(worker)
         if waited_s is not None:
             return f"hung (no answer within {waited_s:g} s; killed with SIGKILL)"
         return f"died ({describe_exit(process.exitcode)})"
+
+    def kill(self, worker: int, how: str) -> None:
+        """Kills live ``worker`` (e.g. one whose env raised, to replace it); `reap` then
+        returns ``how``."""
+        self._killed[worker] = how
+        process = self.processes[worker]
+        if process.exitcode is None:
+            process.kill()
+        process.join(timeout=_CLOSE_TIMEOUT_S)
 
     def hung_for(self, worker: int) -> float | None:
         """The wait that dead ``worker`` outlasted before it was killed (``None``: it died)."""
