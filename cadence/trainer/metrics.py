@@ -31,7 +31,10 @@ class MetricsWriter:
     def __init__(self, run_dir: Path, resume_iteration: int = 0, resume_env_steps: int = 0):
         self.path = Path(run_dir) / "metrics.jsonl"
         _truncate_after(self.path, resume_iteration)
-        purge_step = resume_env_steps + 1 if resume_iteration else None
+        # TensorBoard drops what earlier event files hold from this step on: after a
+        # checkpoint's step, or everything when a run that died before its first checkpoint
+        # starts again (its events would otherwise be shown twice).
+        purge_step = resume_env_steps + 1 if resume_iteration else 0
         self._tb = SummaryWriter(str(Path(run_dir) / "tb"), purge_step=purge_step)
         self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
 

@@ -118,7 +118,8 @@ class Trainer:
                     bar.update(self.counters["env_steps"], iteration=self.counters["iteration"])
                 while self.counters["env_steps"] < self.config.num_env_steps:
                     outcome = self._iteration(writer, bar)
-                    if outcome == "complete" and preemption.requested:
+                    budget_left = self.counters["env_steps"] < self.config.num_env_steps
+                    if outcome == "complete" and preemption.requested and budget_left:
                         outcome = "preempted"
                     if outcome != "complete":
                         break
@@ -341,6 +342,8 @@ class Trainer:
             "env": self._env_state(),
             "counters": dict(self.counters),
             "pending_metrics": {k: torch.cat(v) for k, v in self._pending.items()},
+            # So that a run resumed from its last iteration does not evaluate (and log) it again.
+            "last_eval": {"iteration": self._eval_iteration, "metrics": dict(self.last_eval)},
             "rng": rng_state(),
         }
 
@@ -362,6 +365,8 @@ class Trainer:
             self.collector.transformer.load_state_dict(state["data_transformers"])
         self.counters.update(state["counters"])
         self._pending = {k: [v.cpu()] for k, v in state["pending_metrics"].items()}
+        last_eval = state.get("last_eval", {"iteration": -1, "metrics": {}})  # older checkpoints
+        self._eval_iteration, self.last_eval = last_eval["iteration"], dict(last_eval["metrics"])
         if self._restore_env(state["env"]):
             self.collector.load_state_dict(state["collector"])
         set_rng_state(state["rng"])

@@ -3,6 +3,8 @@ names what it skipped, resumes from the newest checkpoint that verifies, and end
 the metrics of an uninterrupted run."""
 
 import logging
+import os
+import signal
 
 import pytest
 
@@ -16,6 +18,7 @@ from cadence.testing.resume import (
 )
 from cadence.trainer.checkpoint import CheckpointManager, latest_iteration
 from cadence.trainer.metrics import read_metrics
+from cadence.trainer.trainer import Trainer
 
 OVERRIDES = [
     "env.num_envs=4",
@@ -117,3 +120,53 @@ def test_when_no_checkpoint_verifies_cadence_train_exits_2_and_touches_nothing(t
     assert "no checkpoint" in error and "00000006/state.pt" in error and "00000003" in error
     assert "Traceback" not in error
     assert {p: p.stat().st_mtime_ns for p in root.rglob("*") if p.is_file()} == before
+
+
+def test_a_death_after_the_final_checkpoint_finishes_without_logging_the_last_iteration_twice(
+    tmp_path, monkeypatch, uninterrupted
+):
+    root = tmp_path / "run"
+    save = Trainer.save
+
+    def dies_after_the_final_save(self):
+        save(self)
+        if self.counters["env_steps"] >= self.config.num_env_steps:
+            raise SimulatedCrash  # before COMPLETE is written
+
+    with monkeypatch.context() as patch, pytest.raises(SimulatedCrash):
+        patch.setattr(Trainer, "save", dies_after_the_final_save)
+        train_named("ppo_cartpole", root, OVERRIDES)
+    assert latest_iteration(root / "checkpoints") == 10 and not (root / "COMPLETE").exists()
+    assert train_named("ppo_cartpole", root, OVERRIDES) == "complete"
+    assert [r["iteration"] for r in read_metrics(root)] == list(range(1, 11))
+    _assert_same_run(root, uninterrupted)
+
+
+def test_a_preemption_signal_in_the_last_iteration_completes_the_run(tmp_path, monkeypatch):
+    root = tmp_path / "run"
+    iteration = Trainer._iteration
+
+    def signalled_in_the_last(self, *args):
+        if self.counters["env_steps"] + self.collector.num_env_steps_per_unroll >= 640:
+            os.kill(os.getpid(), signal.SIGUSR1)
+        return iteration(self, *args)
+
+    monkeypatch.setattr(Trainer, "_iteration", signalled_in_the_last)
+    assert train_named("ppo_cartpole", root, OVERRIDES) == "complete"
+    assert (root / "COMPLETE").exists()
+    assert [r["iteration"] for r in read_metrics(root)] == list(range(1, 11))
+
+
+def test_a_fresh_start_after_a_death_before_any_checkpoint_purges_the_dead_runs_tensorboard_points(
+    tmp_path,
+):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    root = tmp_path / "run"
+    _die_after(2, root)  # iterations 1 and 2 logged, no checkpoint yet (interval 3)
+    assert not (root / "checkpoints").exists() or latest_iteration(root / "checkpoints") == 0
+    assert train_named("ppo_cartpole", root, OVERRIDES) == "complete"
+    events = EventAccumulator(str(root / "tb"))
+    events.Reload()
+    steps = [event.step for event in events.Scalars("loss/total")]
+    assert steps == sorted(set(steps)) and len(steps) == 10, "each step once"
