@@ -28,8 +28,9 @@ while it is being built or a build that takes longer than ``build_timeout_s``. A
 exception raised by an env's ``step`` or ``reset`` (a simulator gone unstable, a
 lost connection) is treated as a crash of its worker: a warning gives the env id and
 the worker's traceback, the worker is killed and restarted as above, within the
-same budget, so an env that keeps raising (a bug) ends as an error naming what it
-raised. An exception anywhere else (building the envs, ``get_state``, ``set_state``,
+same budget; once that is spent (or with ``max_worker_restarts=0``), the env's error
+is re-raised in the parent with the worker's traceback, so an env that keeps raising
+(a bug) stops the run. An exception anywhere else (building the envs, ``get_state``, ``set_state``,
 ``render``) is re-raised in the parent with the worker's traceback and the env id,
 and nothing restarts; an env whose state cannot be saved raises
 `UnsavableEnvStateError` from `get_state`, one line naming the env, without a
@@ -619,9 +620,11 @@ class ParallelEnvironment(Environment):
         raises an env's error among the ``replies``."""
         if stepping and self._built:
             for worker, (status, payload) in sorted(replies.items()):
-                if status == "error":
+                if status == "error" and self._budget.allows(worker):
                     self._kill_raising(worker, payload)
                     dead = dead | {worker}
+                # Else its error is raised below, with the worker's traceback, and the
+                # worker stays (restarts exhausted, or off): the caller decides.
             replies = {w: reply for w, reply in replies.items() if w not in dead}
         for worker in sorted(dead):
             self._recover(worker)

@@ -340,6 +340,11 @@ class RestartBudget:
         times.append(now)
         return True
 
+    def allows(self, worker: int) -> bool:
+        """Whether `spend` would record a restart of ``worker`` now (nothing is recorded)."""
+        now, times = self._clock(), self._times[worker]
+        return sum(now - t < self.window_s for t in times) < self.max_restarts
+
     def recent(self, worker: int) -> int:
         """The restarts of ``worker`` recorded within the window (as of the last `spend`)."""
         return len(self._times[worker])

@@ -37,8 +37,10 @@ def _failing_factories(num_envs: int, failing: int, **failure) -> list[GymEnvFac
 
 
 @pytest.mark.timeout(120)
-def test_an_env_exception_is_reraised_with_the_worker_traceback_and_env_id():
-    env = ParallelEnvironment(_failing_factories(4, failing=2, fail_at_step=3), num_workers=2)
+def test_an_env_exception_beyond_the_restarts_is_reraised_with_the_worker_traceback_and_env_id():
+    env = ParallelEnvironment(
+        _failing_factories(4, failing=2, fail_at_step=3), num_workers=2, max_worker_restarts=0
+    )
     try:
         env.reset()
         action = torch.zeros(4, dtype=torch.int64)
