@@ -121,7 +121,6 @@ class CampaignConfig:
     Attributes:
         named: the named config (``cadence list``).
         overrides: ``key=value`` overrides (the training seed is added per campaign).
-        checkpoint_interval: ``trainer.checkpoint_interval`` in ``overrides``.
         worker_overrides: the overrides that swap the env for ``FaultyEnv`` on the
             parallel back end (besides ``env.env_kwargs``), or None where it does not fit.
         worker_kwargs: ``FaultyEnv``'s arguments besides the fault's (YAML flow mapping items).
@@ -129,9 +128,14 @@ class CampaignConfig:
 
     named: str
     overrides: tuple[str, ...]
-    checkpoint_interval: int
     worker_overrides: tuple[str, ...] | None = None
     worker_kwargs: str = ""
+
+    @property
+    def checkpoint_interval(self) -> int:
+        """``trainer.checkpoint_interval`` as ``overrides`` set it."""
+        prefix = "trainer.checkpoint_interval="
+        return int(next(o for o in self.overrides if o.startswith(prefix)).removeprefix(prefix))
 
 
 CONFIGS = {
@@ -151,7 +155,6 @@ CONFIGS = {
             "trainer.progress_bar=off",
             "trainer.num_threads=1",
         ),
-        checkpoint_interval=3,
         worker_overrides=(
             f"env.name={FAULTY_ENV}",
             "env.backend=parallel",
@@ -175,7 +178,6 @@ CONFIGS = {
             "trainer.progress_bar=off",
             "trainer.num_threads=1",
         ),
-        checkpoint_interval=3,
         worker_overrides=(
             f"env.name={FAULTY_ENV}",
             "env.backend=parallel",
