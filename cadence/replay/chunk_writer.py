@@ -43,6 +43,12 @@ logger = logging.getLogger(__name__)
 TARGET_CHUNK_BYTES = 4 << 20
 """The size an automatically chosen chunk stays under (one file per chunk)."""
 
+
+class ChunkWriteError(OSError):
+    """The writer thread could not write a chunk (e.g. a full disk); raised on the
+    training thread by the next add, `wait` or `close`."""
+
+
 _Job = tuple[list[tuple[int, int, int]], dict[str, torch.Tensor]]
 """``([(env, slot, start_time), ...], {key: [num_chunks, chunk_length, *shape]})``."""
 
@@ -128,7 +134,7 @@ class ChunkWriter:
         """Blocks until every queued chunk is on disk.
 
         Raises:
-            OSError: the writer thread could not write (e.g. a full disk).
+            ChunkWriteError: the writer thread could not write (e.g. a full disk).
             RuntimeError: the writer thread failed otherwise (its error is the cause).
         """
         self._queue.join()
@@ -230,7 +236,7 @@ class ChunkWriter:
     def _raise_writer_error(self) -> None:
         error = self._error
         if isinstance(error, OSError):  # a full disk: the caller can say what to do
-            raise OSError(
+            raise ChunkWriteError(
                 error.errno, f"the replay chunk writer failed: {error.strerror}", error.filename
             ) from error
         if error is not None:

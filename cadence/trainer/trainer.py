@@ -19,6 +19,7 @@ from cadence.collect.unroll import Collector
 from cadence.envs.env_state import UnsavableEnvStateError
 from cadence.envs.environment import Environment
 from cadence.envs.errors import EnvStateMismatchError
+from cadence.replay.chunk_writer import ChunkWriteError
 from cadence.trainer.checkpoint import CheckpointManager
 from cadence.trainer.config import TrainerConfig
 from cadence.trainer.errors import NonFiniteUpdateError, RunStorageError
@@ -95,7 +96,7 @@ class Trainer:
             raise
         try:
             self.scheme.close()
-        except OSError as error:
+        except ChunkWriteError as error:
             raise self._storage_error("the replay buffer's files", error) from error
         return outcome
 
@@ -138,7 +139,7 @@ class Trainer:
         self.algorithm.set_progress(self.counters["env_steps"] / self.config.num_env_steps)
         try:
             result = self.scheme.train_iter()
-        except OSError as error:  # e.g. the replay chunk writer met a full disk
+        except ChunkWriteError as error:  # e.g. a full disk
             raise self._storage_error("the replay buffer's files", error) from error
         losses, episodes = result.metrics, result.episodes
         elapsed = time.perf_counter() - start
@@ -191,15 +192,17 @@ class Trainer:
         if not bool(result.nonfinite):
             return
         bad = [key for key, value in result.metrics.items() if not math.isfinite(value)]
-        saved = self.checkpoints.latest()
         raise NonFiniteUpdateError(
             f"iteration {self.counters['iteration'] + 1}: a non-finite loss or gradient "
             f"({', '.join(bad) or 'in one of the updates'}); training stopped and nothing of "
-            f"this iteration was checkpointed"
-            + (f" (the latest checkpoint is {saved})" if saved is not None else "")
-            + ". Lower the learning rate, clip gradients (max_grad_norm) or check the rewards "
+            f"this iteration was checkpointed{self._latest_checkpoint_note()}. Lower the "
+            "learning rate, clip gradients (max_grad_norm) or check the rewards "
             "and observations for NaN or huge values."
         )
+
+    def _latest_checkpoint_note(self) -> str:
+        saved = self.checkpoints.latest()
+        return f" (the latest checkpoint is {saved})" if saved is not None else ""
 
     def _storage_error(self, what: str, error: OSError) -> RunStorageError:
         saved = self.checkpoints.latest()
@@ -227,12 +230,10 @@ class Trainer:
             for name, norm in zip(parameters, norms.tolist(), strict=True)
             if not math.isfinite(norm)
         ]
-        saved = self.checkpoints.latest()
         raise NonFiniteUpdateError(
             f"iteration {self.counters['iteration']}: parameter(s) {', '.join(bad[:5])} are NaN "
             "or infinite; training stopped and this iteration was not checkpointed"
-            + (f" (the latest checkpoint is {saved})" if saved is not None else "")
-            + ". Lower the learning rate or clip gradients (max_grad_norm)."
+            f"{self._latest_checkpoint_note()}. Lower the learning rate or clip gradients (max_grad_norm)."
         )
 
     # ------------------------------------------------------------ log points
