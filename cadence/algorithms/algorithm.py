@@ -155,6 +155,11 @@ class Algorithm(nn.Module, abc.ABC):
         ended, given the mean of every metric over that pass's updates."""
         return False
 
+    def summaries(self) -> dict[str, torch.Tensor]:
+        """Videos to log at each evaluation, by TensorBoard tag: uint8 ``[T, H, W, 3]``
+        (e.g. a world model's reconstructions); none by default."""
+        return {}
+
     @abc.abstractmethod
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:
         """The algorithm's optimizers by name (checkpointed with it)."""

@@ -65,6 +65,17 @@ BUILTIN_ALGORITHMS: dict[str, AlgorithmRegistration] = {
     "sac": _builtin("sac", "SACConfig", "make_sac"),
     "td3": _builtin("td3", "TD3Config", "make_td3"),
     "ddpg": _builtin("ddpg", "DDPGConfig", "make_ddpg"),
+    # The model-based family (cadence.mbrl): one builder, three sets of defaults.
+    **{
+        name: AlgorithmRegistration(
+            f"cadence.mbrl.config:{config}", "cadence.mbrl.build:make_model_based"
+        )
+        for name, config in (
+            ("dreamer", "DreamerConfig"),
+            ("denoised_mdp", "DenoisedMDPConfig"),
+            ("sac_latent", "SACLatentConfig"),
+        )
+    },
 }
 """cadence's own algorithms."""
 

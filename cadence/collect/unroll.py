@@ -39,6 +39,8 @@ class Collector:
             updates their statistics); None for none.
         agent_info: per-slot parameters passed to every ``rollout_step`` (a nest of
             ``[B, ...]`` tensors, e.g. ``{"epsilon": ...}``); ``()`` for none.
+        action_repeat: simulator steps per env step (``env.action_repeat``): env steps
+            are counted in simulator steps.
     """
 
     def __init__(
@@ -49,6 +51,7 @@ class Collector:
         device: Any = "cpu",
         transformer: DataTransformer | None = None,
         agent_info: Nest = (),
+        action_repeat: int = 1,
     ):
         self.env = env
         self.algorithm = algorithm
@@ -56,6 +59,7 @@ class Collector:
         self.device = torch.device(device)
         self.transformer = transformer
         self.agent_info = agent_info
+        self.action_repeat = action_repeat
         self.episode_stats = EpisodeStats(env.batch_size, self.device)
         self._time_step: TimeStep | None = None
         self._state: Nest = ()
@@ -102,7 +106,8 @@ class Collector:
 
     @property
     def num_env_steps_per_unroll(self) -> int:
-        return self.unroll_length * self.env.batch_size
+        """Simulator steps per unroll: ``unroll_length x batch size x action_repeat``."""
+        return self.unroll_length * self.env.batch_size * self.action_repeat
 
     def state_dict(self) -> dict[str, Any]:
         """The in-progress episode: current time step (and its raw form), recurrent and

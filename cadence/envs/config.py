@@ -103,10 +103,29 @@ class EnvConfig:
         },
     )
 
+    action_repeat: int = field(
+        default=1,
+        validator=ge(1),
+        metadata={
+            "doc": "Repeat each action this many simulator steps, summing the rewards (the "
+            "FrameSkip wrapper, innermost). Env steps (the budget, every interval, "
+            "initial_collect_steps) count simulator steps: unroll_length x num_envs x "
+            "action_repeat per unroll."
+        },
+    )
+
+    @property
+    def all_wrappers(self) -> list[dict[str, Any]]:
+        """``wrappers`` with the action repeat (``FrameSkip``) first when it is above 1."""
+        repeat = (
+            [{"name": "FrameSkip", "skip": self.action_repeat}] if self.action_repeat > 1 else []
+        )
+        return repeat + list(self.wrappers)
+
     def __attrs_post_init__(self) -> None:
-        if self.wrappers and self.backend == "tensor":
+        if self.all_wrappers and self.backend == "tensor":
             raise ValueError(
                 "env.backend='tensor' steps cadence's torch implementation of the env, not a "
                 "Gymnasium env, so it cannot apply env.wrappers; use backend 'prefer_tensor', "
-                "'auto', 'serial' or 'parallel', or no wrappers"
+                "'auto', 'serial' or 'parallel', or no wrappers (and action_repeat 1)"
             )

@@ -46,6 +46,19 @@ class MetricsWriter:
             if value is not None and math.isfinite(value):
                 self._tb.add_scalar(key, value, global_step=int(counters["env_steps"]))
 
+    def write_videos(self, env_steps: int, videos: dict[str, Any]) -> None:
+        """Each uint8 ``[T, H, W, 3]`` video as ``videos/<tag>-<env_steps>.mp4`` and as an
+        animated image in TensorBoard (encoded here with imageio: TensorBoard's own
+        ``add_video`` needs moviepy < 2 and otherwise writes nothing)."""
+        from cadence.trainer.video import encode_gif, write_mp4
+
+        directory = self.path.parent / "videos"
+        directory.mkdir(exist_ok=True)
+        for tag, frames in videos.items():
+            frames = frames.cpu().numpy()
+            write_mp4(directory / f"{tag.replace('/', '_')}-{env_steps}.mp4", frames)
+            self._tb._get_file_writer().add_summary(encode_gif(tag, frames), env_steps)
+
     def close(self) -> None:
         self._file.close()
         self._tb.close()

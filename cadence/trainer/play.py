@@ -19,6 +19,7 @@ from cadence.envs.wrapper_config import gym_wrappers
 from cadence.trainer.checkpoint import STATE_FILE, CheckpointManager
 from cadence.trainer.evaluation import TransformedPolicy, evaluate_episodes
 from cadence.trainer.run import check_training_env
+from cadence.trainer.video import write_mp4 as write_video
 from cadence.transforms.build import make_data_transformer
 from cadence.transforms.transformer import DataTransformer
 
@@ -115,7 +116,7 @@ def evaluate(
         "serial" if config.env.backend == "parallel" else config.env.backend,
         config.seed + PLAY_SEED_OFFSET,
         max_episode_steps=config.env.max_episode_steps,
-        gym_wrappers=gym_wrappers(config.env.wrappers),
+        gym_wrappers=gym_wrappers(config.env.all_wrappers),
         env_kwargs=dict(config.env.env_kwargs or {}),
     )
     try:
@@ -179,7 +180,7 @@ def _make_play_env(config: Any, render: bool) -> Environment:
     backend = "thread"
     from cadence.envs import tensor
 
-    wrappers = gym_wrappers(config.env.wrappers)
+    wrappers = gym_wrappers(config.env.all_wrappers)
     if (
         tensor.has_tensor_env(config.env.name)
         and config.env.backend in ("tensor", "prefer_tensor", "auto")
@@ -197,24 +198,3 @@ def _make_play_env(config: Any, render: bool) -> Environment:
         gym_wrappers=wrappers,
         env_kwargs=env_kwargs,
     )
-
-
-def write_video(path: Path, frames: list[np.ndarray], fps: int = 30) -> None:
-    """Writes RGB ``[H, W, 3]`` uint8 frames to an H.264 mp4 (even sizes, as players require)."""
-    import imageio.v2 as imageio
-
-    if not frames or frames[0] is None:
-        raise ValueError(
-            "the environment rendered no frames; does it support render_mode='rgb_array'?"
-        )
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with imageio.get_writer(
-        path, fps=fps, codec="libx264", macro_block_size=1, pixelformat="yuv420p"
-    ) as writer:
-        for frame in frames:
-            writer.append_data(_even_size(np.asarray(frame, dtype=np.uint8)))
-
-
-def _even_size(frame: np.ndarray) -> np.ndarray:
-    height, width = frame.shape[:2]
-    return frame[: height - height % 2, : width - width % 2]

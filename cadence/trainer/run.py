@@ -101,7 +101,14 @@ def build_trainer(config: Any, run_dir: Path) -> Trainer:
     algorithm.to(device)
     if transformer is not None:
         transformer.to(device)
-    collector = Collector(env, algorithm, trainer_config.unroll_length, device, transformer)
+    collector = Collector(
+        env,
+        algorithm,
+        trainer_config.unroll_length,
+        device,
+        transformer,
+        action_repeat=config.env.action_repeat,
+    )
 
     def make_eval_env(seed: int) -> Environment:
         backend = "serial" if config.env.backend == "parallel" else config.env.backend
@@ -184,7 +191,7 @@ def check_training_env(config: Any) -> None:
         env_config.name,
         env_config.backend,
         max_episode_steps=env_config.max_episode_steps,
-        gym_wrappers=gym_wrappers(env_config.wrappers),
+        gym_wrappers=gym_wrappers(env_config.all_wrappers),
         env_kwargs=dict(env_config.env_kwargs or {}),
     )
 
@@ -202,7 +209,7 @@ def make_training_env(
         backend or env_config.backend,
         seed,
         max_episode_steps=env_config.max_episode_steps,
-        gym_wrappers=gym_wrappers(env_config.wrappers),
+        gym_wrappers=gym_wrappers(env_config.all_wrappers),
         env_kwargs=dict(env_config.env_kwargs or {}),
         num_workers=env_config.num_workers,
         spin_us=env_config.spin_us,

@@ -77,6 +77,7 @@ class Trainer:
         }
         self._pending: dict[str, list[torch.Tensor]] = {}
         self.last_eval: dict[str, float] = {}
+        self._videos: dict[str, torch.Tensor] = {}
         self._eval_iteration = -1
         self._latest_rollout_return: float | None = None
         self._warned_env_state = False
@@ -266,6 +267,9 @@ class Trainer:
             "rollout/episode_return", self._latest_rollout_return
         )
         writer.write(self._counter_record(), metrics)
+        if self._videos:
+            writer.write_videos(self.counters["env_steps"], self._videos)
+            self._videos = {}
 
     def _counter_record(self) -> dict[str, float]:
         c = self.counters
@@ -291,6 +295,7 @@ class Trainer:
         for key, values in episodes.items():
             self.last_eval.update(_episode_metrics("eval", key, values.double().cpu()))
         self._eval_iteration = self.counters["iteration"]
+        self._videos = self.algorithm.summaries()
         logger.info(
             "iteration %d: eval return %.2f",
             self.counters["iteration"],

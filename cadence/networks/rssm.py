@@ -1,0 +1,269 @@
+"""`RSSM`: a recurrent state-space model whose latent is split into groups (Hafner et al. 2019,
+"Learning Latent Dynamics for Planning from Pixels"; Wang et al. 2022, "Denoised MDPs").
+
+Each group g has a deterministic GRU "belief" h_g and a diagonal-Gaussian stochastic
+"state" s_g (std = softplus + ``min_std``). One step from the previous latent and action:
+
+    h_g,t = GRU_g(h_g,t-1, embed(prior inputs of g))        prior  p(s_g,t | h_g,t)
+                                                            posterior q(s_g,t | h_g,t, e(o_t))
+
+The groups differ only in what their prior sees (Denoised MDP's table):
+
+| group | prior input | meaning |
+|---|---|---|
+| x | previous x state, action | controllable, reward-relevant; the policy's only input |
+| y | previous y state | uncontrollable, reward-relevant (the action cannot move it) |
+| z | previous x state, previous z state, action (optionally previous y state) | the rest |
+
+With y and z absent it is Dreamer's RSSM. A latent is a flat dict
+``{"x_belief", "x_state", "y_belief", ...}`` of ``[B, size]`` tensors (the recurrent state
+the collector carries); all zeros is the state before an episode's first observation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+Latent = dict[str, torch.Tensor]
+"""``{"<g>_belief": [B, belief_size], "<g>_state": [B, state_size]}`` for every group g."""
+
+GROUPS = ("x", "y", "z")
+
+
+class Gaussian(NamedTuple):
+    """A diagonal Gaussian ``[*B, size]``."""
+
+    mean: torch.Tensor
+    std: torch.Tensor
+
+    def rsample(self) -> torch.Tensor:
+        return self.mean + self.std * torch.randn_like(self.std)
+
+
+def gaussian_kl(posterior: Gaussian, prior: Gaussian) -> torch.Tensor:
+    """``KL(posterior || prior)`` summed over the last dim: ``[*B, size] -> [*B]`` (analytic)."""
+    variance_ratio = (posterior.std / prior.std).square()
+    mean_term = ((posterior.mean - prior.mean) / prior.std).square()
+    return 0.5 * (variance_ratio + mean_term - 1 - variance_ratio.log()).sum(-1)
+
+
+class GroupSizes(NamedTuple):
+    belief: int
+    state: int
+
+
+class _Group(nn.Module):
+    """One latent group: input layer, GRU cell, prior and posterior heads."""
+
+    def __init__(
+        self,
+        input_size: int,
+        sizes: GroupSizes,
+        hidden_size: int,
+        embedding_size: int,
+        activation: type[nn.Module],
+        min_std: float,
+    ):
+        super().__init__()
+        self.min_std = min_std
+        self.input = nn.Sequential(nn.Linear(input_size, hidden_size), activation())
+        self.cell = nn.GRUCell(hidden_size, sizes.belief)
+        self.prior = nn.Sequential(
+            nn.Linear(sizes.belief, hidden_size),
+            activation(),
+            nn.Linear(hidden_size, 2 * sizes.state),
+        )
+        self.posterior = nn.Sequential(
+            nn.Linear(sizes.belief + embedding_size, hidden_size),
+            activation(),
+            nn.Linear(hidden_size, 2 * sizes.state),
+        )
+
+    def transition(
+        self, belief: torch.Tensor, inputs: torch.Tensor
+    ) -> tuple[torch.Tensor, Gaussian]:
+        belief = self.cell(self.input(inputs), belief)
+        return belief, self._gaussian(self.prior(belief))
+
+    def posterior_of(self, belief: torch.Tensor, embedding: torch.Tensor) -> Gaussian:
+        return self._gaussian(self.posterior(torch.cat([belief, embedding], -1)))
+
+    def _gaussian(self, raw: torch.Tensor) -> Gaussian:
+        mean, std = raw.chunk(2, -1)
+        return Gaussian(mean, F.softplus(std) + self.min_std)
+
+
+class Observed(NamedTuple):
+    """An RSSM filtered over sequences ``[B, L]``.
+
+    Attributes:
+        latent: the posterior latent at every step, leaves ``[B, L, size]`` (samples).
+        priors, posteriors: per group, the Gaussians ``[B, L, state_size]``.
+        last: the posterior latent after the last step, leaves ``[B, size]``.
+    """
+
+    latent: Latent
+    priors: dict[str, Gaussian]
+    posteriors: dict[str, Gaussian]
+    last: Latent
+
+
+class RSSM(nn.Module):
+    """The grouped RSSM (see the module docstring).
+
+    Args:
+        action_size: the flat action size.
+        embedding_size: the observation embedding size.
+        groups: ``{"x": GroupSizes, "y": ..., "z": ...}``; x is required, y and z optional.
+        hidden_size: width of each group's input, prior and posterior layers.
+        min_std: added to the softplus of every std (0.1 in the papers).
+        activation: ``"elu"`` or ``"relu"``.
+        z_prior_uses_y: z's prior also sees the previous y state.
+    """
+
+    def __init__(
+        self,
+        action_size: int,
+        embedding_size: int,
+        groups: dict[str, GroupSizes],
+        hidden_size: int = 200,
+        min_std: float = 0.1,
+        activation: str = "elu",
+        z_prior_uses_y: bool = False,
+    ):
+        super().__init__()
+        if "x" not in groups or set(groups) - set(GROUPS):
+            raise ValueError(f"groups must hold 'x' and optionally 'y', 'z'; got {sorted(groups)}")
+        self.action_size = action_size
+        self.sizes = {g: groups[g] for g in GROUPS if g in groups}
+        self.z_prior_uses_y = z_prior_uses_y and "y" in groups
+        act = {"elu": nn.ELU, "relu": nn.ReLU}[activation]
+        self.groups = nn.ModuleDict(
+            {
+                g: _Group(self._input_size(g), sizes, hidden_size, embedding_size, act, min_std)
+                for g, sizes in self.sizes.items()
+            }
+        )
+
+    # ---------------------------------------------------------------- structure
+    def prior_inputs(self, group: str) -> tuple[str, ...]:
+        """What group ``group``'s prior is conditioned on (its row of the table)."""
+        if group == "x":
+            return ("x_state", "action")
+        if group == "y":
+            return ("y_state",)
+        return ("x_state", "z_state", "action") + (("y_state",) if self.z_prior_uses_y else ())
+
+    def _input_size(self, group: str) -> int:
+        return sum(
+            self.action_size if name == "action" else self.sizes[name[0]].state
+            for name in self.prior_inputs(group)
+        )
+
+    def feature_size(self, groups: Sequence[str] = ("x",)) -> int:
+        return sum(self.sizes[g].belief + self.sizes[g].state for g in groups if g in self.sizes)
+
+    @staticmethod
+    def features(latent: Latent, groups: Sequence[str] = ("x",)) -> torch.Tensor:
+        """``cat(belief, state)`` of ``groups`` (those present), ``[*B, feature_size]``."""
+        parts = [
+            latent[f"{g}_{part}"]
+            for g in groups
+            for part in ("belief", "state")
+            if f"{g}_belief" in latent
+        ]
+        return torch.cat(parts, -1)
+
+    def initial_latent(self, batch_size: int, device: torch.device | str | None = None) -> Latent:
+        """The all-zero latent of ``batch_size`` sequences before their first observation."""
+        return {
+            f"{g}_{part}": torch.zeros(batch_size, getattr(sizes, part), device=device)
+            for g, sizes in self.sizes.items()
+            for part in ("belief", "state")
+        }
+
+    # --------------------------------------------------------------------- steps
+    def transition(
+        self, latent: Latent, action: torch.Tensor
+    ) -> tuple[dict[str, torch.Tensor], dict[str, Gaussian]]:
+        """Every group's new belief and prior from the previous ``latent`` and ``action``."""
+        beliefs, priors = {}, {}
+        for g, group in self.groups.items():
+            inputs = torch.cat(
+                [action if name == "action" else latent[name] for name in self.prior_inputs(g)], -1
+            )
+            beliefs[g], priors[g] = group.transition(latent[f"{g}_belief"], inputs)
+        return beliefs, priors
+
+    def posterior(
+        self, beliefs: dict[str, torch.Tensor], embedding: torch.Tensor
+    ) -> dict[str, Gaussian]:
+        return {g: self.groups[g].posterior_of(beliefs[g], embedding) for g in self.groups}
+
+    def observe_step(
+        self, latent: Latent, action: torch.Tensor, embedding: torch.Tensor, sample: bool = True
+    ) -> tuple[Latent, dict[str, Gaussian], dict[str, Gaussian]]:
+        """One filtering step: the posterior latent (sampled, or its mean), priors, posteriors."""
+        beliefs, priors = self.transition(latent, action)
+        posteriors = self.posterior(beliefs, embedding)
+        new = {}
+        for g, belief in beliefs.items():
+            new[f"{g}_belief"] = belief
+            new[f"{g}_state"] = posteriors[g].rsample() if sample else posteriors[g].mean
+        return new, priors, posteriors
+
+    def observe(
+        self,
+        embedding: torch.Tensor,
+        prev_action: torch.Tensor,
+        first: torch.Tensor,
+        latent: Latent | None = None,
+    ) -> Observed:
+        """Filters sequences: ``embedding`` ``[B, L, E]`` of o_t, ``prev_action`` ``[B, L, A]``
+        (a_{t-1}), ``first`` ``[B, L]`` (True where step t starts an episode: the previous
+        latent and action are zeroed there), ``latent`` the state before step 0 (None: zeros).
+        """
+        batch, length = embedding.shape[:2]
+        latent = self.initial_latent(batch, embedding.device) if latent is None else latent
+        keep = (~first).unsqueeze(-1).to(embedding.dtype)
+        steps: list[tuple[Latent, dict[str, Gaussian], dict[str, Gaussian]]] = []
+        for t in range(length):
+            mask = keep[:, t]
+            latent = {key: value * mask for key, value in latent.items()}
+            latent, priors, posteriors = self.observe_step(
+                latent, prev_action[:, t] * mask, embedding[:, t]
+            )
+            steps.append((latent, priors, posteriors))
+        stacked = {key: torch.stack([s[0][key] for s in steps], 1) for key in latent}
+
+        def stack(index: int, g: str) -> Gaussian:
+            return Gaussian(
+                torch.stack([s[index][g].mean for s in steps], 1),
+                torch.stack([s[index][g].std for s in steps], 1),
+            )
+
+        return Observed(
+            stacked,
+            {g: stack(1, g) for g in self.groups},
+            {g: stack(2, g) for g in self.groups},
+            latent,
+        )
+
+    def imagine_step(
+        self, latent: Latent, action: torch.Tensor, groups: Sequence[str] = ("x",)
+    ) -> Latent:
+        """One step of the prior dynamics of ``groups`` (a sample), e.g. x alone in imagination
+        (x's prior needs only x). Groups not named are left out of the result."""
+        new = {}
+        for g in groups:
+            inputs = torch.cat(
+                [action if name == "action" else latent[name] for name in self.prior_inputs(g)], -1
+            )
+            belief, prior = self.groups[g].transition(latent[f"{g}_belief"], inputs)
+            new[f"{g}_belief"], new[f"{g}_state"] = belief, prior.rsample()
+        return new

@@ -1,0 +1,178 @@
+"""The grouped RSSM's conditioning table, its KL with free nats, and Dreamer's λ-returns."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from cadence.data.specs import BoundedTensorSpec, TensorSpec
+from cadence.data.time_step import StepType, TimeStep
+from cadence.mbrl.build import make_model_based
+from cadence.mbrl.config import ActorCriticConfig, DenoisedMDPConfig, WorldModelConfig
+from cadence.mbrl.world_model import kl_term
+from cadence.networks.rssm import Gaussian, gaussian_kl
+
+OBS, ACT = TensorSpec((5,)), BoundedTensorSpec((2,), minimum=-2.0, maximum=2.0)
+SMALL = dict(hidden_size=16, mlp_hidden_size=16, embedding_size=8)
+
+
+def _denoised(z: bool = True, **actor_critic) -> torch.nn.Module:
+    torch.manual_seed(0)
+    sizes = dict(x_belief_size=6, x_state_size=3, y_belief_size=5, y_state_size=2)
+    if z:
+        sizes.update(z_belief_size=4, z_state_size=2)
+    config = DenoisedMDPConfig(
+        world_model=WorldModelConfig(**sizes, **SMALL),
+        actor_critic=ActorCriticConfig(hidden_size=16, num_layers=1, **actor_critic),
+    )
+    return make_model_based(config, OBS, ACT)
+
+
+def _random_latent(rssm, batch: int = 4) -> dict[str, torch.Tensor]:
+    return {k: torch.randn_like(v) for k, v in rssm.initial_latent(batch).items()}
+
+
+def test_the_action_moves_x_and_z_priors_but_never_y():
+    rssm = _denoised().world_model.rssm
+    latent = _random_latent(rssm)
+    beliefs_1, priors_1 = rssm.transition(latent, torch.full((4, 2), -1.0))
+    beliefs_2, priors_2 = rssm.transition(latent, torch.full((4, 2), 1.0))
+    torch.testing.assert_close(beliefs_1["y"], beliefs_2["y"])
+    torch.testing.assert_close(priors_1["y"].mean, priors_2["y"].mean)
+    for group in ("x", "z"):
+        assert not torch.allclose(priors_1[group].mean, priors_2[group].mean)
+
+
+def test_y_prior_sees_only_previous_y_and_x_prior_never_sees_y_or_z():
+    rssm = _denoised().world_model.rssm
+    latent = _random_latent(rssm)
+    action = torch.zeros(4, 2)
+    other_x = {**latent, "x_state": torch.randn(4, 3), "x_belief": torch.randn(4, 6)}
+    other_yz = {**latent, **{k: torch.randn_like(v) for k, v in latent.items() if k[0] in "yz"}}
+    _, base = rssm.transition(latent, action)
+    _, moved_x = rssm.transition(other_x, action)
+    _, moved_yz = rssm.transition(other_yz, action)
+    torch.testing.assert_close(base["y"].mean, moved_x["y"].mean)  # y ignores x
+    torch.testing.assert_close(base["x"].mean, moved_yz["x"].mean)  # x ignores y and z
+    assert not torch.allclose(base["z"].mean, moved_x["z"].mean)  # z sees x
+    assert rssm.prior_inputs("x") == ("x_state", "action")
+    assert rssm.prior_inputs("y") == ("y_state",)
+    assert rssm.prior_inputs("z") == ("x_state", "z_state", "action")
+
+
+def test_z_never_reaches_the_reward_but_every_group_reaches_the_decoder():
+    model = _denoised().world_model
+    latent = _random_latent(model.rssm)
+    for group in ("x", "y", "z"):
+        moved = {**latent, f"{group}_state": torch.randn_like(latent[f"{group}_state"])}
+        reward_changed = not torch.allclose(model.reward(latent), model.reward(moved))
+        assert reward_changed == (group != "z"), group
+        assert not torch.allclose(model.decode(latent), model.decode(moved)), group
+    # The reward is additive: f_x(x) + f_y(y).
+    expected = model.reward(latent, ("x",)) + model.reward(latent, ("y",))
+    torch.testing.assert_close(model.reward(latent), expected)
+
+
+def test_the_policy_acts_from_x_alone():
+    algorithm = _denoised()
+    algorithm.eval()
+    state = _random_latent(algorithm.world_model.rssm)
+    time_step = TimeStep(
+        step_type=torch.full((4,), int(StepType.MID)),
+        reward=torch.zeros(4),
+        discount=torch.ones(4),
+        observation=torch.randn(4, 5),
+        prev_action=torch.zeros(4, 2),
+        env_id=torch.arange(4),
+    )
+    other = {**state, **{k: torch.randn_like(v) for k, v in state.items() if k[0] in "yz"}}
+    step_1 = algorithm.predict_step(time_step, state)
+    step_2 = algorithm.predict_step(time_step, other)
+    torch.testing.assert_close(step_1.output, step_2.output)
+    assert not torch.allclose(step_1.state["y_state"], step_2.state["y_state"])
+    moved_x = {**state, "x_belief": torch.randn_like(state["x_belief"])}
+    assert not torch.allclose(algorithm.predict_step(time_step, moved_x).output, step_1.output)
+
+
+def test_observe_resets_the_latent_and_the_action_at_first_steps():
+    model = _denoised().world_model
+    torch.manual_seed(1)
+    observation, action = torch.randn(2, 6, 5), torch.rand(2, 6, 2) * 4 - 2
+    first = torch.zeros(2, 6, dtype=torch.bool)
+    first[:, 0] = first[0, 3] = True
+    torch.manual_seed(2)
+    whole = model.observe(observation, action, first)
+    torch.manual_seed(3)
+    tail = model.observe(observation[:1, 3:], action[:1, 3:] * 0 + 7, first[:1, 3:])
+    # From the FIRST step at t=3 on, sequence 0 depends on nothing before it nor on its
+    # (ignored) previous action: the beliefs (deterministic given the states) agree.
+    torch.testing.assert_close(whole.latent["x_belief"][:1, 3], tail.latent["x_belief"][:, 0])
+
+
+def test_gaussian_kl_matches_the_closed_form():
+    posterior = Gaussian(torch.tensor([[1.0, 0.0]]), torch.tensor([[1.0, 1.0]]))
+    prior = Gaussian(torch.tensor([[0.0, 0.0]]), torch.tensor([[2.0, 1.0]]))
+    # log(2/1) + (1 + 1) / (2 * 4) - 1/2 for the first dim, 0 for the second.
+    torch.testing.assert_close(gaussian_kl(posterior, prior), torch.tensor([math.log(2) - 0.25]))
+
+
+def test_free_nats_clamp_each_sample_not_the_mean():
+    # Two samples with KLs 0.5 and 4 (1-d Gaussians with unit std: KL = mean^2 / 2).
+    posterior = Gaussian(torch.tensor([[1.0], [math.sqrt(8.0)]]), torch.ones(2, 1))
+    prior = Gaussian(torch.zeros(2, 1), torch.ones(2, 1))
+    kl, loss = kl_term(posterior, prior, free_nats=3.0)
+    torch.testing.assert_close(kl, torch.tensor(2.25))
+    torch.testing.assert_close(loss, torch.tensor(3.5))  # (max(0.5, 3) + max(4, 3)) / 2
+    posterior.mean.requires_grad_(True)
+    kl_term(posterior, prior, free_nats=3.0)[1].backward()
+    assert posterior.mean.grad[0].item() == 0.0  # under the free nats: no gradient
+    assert posterior.mean.grad[1].item() == pytest.approx(math.sqrt(8.0) / 2)
+
+
+def test_kl_balancing_splits_the_gradient_between_prior_and_posterior():
+    posterior_mean, prior_mean = (
+        torch.tensor([[2.0]], requires_grad=True),
+        torch.tensor([[0.0]], requires_grad=True),
+    )
+    posterior = Gaussian(posterior_mean, torch.ones(1, 1))
+    prior = Gaussian(prior_mean, torch.ones(1, 1))
+    _, loss = kl_term(posterior, prior, free_nats=0.0, balance=0.8)
+    torch.testing.assert_close(loss, torch.tensor(2.0))  # the value is the KL itself
+    loss.backward()
+    torch.testing.assert_close(posterior_mean.grad, torch.tensor([[0.2 * 2.0]]))
+    torch.testing.assert_close(prior_mean.grad, torch.tensor([[-0.8 * 2.0]]))
+
+
+def test_lambda_returns_by_hand():
+    learner = _denoised().policy
+    learner.config = ActorCriticConfig(gamma=0.5, lambda_=0.5)
+    rewards = torch.tensor([[0.0], [1.0], [2.0]])  # index 0 unused
+    values = torch.tensor([[0.0], [10.0], [20.0]])
+    # R_1 = r_2 + gamma V_2 = 2 + 10 = 12
+    # R_0 = r_1 + gamma ((1 - lambda) V_1 + lambda R_1) = 1 + 0.5 (5 + 6) = 6.5
+    torch.testing.assert_close(
+        learner.lambda_returns(rewards, values), torch.tensor([[6.5], [12.0]])
+    )
+
+
+@pytest.mark.parametrize(("paper_horizon", "steps"), [(False, 4), (True, 3)])
+def test_imagination_uses_the_full_horizon_unless_asked_for_the_papers(paper_horizon, steps):
+    algorithm = _denoised(horizon=4, paper_horizon=paper_horizon)
+    start = {k: v for k, v in _random_latent(algorithm.world_model.rssm).items() if k[0] == "x"}
+    features, rewards = algorithm.policy.imagine(algorithm.world_model, start)
+    assert features.shape[0] == rewards.shape[0] == steps + 1
+
+
+def test_ridge_probe_recovers_a_linear_signal_and_not_an_independent_one():
+    from cadence.mbrl.probe import ridge_r2
+
+    torch.manual_seed(0)
+    features = torch.randn(400, 6)
+    signal = features @ torch.tensor([1.0, -2.0, 0.0, 0.5, 0.0, 0.0])
+    noise = torch.randn(400)  # independent of the features
+    targets = torch.stack([signal, noise], 1)
+    r2 = ridge_r2(features[:300], targets[:300], features[300:], targets[300:], alpha=1e-3)
+    assert r2[0] > 0.99
+    assert r2[1] < 0.05
