@@ -7,14 +7,24 @@ imports it when it meets an id that Gymnasium does not know yet.
 |---|---|
 | ``cadence/PixelCartPole-v1`` | CartPole-v1 observed as stacked grayscale frames (`PixelCartPoleEnv`) |
 | ``cadence/BitFlip-v0`` | HER's bit flipping, ``n_bits`` kwarg (`BitFlipEnv`, a goal Dict observation) |
+| ``cadence/NoisyPendulum-v0`` | Pendulum-v1 plus uncontrollable oscillators, some in the reward (`NoisyPendulumEnv`) |
 """
 
 import gymnasium as gym
 
 from cadence.envs.suites.bit_flip import BitFlipEnv
+from cadence.envs.suites.noisy_pendulum import NoisyPendulumEnv
 from cadence.envs.suites.pixel_cartpole import PixelCartPoleEnv, draw_cartpole
 
-__all__ = ["BIT_FLIP_ID", "PIXEL_CARTPOLE_ID", "BitFlipEnv", "PixelCartPoleEnv", "draw_cartpole"]
+__all__ = [
+    "BIT_FLIP_ID",
+    "NOISY_PENDULUM_ID",
+    "PIXEL_CARTPOLE_ID",
+    "BitFlipEnv",
+    "NoisyPendulumEnv",
+    "PixelCartPoleEnv",
+    "draw_cartpole",
+]
 
 PIXEL_CARTPOLE_ID = "cadence/PixelCartPole-v1"
 
@@ -31,3 +41,12 @@ BIT_FLIP_ID = "cadence/BitFlip-v0"
 if BIT_FLIP_ID not in gym.registry:
     # No registered step limit: the env cuts its episodes itself after n_bits steps.
     gym.register(id=BIT_FLIP_ID, entry_point="cadence.envs.suites.bit_flip:BitFlipEnv")
+
+NOISY_PENDULUM_ID = "cadence/NoisyPendulum-v0"
+
+if NOISY_PENDULUM_ID not in gym.registry:
+    gym.register(
+        id=NOISY_PENDULUM_ID,
+        entry_point="cadence.envs.suites.noisy_pendulum:NoisyPendulumEnv",
+        max_episode_steps=200,  # Pendulum-v1's limit
+    )

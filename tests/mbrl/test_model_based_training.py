@@ -1,0 +1,82 @@
+"""Model-based runs go through the trainer like any off-policy run: they train, log the world
+model's terms, checkpoint the recurrent latent and resume exactly after SIGKILL."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+
+import pytest
+
+from cadence.testing.resume import (
+    assert_equal_nests,
+    cli_train_command,
+    comparable_metrics,
+    final_state,
+    signal_after_checkpoint,
+    train_named,
+)
+from cadence.trainer.metrics import read_metrics
+
+# A few seconds of dreamer_pendulum: 8 iterations of 50 agent steps (100 env steps with
+# action repeat 2), training on 4 sequences of 10 steps from iteration 3 on.
+TINY = [
+    "trainer.num_env_steps=800",
+    "trainer.unroll_length=50",
+    "trainer.checkpoint_interval=2",
+    "trainer.eval_interval=4",
+    "trainer.num_eval_episodes=1",
+    "trainer.progress_bar=off",
+    "env.max_episode_steps=60",
+    "algorithm.off_policy.initial_collect_steps=200",
+    "algorithm.off_policy.mini_batch_size=4",
+    "algorithm.off_policy.mini_batch_length=10",
+    "algorithm.off_policy.num_updates_per_train_iter=2",
+    "algorithm.actor_critic.num_start_states=16",
+    "algorithm.actor_critic.horizon=5",
+    "seed=3",
+]
+
+
+def test_a_dreamer_run_killed_with_sigkill_resumes_exactly(tmp_path):
+    uninterrupted, killed = tmp_path / "uninterrupted", tmp_path / "killed"
+    subprocess.run(
+        cli_train_command("dreamer_pendulum", uninterrupted, TINY),
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
+    command = cli_train_command("dreamer_pendulum", killed, TINY)
+    process = signal_after_checkpoint(command, killed, signal.SIGKILL, 4, timeout_s=300)
+    assert process.returncode == -signal.SIGKILL
+    assert not (killed / "COMPLETE").exists(), "the run finished before it could be killed"
+    subprocess.run(command, check=True, capture_output=True, timeout=600)
+    records = read_metrics(killed)
+    assert comparable_metrics(records) == comparable_metrics(read_metrics(uninterrupted))
+    keys = set().union(*records)
+    for term in (
+        "loss/observation_nll",
+        "loss/reward_nll",
+        "loss/kl_x",
+        "loss/actor",
+        "loss/value",
+    ):
+        assert term in keys, term
+    # The collector's recurrent latent (the RSSM posterior) is part of the checkpoint.
+    state, reference = final_state(killed), final_state(uninterrupted)
+    latent = state["collector"]["state"]
+    assert set(latent) == {"x_belief", "x_state"}
+    assert latent["x_belief"].abs().sum() > 0
+    assert_equal_nests(state["algorithm"], reference["algorithm"], "algorithm")
+
+
+@pytest.mark.parametrize("name", ["denoised_mdp", "sac_latent"])
+def test_the_other_model_based_algorithms_train(tmp_path, name):
+    overrides = [*TINY, f"algorithm={name}", "trainer.num_env_steps=600"]
+    if name == "sac_latent":
+        overrides = [o for o in overrides if "actor_critic" not in o]
+    assert train_named("dreamer_pendulum", tmp_path, overrides) == "complete"
+    keys = set().union(*read_metrics(tmp_path))
+    assert {"loss/kl_y", "loss/observation_nll", "loss/actor"} <= keys
+    latent = final_state(tmp_path)["collector"]["state"]
+    assert set(latent) == {"x_belief", "x_state", "y_belief", "y_state"}
