@@ -26,7 +26,11 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.utils import RecordConstructorArgs
 
+from cadence.envs.distractors import BackgroundDistractor, CameraJitter
+
 __all__ = [
+    "BackgroundDistractor",
+    "CameraJitter",
     "ContinuousActionClip",
     "EnvFrameStack",
     "FrameSkip",

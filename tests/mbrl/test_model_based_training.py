@@ -80,3 +80,37 @@ def test_the_other_model_based_algorithms_train(tmp_path, name):
     assert {"loss/kl_y", "loss/observation_nll", "loss/actor"} <= keys
     latent = final_state(tmp_path)["collector"]["state"]
     assert set(latent) == {"x_belief", "x_state", "y_belief", "y_state"}
+
+
+def test_a_pixel_run_trains_and_writes_reconstruction_videos_that_decode(tmp_path):
+    import imageio.v2 as imageio
+
+    overrides = [
+        "trainer.num_env_steps=160",
+        "trainer.unroll_length=20",
+        "trainer.eval_interval=4",
+        "trainer.checkpoint_interval=4",
+        "trainer.num_eval_episodes=1",
+        "trainer.progress_bar=off",
+        "env.max_episode_steps=30",
+        "algorithm.off_policy.initial_collect_steps=80",
+        "algorithm.off_policy.mini_batch_size=2",
+        "algorithm.off_policy.mini_batch_length=8",
+        "algorithm.off_policy.num_updates_per_train_iter=1",
+        "algorithm.world_model.x_belief_size=32",
+        "algorithm.world_model.x_state_size=8",
+        "algorithm.world_model.hidden_size=32",
+        "algorithm.world_model.mlp_hidden_size=32",
+        "algorithm.actor_critic.hidden_size=32",
+        "algorithm.actor_critic.num_start_states=8",
+        "algorithm.actor_critic.horizon=3",
+    ]
+    assert train_named("dreamer_pendulum_pixels", tmp_path, overrides) == "complete"
+    videos = sorted((tmp_path / "videos").glob("video_model-*.mp4"))
+    assert [v.name for v in videos] == ["video_model-160.mp4"]  # the evaluation at 160
+    frames = imageio.mimread(videos[0])
+    # 8 steps; 2 sequences stacked; observation | reconstruction | imagination side by side.
+    assert len(frames) == 8
+    assert frames[0].shape == (128, 192, 3)
+    events = list((tmp_path / "tb").glob("events.*"))
+    assert any(b"video/model" in e.read_bytes() for e in events)

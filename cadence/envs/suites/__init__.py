@@ -7,6 +7,7 @@ imports it when it meets an id that Gymnasium does not know yet.
 |---|---|
 | ``cadence/PixelCartPole-v1`` | CartPole-v1 observed as stacked grayscale frames (`PixelCartPoleEnv`) |
 | ``cadence/BitFlip-v0`` | HER's bit flipping, ``n_bits`` kwarg (`BitFlipEnv`, a goal Dict observation) |
+| ``cadence/PixelPendulum-v0`` | Pendulum-v1 observed as 64x64 RGB frames on a flat background (`PixelPendulumEnv`) |
 | ``cadence/NoisyPendulum-v0`` | Pendulum-v1 plus uncontrollable oscillators, some in the reward (`NoisyPendulumEnv`) |
 """
 
@@ -15,14 +16,17 @@ import gymnasium as gym
 from cadence.envs.suites.bit_flip import BitFlipEnv
 from cadence.envs.suites.noisy_pendulum import NoisyPendulumEnv
 from cadence.envs.suites.pixel_cartpole import PixelCartPoleEnv, draw_cartpole
+from cadence.envs.suites.pixel_pendulum import PixelPendulumEnv
 
 __all__ = [
     "BIT_FLIP_ID",
     "NOISY_PENDULUM_ID",
     "PIXEL_CARTPOLE_ID",
+    "PIXEL_PENDULUM_ID",
     "BitFlipEnv",
     "NoisyPendulumEnv",
     "PixelCartPoleEnv",
+    "PixelPendulumEnv",
     "draw_cartpole",
 ]
 
@@ -48,5 +52,14 @@ if NOISY_PENDULUM_ID not in gym.registry:
     gym.register(
         id=NOISY_PENDULUM_ID,
         entry_point="cadence.envs.suites.noisy_pendulum:NoisyPendulumEnv",
+        max_episode_steps=200,  # Pendulum-v1's limit
+    )
+
+PIXEL_PENDULUM_ID = "cadence/PixelPendulum-v0"
+
+if PIXEL_PENDULUM_ID not in gym.registry:
+    gym.register(
+        id=PIXEL_PENDULUM_ID,
+        entry_point="cadence.envs.suites.pixel_pendulum:PixelPendulumEnv",
         max_episode_steps=200,  # Pendulum-v1's limit
     )
