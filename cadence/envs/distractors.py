@@ -55,6 +55,9 @@ class BackgroundDistractor(gym.Wrapper, RecordConstructorArgs):
     Args:
         env: an env with channel-first uint8 frames.
         seed: the seed of the scenes.
+        mask: ``"colour_key"``: the background is the pixels of ``key_colour``;
+            ``"segmentation"``: the env's ``background_mask()`` says which pixels are
+            background (`cadence.envs.suites.dmc.DMCEnv`: the sky and the floor).
         key_colour: the background's colour (one value per channel); None: the colour of
             the first frame's top-left pixel.
         tolerance: pixels within this distance (per channel) of the key are background.
@@ -66,6 +69,7 @@ class BackgroundDistractor(gym.Wrapper, RecordConstructorArgs):
         self,
         env: gym.Env,
         seed: int = 0,
+        mask: str = "colour_key",
         key_colour: list[int] | None = None,
         tolerance: int = 0,
         num_blobs: int = 4,
@@ -74,6 +78,7 @@ class BackgroundDistractor(gym.Wrapper, RecordConstructorArgs):
         RecordConstructorArgs.__init__(
             self,
             seed=seed,
+            mask=mask,
             key_colour=key_colour,
             tolerance=tolerance,
             num_blobs=num_blobs,
@@ -81,6 +86,14 @@ class BackgroundDistractor(gym.Wrapper, RecordConstructorArgs):
         )
         gym.Wrapper.__init__(self, env)
         self.channels, self.height, self.width = _check_frames(env, "BackgroundDistractor")
+        if mask not in ("colour_key", "segmentation"):
+            raise ValueError(f"mask must be 'colour_key' or 'segmentation', got {mask!r}")
+        if mask == "segmentation" and not hasattr(env.unwrapped, "background_mask"):
+            raise ValueError(
+                f"mask='segmentation' needs an env with background_mask(); "
+                f"{type(env.unwrapped).__name__} has none (use mask='colour_key')"
+            )
+        self.mask = mask
         self.key_colour = None if key_colour is None else np.asarray(key_colour, np.int16)
         self.tolerance = tolerance
         self.num_blobs = num_blobs
@@ -113,7 +126,9 @@ class BackgroundDistractor(gym.Wrapper, RecordConstructorArgs):
         return self._composite(observation, frame), reward, terminated, truncated, info
 
     def background_mask(self, observation: np.ndarray) -> np.ndarray:
-        """``[H, W]`` True where ``observation`` shows the key colour."""
+        """``[H, W]`` True where ``observation`` shows the background."""
+        if self.mask == "segmentation":
+            return np.asarray(self.env.unwrapped.background_mask(), dtype=bool)
         difference = np.abs(observation.astype(np.int16) - self.key_colour[:, None, None])
         return (difference <= self.tolerance).all(0)
 

@@ -205,7 +205,8 @@ class GymAdapter(PyEnvironment):
         return action
 
     def _info_values(self, info: dict[str, Any]) -> dict[str, float]:
-        return {k: float(info.get(k, 0.0)) for k in self._info_keys}
+        # A key the env leaves out, or sets to None (Shimmy's "discount" on reset), reads 0.
+        return {k: float(info.get(k) if info.get(k) is not None else 0.0) for k in self._info_keys}
 
     def _probe_info_keys(self) -> list[str]:
         _, reset_info = self._env.reset(seed=self._seed)

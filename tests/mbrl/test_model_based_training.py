@@ -114,3 +114,33 @@ def test_a_pixel_run_trains_and_writes_reconstruction_videos_that_decode(tmp_pat
     assert frames[0].shape == (128, 192, 3)
     events = list((tmp_path / "tb").glob("events.*"))
     assert any(b"video/model" in e.read_bytes() for e in events)
+
+
+def test_the_noisy_dmc_config_trains_a_few_iterations(tmp_path):
+    pytest.importorskip("dm_control", reason="the dmc extra is not installed")
+    overrides = [
+        "trainer.num_env_steps=120",
+        "trainer.unroll_length=20",
+        "trainer.eval_interval=3",
+        "trainer.checkpoint_interval=3",
+        "trainer.num_eval_episodes=1",
+        "trainer.progress_bar=off",
+        "env.max_episode_steps=30",
+        "algorithm.off_policy.initial_collect_steps=40",
+        "algorithm.off_policy.mini_batch_size=2",
+        "algorithm.off_policy.mini_batch_length=6",
+        "algorithm.off_policy.num_updates_per_train_iter=1",
+        "algorithm.world_model.x_belief_size=16",
+        "algorithm.world_model.y_belief_size=16",
+        "algorithm.world_model.hidden_size=16",
+        "algorithm.world_model.mlp_hidden_size=16",
+        "algorithm.actor_critic.hidden_size=16",
+        "algorithm.actor_critic.num_start_states=4",
+        "algorithm.actor_critic.horizon=2",
+    ]
+    assert train_named("denoised_mdp_cheetah_noisy", tmp_path, overrides) == "complete"
+    frames = __import__("imageio.v2", fromlist=["mimread"]).mimread(
+        next((tmp_path / "videos").glob("video_model-*.mp4"))
+    )
+    # observation | reconstruction | imagination | reconstruction from x alone
+    assert frames[0].shape == (128, 256, 3)

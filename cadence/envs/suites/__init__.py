@@ -8,6 +8,7 @@ imports it when it meets an id that Gymnasium does not know yet.
 | ``cadence/PixelCartPole-v1`` | CartPole-v1 observed as stacked grayscale frames (`PixelCartPoleEnv`) |
 | ``cadence/BitFlip-v0`` | HER's bit flipping, ``n_bits`` kwarg (`BitFlipEnv`, a goal Dict observation) |
 | ``cadence/PixelPendulum-v0`` | Pendulum-v1 observed as 64x64 RGB frames on a flat background (`PixelPendulumEnv`) |
+| ``cadence/DMC-v0`` | a DeepMind Control Suite task, ``domain``/``task``/``pixels`` kwargs (`DMCEnv`, the ``dmc`` extra) |
 | ``cadence/NoisyPendulum-v0`` | Pendulum-v1 plus uncontrollable oscillators, some in the reward (`NoisyPendulumEnv`) |
 """
 
@@ -20,6 +21,7 @@ from cadence.envs.suites.pixel_pendulum import PixelPendulumEnv
 
 __all__ = [
     "BIT_FLIP_ID",
+    "DMC_ID",
     "NOISY_PENDULUM_ID",
     "PIXEL_CARTPOLE_ID",
     "PIXEL_PENDULUM_ID",
@@ -63,3 +65,9 @@ if PIXEL_PENDULUM_ID not in gym.registry:
         entry_point="cadence.envs.suites.pixel_pendulum:PixelPendulumEnv",
         max_episode_steps=200,  # Pendulum-v1's limit
     )
+
+DMC_ID = "cadence/DMC-v0"
+
+if DMC_ID not in gym.registry:
+    # dm_control is imported when an env is built: the ``dmc`` extra is optional.
+    gym.register(id=DMC_ID, entry_point="cadence.envs.suites.dmc:DMCEnv")
