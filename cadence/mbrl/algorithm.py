@@ -73,10 +73,7 @@ class ModelBasedAlgorithm(Algorithm):
         model = self.world_model
         keep = (time_step.step_type != int(StepType.FIRST)).float().unsqueeze(-1)
         action = model.normalize_action(time_step.prev_action).flatten(1) * keep
-        latent, _, _ = model.rssm.observe_step(
-            state, action, model.embed(time_step.observation), sample
-        )
-        return latent
+        return model.rssm.observe_step(state, action, model.embed(time_step.observation), sample)
 
     def predict_step(self, time_step: TimeStep, state: Nest, agent_info: Nest = ()) -> AlgStep:
         """The policy's mode, from the posterior mean of x (deterministic)."""

@@ -58,7 +58,11 @@ class GroupSizes(NamedTuple):
 
 
 class _Group(nn.Module):
-    """One latent group: input layer, GRU cell, prior and posterior heads."""
+    """One latent group: input layer, GRU cell, prior and posterior heads.
+
+    The posterior's first layer is split into a belief part and an embedding part, so a
+    sequence's embeddings are projected in one matrix multiply before the time loop.
+    """
 
     def __init__(
         self,
@@ -78,20 +82,19 @@ class _Group(nn.Module):
             activation(),
             nn.Linear(hidden_size, 2 * sizes.state),
         )
-        self.posterior = nn.Sequential(
-            nn.Linear(sizes.belief + embedding_size, hidden_size),
-            activation(),
-            nn.Linear(hidden_size, 2 * sizes.state),
-        )
+        self.posterior_belief = nn.Linear(sizes.belief, hidden_size, bias=False)
+        self.posterior_embedding = nn.Linear(embedding_size, hidden_size)
+        self.posterior = nn.Sequential(activation(), nn.Linear(hidden_size, 2 * sizes.state))
 
-    def transition(
-        self, belief: torch.Tensor, inputs: torch.Tensor
-    ) -> tuple[torch.Tensor, Gaussian]:
-        belief = self.cell(self.input(inputs), belief)
-        return belief, self._gaussian(self.prior(belief))
+    def step_belief(self, belief: torch.Tensor, inputs: torch.Tensor) -> torch.Tensor:
+        return self.cell(self.input(inputs), belief)
 
-    def posterior_of(self, belief: torch.Tensor, embedding: torch.Tensor) -> Gaussian:
-        return self._gaussian(self.posterior(torch.cat([belief, embedding], -1)))
+    def prior_of(self, belief: torch.Tensor) -> Gaussian:
+        return self._gaussian(self.prior(belief))
+
+    def posterior_of(self, belief: torch.Tensor, projected_embedding: torch.Tensor) -> Gaussian:
+        """The posterior from a belief and ``posterior_embedding(embedding)``."""
+        return self._gaussian(self.posterior(self.posterior_belief(belief) + projected_embedding))
 
     def _gaussian(self, raw: torch.Tensor) -> Gaussian:
         mean, std = raw.chunk(2, -1)
@@ -188,34 +191,40 @@ class RSSM(nn.Module):
         }
 
     # --------------------------------------------------------------------- steps
+    def _inputs(self, group: str, latent: Latent, action: torch.Tensor) -> torch.Tensor:
+        return torch.cat(
+            [action if name == "action" else latent[name] for name in self.prior_inputs(group)], -1
+        )
+
     def transition(
         self, latent: Latent, action: torch.Tensor
     ) -> tuple[dict[str, torch.Tensor], dict[str, Gaussian]]:
         """Every group's new belief and prior from the previous ``latent`` and ``action``."""
-        beliefs, priors = {}, {}
-        for g, group in self.groups.items():
-            inputs = torch.cat(
-                [action if name == "action" else latent[name] for name in self.prior_inputs(g)], -1
-            )
-            beliefs[g], priors[g] = group.transition(latent[f"{g}_belief"], inputs)
-        return beliefs, priors
+        beliefs = {
+            g: group.step_belief(latent[f"{g}_belief"], self._inputs(g, latent, action))
+            for g, group in self.groups.items()
+        }
+        return beliefs, {g: self.groups[g].prior_of(b) for g, b in beliefs.items()}
 
     def posterior(
         self, beliefs: dict[str, torch.Tensor], embedding: torch.Tensor
     ) -> dict[str, Gaussian]:
-        return {g: self.groups[g].posterior_of(beliefs[g], embedding) for g in self.groups}
+        return {
+            g: group.posterior_of(beliefs[g], group.posterior_embedding(embedding))
+            for g, group in self.groups.items()
+        }
 
     def observe_step(
         self, latent: Latent, action: torch.Tensor, embedding: torch.Tensor, sample: bool = True
-    ) -> tuple[Latent, dict[str, Gaussian], dict[str, Gaussian]]:
-        """One filtering step: the posterior latent (sampled, or its mean), priors, posteriors."""
-        beliefs, priors = self.transition(latent, action)
-        posteriors = self.posterior(beliefs, embedding)
+    ) -> Latent:
+        """One filtering step (acting): the posterior latent, sampled or its mean."""
         new = {}
-        for g, belief in beliefs.items():
+        for g, group in self.groups.items():
+            belief = group.step_belief(latent[f"{g}_belief"], self._inputs(g, latent, action))
+            posterior = group.posterior_of(belief, group.posterior_embedding(embedding))
             new[f"{g}_belief"] = belief
-            new[f"{g}_state"] = posteriors[g].rsample() if sample else posteriors[g].mean
-        return new, priors, posteriors
+            new[f"{g}_state"] = posterior.rsample() if sample else posterior.mean
+        return new
 
     def observe(
         self,
@@ -227,32 +236,36 @@ class RSSM(nn.Module):
         """Filters sequences: ``embedding`` ``[B, L, E]`` of o_t, ``prev_action`` ``[B, L, A]``
         (a_{t-1}), ``first`` ``[B, L]`` (True where step t starts an episode: the previous
         latent and action are zeroed there), ``latent`` the state before step 0 (None: zeros).
+
+        Only what feeds the next step runs in the time loop (the GRUs and the posteriors);
+        the embeddings' projections before it and the priors after it, once for all steps.
         """
         batch, length = embedding.shape[:2]
         latent = self.initial_latent(batch, embedding.device) if latent is None else latent
         keep = (~first).unsqueeze(-1).to(embedding.dtype)
-        steps: list[tuple[Latent, dict[str, Gaussian], dict[str, Gaussian]]] = []
+        projected = {g: group.posterior_embedding(embedding) for g, group in self.groups.items()}
+        steps: list[Latent] = []
+        means: dict[str, list[torch.Tensor]] = {g: [] for g in self.groups}
+        stds: dict[str, list[torch.Tensor]] = {g: [] for g in self.groups}
         for t in range(length):
             mask = keep[:, t]
             latent = {key: value * mask for key, value in latent.items()}
-            latent, priors, posteriors = self.observe_step(
-                latent, prev_action[:, t] * mask, embedding[:, t]
-            )
-            steps.append((latent, priors, posteriors))
-        stacked = {key: torch.stack([s[0][key] for s in steps], 1) for key in latent}
-
-        def stack(index: int, g: str) -> Gaussian:
-            return Gaussian(
-                torch.stack([s[index][g].mean for s in steps], 1),
-                torch.stack([s[index][g].std for s in steps], 1),
-            )
-
-        return Observed(
-            stacked,
-            {g: stack(1, g) for g in self.groups},
-            {g: stack(2, g) for g in self.groups},
-            latent,
-        )
+            action = prev_action[:, t] * mask
+            new = {}
+            for g, group in self.groups.items():
+                belief = group.step_belief(latent[f"{g}_belief"], self._inputs(g, latent, action))
+                posterior = group.posterior_of(belief, projected[g][:, t])
+                new[f"{g}_belief"], new[f"{g}_state"] = belief, posterior.rsample()
+                means[g].append(posterior.mean)
+                stds[g].append(posterior.std)
+            latent = new
+            steps.append(latent)
+        stacked = {key: torch.stack([s[key] for s in steps], 1) for key in latent}
+        priors = {g: group.prior_of(stacked[f"{g}_belief"]) for g, group in self.groups.items()}
+        posteriors = {
+            g: Gaussian(torch.stack(means[g], 1), torch.stack(stds[g], 1)) for g in self.groups
+        }
+        return Observed(stacked, priors, posteriors, latent)
 
     def imagine_step(
         self, latent: Latent, action: torch.Tensor, groups: Sequence[str] = ("x",)
@@ -261,9 +274,7 @@ class RSSM(nn.Module):
         (x's prior needs only x). Groups not named are left out of the result."""
         new = {}
         for g in groups:
-            inputs = torch.cat(
-                [action if name == "action" else latent[name] for name in self.prior_inputs(g)], -1
-            )
-            belief, prior = self.groups[g].transition(latent[f"{g}_belief"], inputs)
-            new[f"{g}_belief"], new[f"{g}_state"] = belief, prior.rsample()
+            group = self.groups[g]
+            belief = group.step_belief(latent[f"{g}_belief"], self._inputs(g, latent, action))
+            new[f"{g}_belief"], new[f"{g}_state"] = belief, group.prior_of(belief).rsample()
         return new
