@@ -1,0 +1,218 @@
+"""World-model and actor-critic (imagination) updates per second: cadence vs TorchRL's Dreamer.
+
+Both sides train Dreamer's world model (RSSM, encoder, decoder, reward head; observation
+and reward NLL plus the KL with free nats; Adam, clip 100) on a fake replay minibatch of
+``batch x length`` sequences, and its actor-critic (imagine ``horizon`` steps from
+posterior states of the minibatch, λ-returns, actor and value steps) at the same sizes.
+TorchRL runs in its own virtual environment (its tensordict pin differs from cadence's),
+through ``benchmarks/peers/torchrl_dreamer.py``; make it with::
+
+    python -m venv --system-site-packages .venvs/torchrl
+    .venvs/torchrl/bin/pip install torchrl==0.14.1     # tensordict 0.14.3, torch 2.13 shared
+
+then::
+
+    python benchmarks/world_model_speed.py --threads 1
+
+Shapes: ``pendulum`` (the CPU-sized Pendulum configs: belief 64, state 16, MLPs of 128,
+imagination from 500 start states), ``paper_vector`` and ``paper_image`` (the paper's:
+belief 200, state 30, MLPs of 400, 64x64 images with the 32/64/128/256 conv stack,
+imagination from all 2,500 states). Each side's rate is the median over ``--iters``
+updates after ``--warmup``. With ``--flops`` the table adds each side's achieved GFLOP/s
+(FLOPs of one update counted by ``torch.utils.flop_counter``) as a fraction of this
+machine's float32 matmul peak, measured here: at the paper's shapes both sides are bound
+by matrix multiplies.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+PEER = ROOT / "benchmarks" / "peers" / "torchrl_dreamer.py"
+PEER_PYTHON = ROOT / ".venvs" / "torchrl" / "bin" / "python"
+
+SHAPES = {
+    "pendulum": dict(
+        obs="vector", obs_dim=3, action_dim=1, belief=64, state=16, hidden=128,
+        mlp_hidden=128, embedding=64, start_states=500,
+    ),
+    "paper_vector": dict(
+        obs="vector", obs_dim=3, action_dim=1, belief=200, state=30, hidden=200,
+        mlp_hidden=400, embedding=1024, start_states=2500,
+    ),
+    "paper_image": dict(
+        obs="image", obs_dim=3, action_dim=6, belief=200, state=30, hidden=200,
+        mlp_hidden=400, embedding=1024, start_states=2500,
+    ),
+}  # fmt: skip
+BATCH, LENGTH, HORIZON = 50, 50, 15
+
+
+def cadence_updates(shape: dict, iters: int, warmup: int, flops: bool) -> dict[str, float]:
+    """cadence's world-model and actor-critic updates/s (and FLOPs per update) at ``shape``."""
+    from cadence.data.specs import BoundedTensorSpec, TensorSpec
+    from cadence.mbrl.build import make_model_based
+    from cadence.mbrl.config import ActorCriticConfig, DreamerConfig, WorldModelConfig
+
+    image = shape["obs"] == "image"
+    observation_spec = (
+        TensorSpec((3, 64, 64), torch.uint8) if image else TensorSpec((shape["obs_dim"],))
+    )
+    action_dim = shape["action_dim"]
+    action_spec = BoundedTensorSpec((action_dim,), minimum=-1.0, maximum=1.0)
+    config = DreamerConfig(
+        world_model=WorldModelConfig(
+            x_belief_size=shape["belief"],
+            x_state_size=shape["state"],
+            y_belief_size=0,
+            y_state_size=0,
+            hidden_size=shape["hidden"],
+            mlp_hidden_size=shape["mlp_hidden"],
+            embedding_size=shape["embedding"],
+        ),
+        actor_critic=ActorCriticConfig(
+            horizon=HORIZON,
+            hidden_size=shape["mlp_hidden"],
+            num_layers=2 if shape["mlp_hidden"] < 400 else 3,
+            num_start_states=shape["start_states"],
+        ),
+    )
+    algorithm = make_model_based(config, observation_spec, action_spec)
+    if image:
+        observation = torch.randint(0, 256, (BATCH, LENGTH, 3, 64, 64), dtype=torch.uint8)
+    else:
+        observation = torch.randn(BATCH, LENGTH, shape["obs_dim"])
+    step_type = torch.ones(BATCH, LENGTH, dtype=torch.int64)
+    step_type[:, 0] = 0
+    batch = {
+        "observation": observation,
+        "prev_action": torch.rand(BATCH, LENGTH, action_dim) * 2 - 1,
+        "reward": torch.randn(BATCH, LENGTH),
+        "step_type": step_type,
+        "discount": torch.ones(BATCH, LENGTH),
+        "action": torch.rand(BATCH, LENGTH, action_dim) * 2 - 1,
+    }
+    model, first = algorithm.world_model, step_type == 0
+
+    def world_model_update() -> None:
+        output = model.loss(batch["observation"], batch["prev_action"], batch["reward"], first)
+        algorithm.minimize(output.loss, [algorithm.model_optimizer])
+
+    with torch.no_grad():
+        latent = model.observe(batch["observation"], batch["prev_action"], first).latent
+
+    def actor_critic_update() -> None:
+        algorithm.policy.update(model, latent, batch, algorithm.minimize)
+
+    result = {
+        "world_model_updates_per_s": _rate(world_model_update, iters, warmup),
+        "actor_critic_updates_per_s": _rate(actor_critic_update, iters, warmup),
+    }
+    if flops:
+        result["world_model_flops"] = _count_flops(world_model_update)
+        result["actor_critic_flops"] = _count_flops(actor_critic_update)
+    return result
+
+
+def peer_updates(shape: dict, iters: int, warmup: int, threads: int, flops: bool) -> dict:
+    """TorchRL's rates at ``shape``, from its own virtual environment."""
+    if not PEER_PYTHON.exists():
+        raise SystemExit(f"no TorchRL environment at {PEER_PYTHON}; see this script's docstring")
+    arguments = {
+        "obs": shape["obs"], "obs-dim": shape["obs_dim"], "action-dim": shape["action_dim"],
+        "batch": BATCH, "length": LENGTH, "horizon": HORIZON, "belief": shape["belief"],
+        "state": shape["state"], "hidden": shape["hidden"], "mlp-hidden": shape["mlp_hidden"],
+        "start-states": shape["start_states"], "iters": iters, "warmup": warmup,
+        "threads": threads,
+    }  # fmt: skip
+    command = [str(PEER_PYTHON), str(PEER)]
+    for key, value in arguments.items():
+        command += [f"--{key}", str(value)]
+    if flops:
+        command.append("--flops")
+    output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+    return json.loads(output.strip().splitlines()[-1])
+
+
+def matmul_peak_gflops(sizes: tuple[int, ...] = (512, 1024, 2048), repeats: int = 5) -> float:
+    """This machine's float32 matmul throughput (the best over ``sizes``), GFLOP/s."""
+    best = 0.0
+    for n in sizes:
+        a, b = torch.randn(n, n), torch.randn(n, n)
+        torch.mm(a, b)
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            torch.mm(a, b)
+            times.append(time.perf_counter() - start)
+        best = max(best, 2 * n**3 / min(times) / 1e9)
+    return best
+
+
+def _rate(update: Callable[[], None], iters: int, warmup: int) -> float:
+    for _ in range(warmup):
+        update()
+    times = []
+    for _ in range(iters):
+        start = time.perf_counter()
+        update()
+        times.append(time.perf_counter() - start)
+    return 1.0 / statistics.median(times)
+
+
+def _count_flops(update: Callable[[], None]) -> float:
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as counter:
+        update()
+    return float(counter.get_total_flops())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--iters", type=int, default=10)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--flops", action="store_true")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    peak = matmul_peak_gflops() if args.flops else None
+    rows = []
+    for name in args.shapes:
+        shape = SHAPES[name]
+        iters = args.iters if name == "pendulum" else max(2, args.iters // 4)
+        ours = cadence_updates(shape, iters, args.warmup, args.flops)
+        theirs = peer_updates(shape, iters, args.warmup, args.threads, args.flops)
+        rows.append((name, ours, theirs))
+        print(f"# {name}: cadence {json.dumps(ours)}", file=sys.stderr)
+        print(f"# {name}: torchrl {json.dumps(theirs)}", file=sys.stderr)
+    print(f"threads={args.threads}, batch {BATCH} x {LENGTH}, horizon {HORIZON}")
+    if peak:
+        print(f"float32 matmul peak here: {peak:.1f} GFLOP/s")
+    print(f"{'shape':<14} {'update':<13} {'cadence/s':>10} {'torchrl/s':>10} {'ratio':>6}", end="")
+    print(f" {'cadence %peak':>13} {'torchrl %peak':>13}" if peak else "")
+    for name, ours, theirs in rows:
+        for kind in ("world_model", "actor_critic"):
+            a, b = ours[f"{kind}_updates_per_s"], theirs[f"{kind}_updates_per_s"]
+            print(f"{name:<14} {kind:<13} {a:>10.2f} {b:>10.2f} {a / b:>6.2f}", end="")
+            if peak:
+                fa = ours[f"{kind}_flops"] * a / 1e9 / peak
+                fb = theirs.get(f"{kind}_flops", float("nan")) * b / 1e9 / peak
+                print(f" {100 * fa:>12.0f}% {100 * fb:>12.0f}%", end="")
+            print()
+
+
+if __name__ == "__main__":
+    main()
