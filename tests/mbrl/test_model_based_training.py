@@ -6,8 +6,10 @@ from __future__ import annotations
 import signal
 import subprocess
 
+import imageio.v2 as imageio
 import pytest
 
+from cadence.cli import main as cli_main
 from cadence.testing.resume import (
     assert_equal_nests,
     cli_train_command,
@@ -80,6 +82,12 @@ def test_the_other_model_based_algorithms_train(tmp_path, name):
     assert {"loss/kl_y", "loss/observation_nll", "loss/actor"} <= keys
     latent = final_state(tmp_path)["collector"]["state"]
     assert set(latent) == {"x_belief", "x_state", "y_belief", "y_state"}
+    # eval and play act from the filtered latent of the checkpoint's model.
+    assert cli_main(["eval", str(tmp_path), "--episodes", "2"]) == 0
+    video = tmp_path / "play.mp4"
+    assert cli_main(["play", str(tmp_path), "--episodes", "1", "--video", str(video)]) == 0
+    with imageio.get_reader(video, "ffmpeg") as reader:
+        assert sum(1 for _ in reader) == 61  # the first frame and one per action
 
 
 def test_a_pixel_run_trains_and_writes_reconstruction_videos_that_decode(tmp_path):
