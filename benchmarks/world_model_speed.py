@@ -15,7 +15,8 @@ then::
     python benchmarks/world_model_speed.py --threads 1
 
 Shapes: ``pendulum`` (the CPU-sized Pendulum configs: belief 64, state 16, MLPs of 128,
-imagination from 500 start states), ``paper_vector`` and ``paper_image`` (the paper's:
+imagination from 500 start states; the RSSM's hidden layers of 64, not the configs' 128,
+because TorchRL's ``RSSMPrior`` needs them as wide as the belief), ``paper_vector`` and ``paper_image`` (the paper's:
 belief 200, state 30, MLPs of 400, 64x64 images with the 32/64/128/256 conv stack,
 imagination from all 2,500 states). Each side's rate is the median over ``--iters``
 updates after ``--warmup``. With ``--flops`` the table adds each side's achieved GFLOP/s
@@ -43,7 +44,7 @@ PEER_PYTHON = ROOT / ".venvs" / "torchrl" / "bin" / "python"
 
 SHAPES = {
     "pendulum": dict(
-        obs="vector", obs_dim=3, action_dim=1, belief=64, state=16, hidden=128,
+        obs="vector", obs_dim=3, action_dim=1, belief=64, state=16, hidden=64,
         mlp_hidden=128, embedding=64, start_states=500,
     ),
     "paper_vector": dict(

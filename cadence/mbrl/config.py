@@ -102,6 +102,15 @@ class WorldModelConfig:
     beta_x: float = field(default=1.0, validator=ge(0), metadata={"doc": "beta_x: KL_x's weight."})
     beta_y: float = field(default=0.25, validator=ge(0), metadata={"doc": "beta_y: KL_y's weight."})
     beta_z: float = field(default=0.25, validator=ge(0), metadata={"doc": "beta_z: KL_z's weight."})
+    free_nats_on_prior: bool = field(
+        default=True,
+        validator=instance_of(bool),
+        metadata={
+            "doc": "Whether the free nats also stop the prior's learning (the paper's; true). "
+            "false: they spare only the posterior, and the prior always learns to predict it "
+            "(for low-dimensional states, whose KL sits under the free nats)."
+        },
+    )
     kl_balance: float | None = field(
         default=None,
         validator=optional([ge(0), le(1)]),

@@ -217,6 +217,7 @@ class WorldModel(nn.Module):
                 observed.priors[g],
                 getattr(config, f"free_nats_{g}"),
                 config.kl_balance,
+                config.free_nats_on_prior,
             )
             weighted = config.kl_alpha * getattr(config, f"beta_{g}") * kl_loss
             terms[f"loss/kl_{g}"] = weighted
@@ -226,22 +227,32 @@ class WorldModel(nn.Module):
 
 
 def kl_term(
-    posterior: Gaussian, prior: Gaussian, free_nats: float, balance: float | None = None
+    posterior: Gaussian,
+    prior: Gaussian,
+    free_nats: float,
+    balance: float | None = None,
+    free_prior: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The mean KL ``[*B] -> ()`` and its loss: ``mean(max(KL, free_nats))`` per sample.
 
     With ``balance`` b (DreamerV2's KL balancing) the loss is
     ``b * max(KL(sg(q) || p), free) + (1 - b) * max(KL(q || sg(p)), free)``: the prior is
-    pulled towards the posterior faster than the posterior towards the prior.
+    pulled towards the posterior faster than the posterior towards the prior. With
+    ``free_prior`` False the prior's term has no free nats: the free nats then only spare
+    the posterior, and the prior learns the dynamics however little the posterior says.
     """
     kl = gaussian_kl(posterior, prior)
-    if balance is None:
+    if balance is None and free_prior:
         return kl.mean().detach(), kl.clamp(min=free_nats).mean()
+    b = 0.5 if balance is None else balance
     detached_posterior = Gaussian(posterior.mean.detach(), posterior.std.detach())
     detached_prior = Gaussian(prior.mean.detach(), prior.std.detach())
-    to_prior = gaussian_kl(detached_posterior, prior).clamp(min=free_nats).mean()
+    to_prior = gaussian_kl(detached_posterior, prior)
+    to_prior = to_prior.clamp(min=free_nats).mean() if free_prior else to_prior.mean()
     to_posterior = gaussian_kl(posterior, detached_prior).clamp(min=free_nats).mean()
-    return kl.mean().detach(), balance * to_prior + (1 - balance) * to_posterior
+    if balance is None:  # the plain KL's gradients: both sides, each with weight 1
+        return kl.mean().detach(), to_prior + to_posterior - to_prior.detach()
+    return kl.mean().detach(), b * to_prior + (1 - b) * to_posterior
 
 
 def _check_specs(observation_spec: TensorSpec, action_spec: TensorSpec) -> None:
