@@ -5,18 +5,20 @@ generated content standing in for the paper's Kinetics videos).
 Each wrapper takes channel-first uint8 frames ``[C, H, W]``, is seeded, and replays the
 same distractor for the same ``seed`` and the same ``reset(seed=...)``:
 
-- `BackgroundDistractor`: the background pixels (those of a colour key) show a moving
-  scene: coloured blobs drifting and bouncing, a new scene each episode. With
-  ``reward_coupling`` c it is also the paper's noisy sensor: the reward reads
-  ``c * (mean intensity of the scene's frame in [0, 1] - 0.5)`` on top of the task's, a
-  reward-relevant signal no action can move.
+- `BackgroundDistractor`: the background pixels (those of a colour key, or of the env's
+  segmentation) show a moving scene: coloured blobs drifting and bouncing, a new scene
+  each episode. With ``reward_coupling`` c it is also the paper's noisy sensor: the reward
+  reads ``c * sensor`` on top of the task's, where ``sensor`` (`BackgroundDistractor.sensor`)
+  is the scene's left half's mean intensity minus its right half's, in ``[-1, 1]``: zero
+  mean by the scene's left-right symmetry, std ~0.22 within an episode with 4 blobs, moving
+  as the blobs drift (predictable from the scene's past, not from the action).
 - `CameraJitter`: the whole frame shifted by a smooth random walk of up to
   ``max_shift`` pixels (the borders repeat the edge pixels).
 """
 
 from __future__ import annotations
 
-from typing import Any, SupportsFloat
+from typing import Any, Literal, SupportsFloat
 
 import gymnasium as gym
 import numpy as np
@@ -62,14 +64,15 @@ class BackgroundDistractor(gym.Wrapper, RecordConstructorArgs):
             the first frame's top-left pixel.
         tolerance: pixels within this distance (per channel) of the key are background.
         num_blobs: blobs in each scene.
-        reward_coupling: the noisy sensor's strength c (0: the reward is the task's).
+        reward_coupling: the noisy sensor's strength c: the reward is the task's plus
+            ``c * sensor()`` (0: the task's alone).
     """
 
     def __init__(
         self,
         env: gym.Env,
         seed: int = 0,
-        mask: str = "colour_key",
+        mask: Literal["colour_key", "segmentation"] = "colour_key",
         key_colour: list[int] | None = None,
         tolerance: int = 0,
         num_blobs: int = 4,
@@ -122,7 +125,7 @@ class BackgroundDistractor(gym.Wrapper, RecordConstructorArgs):
         observation, reward, terminated, truncated, info = self.env.step(action)
         self._t += 1
         frame = self.scene_frame()
-        reward = float(reward) + self.reward_coupling * (frame.mean() / 255.0 - 0.5)
+        reward = float(reward) + self.reward_coupling * self.sensor(frame)
         return self._composite(observation, frame), reward, terminated, truncated, info
 
     def background_mask(self, observation: np.ndarray) -> np.ndarray:
@@ -131,6 +134,18 @@ class BackgroundDistractor(gym.Wrapper, RecordConstructorArgs):
             return np.asarray(self.env.unwrapped.background_mask(), dtype=bool)
         difference = np.abs(observation.astype(np.int16) - self.key_colour[:, None, None])
         return (difference <= self.tolerance).all(0)
+
+    def sensor(self, frame: np.ndarray | None = None) -> float:
+        """The noisy sensor's reading of the scene ``frame`` ``[C, H, W]`` (default: the
+        current one): its left half's mean intensity minus its right half's, in ``[-1, 1]``.
+
+        A left-right difference rather than the mean intensity: blobs are as likely on
+        either side, so it has zero mean whatever the number and size of the blobs.
+        """
+        frame = self.scene_frame() if frame is None else frame
+        half = self.width // 2
+        left, right = frame[:, :, :half], frame[:, :, self.width - half :]
+        return float(left.mean() - right.mean()) / 255.0
 
     def scene_frame(self) -> np.ndarray:
         """The scene at the current step, ``[C, H, W]`` uint8 (blobs bounce off the edges)."""
