@@ -24,7 +24,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from cadence.envs.mujoco_setup import use_offscreen_gl
+from cadence.envs.mujoco_setup import route_mujoco_warnings, use_offscreen_gl
 
 
 class DMCEnv(gym.Env):
@@ -58,6 +58,7 @@ class DMCEnv(gym.Env):
                 f"cadence/DMC-v0 needs dm_control and shimmy ({error}); install them with "
                 "pip install -e '.[dmc]'"
             ) from None
+        _take_mujoco_warnings_from_dm_control()
         self.domain, self.task, self.pixels = domain, task, pixels
         self.size, self.camera_id = size, camera_id
         self.render_mode = render_mode
@@ -106,3 +107,17 @@ class DMCEnv(gym.Env):
         if self.pixels:
             return np.ascontiguousarray(self.render().transpose(2, 0, 1))
         return np.concatenate([np.asarray(v, np.float32).reshape(-1) for v in observation.values()])
+
+
+def _take_mujoco_warnings_from_dm_control() -> None:
+    """Routes MuJoCo's warnings through cadence's `MujocoWarning` instead of dm_control's.
+
+    Importing dm_control installs a callback that logs every MuJoCo warning through absl,
+    so each model it compiles logs the same deprecation again (cheetah's
+    ``settotalmass``, once per env and worker); as a `MujocoWarning` it shows once per
+    process and filters like any Python warning.
+    """
+    import mujoco
+
+    mujoco.set_mju_user_warning(None)
+    route_mujoco_warnings()

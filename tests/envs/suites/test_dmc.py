@@ -11,6 +11,7 @@ pytest.importorskip("dm_control", reason="the dmc extra is not installed")
 import cadence.envs.suites  # noqa: E402,F401 - registers the cadence/ ids
 from cadence.envs.distractors import BackgroundDistractor  # noqa: E402
 from cadence.envs.make import make_env  # noqa: E402
+from cadence.envs.mujoco_setup import route_mujoco_warnings  # noqa: E402
 from cadence.envs.suites import DMC_ID  # noqa: E402
 from cadence.testing.contract import check_environment  # noqa: E402
 
@@ -26,6 +27,32 @@ def test_state_and_pixel_observations():
     assert not np.array_equal(frame, moved)
     state.close()
     pixels.close()
+
+
+# dm_control's own cheetah and walker models use an attribute MuJoCo 3.17 deprecates.
+pytestmark = pytest.mark.filterwarnings(
+    "ignore:compiler attribute 'settotalmass':cadence.envs.mujoco_setup.MujocoWarning"
+)
+
+
+def _state_episode(seed: int) -> np.ndarray:
+    env = gym.make(DMC_ID, domain="cheetah", task="run")
+    observations = [env.reset(seed=seed)[0]]
+    for _ in range(4):
+        observations.append(env.step(np.full(6, 0.5, np.float32))[0])
+    env.close()
+    return np.stack(observations)
+
+
+def test_an_episode_is_reproduced_by_its_seed():
+    first, again, other = _state_episode(1), _state_episode(1), _state_episode(2)
+    np.testing.assert_array_equal(first, again)
+    assert not np.allclose(first, other)
+
+
+def test_mujocos_warnings_come_through_cadence_not_dm_controls_log():
+    gym.make(DMC_ID, domain="cheetah", task="run").close()
+    assert route_mujoco_warnings()  # True: the callback installed is cadence's
 
 
 def test_the_pixel_env_keeps_the_contract_with_action_repeat():
