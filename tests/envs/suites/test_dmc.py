@@ -13,6 +13,7 @@ from cadence.envs.distractors import BackgroundDistractor  # noqa: E402
 from cadence.envs.make import make_env  # noqa: E402
 from cadence.envs.mujoco_setup import route_mujoco_warnings  # noqa: E402
 from cadence.envs.suites import DMC_ID  # noqa: E402
+from cadence.envs.wrapper_config import gym_wrappers  # noqa: E402
 from cadence.testing.contract import check_environment  # noqa: E402
 
 
@@ -55,18 +56,28 @@ def test_mujocos_warnings_come_through_cadence_not_dm_controls_log():
     assert route_mujoco_warnings()  # True: the callback installed is cadence's
 
 
-def test_the_pixel_env_keeps_the_contract_with_action_repeat():
+def test_the_noisy_pixel_stack_keeps_the_contract_with_action_repeat():
+    """The stack of the noisy DMC configs: action repeat 2, background, sensor, jitter."""
+    wrappers = gym_wrappers(
+        [
+            {"name": "FrameSkip", "skip": 2},
+            {"name": "BackgroundDistractor", "mask": "segmentation", "reward_coupling": 1.0},
+            {"name": "CameraJitter", "max_shift": 4},
+        ]
+    )
+
     def make(seed: int):
         return make_env(
             DMC_ID,
             2,
             "serial",
             seed,
-            max_episode_steps=8,
+            max_episode_steps=5,
+            gym_wrappers=wrappers,
             env_kwargs={"domain": "cheetah", "task": "run", "pixels": True},
         )
 
-    assert check_environment(make, num_steps=20).truncations >= 2
+    assert check_environment(make, num_steps=12).truncations >= 2
 
 
 def test_the_segmentation_background_replaces_sky_and_floor_only():
