@@ -66,6 +66,11 @@ class BackgroundDistractor(gym.Wrapper, RecordConstructorArgs):
         num_blobs: blobs in each scene.
         reward_coupling: the noisy sensor's strength c: the reward is the task's plus
             ``c * sensor()`` (0: the task's alone).
+
+    >>> from cadence.envs.suites import PixelPendulumEnv
+    >>> env = BackgroundDistractor(PixelPendulumEnv(), seed=0, reward_coupling=1.0)
+    >>> env.reset(seed=0)[0].shape
+    (3, 64, 64)
     """
 
     def __init__(
@@ -174,6 +179,12 @@ class CameraJitter(gym.ObservationWrapper, RecordConstructorArgs):
         seed: the seed of the walk.
         max_shift: the largest shift in pixels along each axis.
         std: the per-step noise of the walk's velocity.
+
+    >>> from cadence.envs.suites import PixelPendulumEnv
+    >>> env = CameraJitter(PixelPendulumEnv(), seed=0, max_shift=4)
+    >>> _ = env.reset(seed=0)
+    >>> max(map(abs, env.shift)) <= 4
+    True
     """
 
     def __init__(self, env: gym.Env, seed: int = 0, max_shift: int = 4, std: float = 0.5):

@@ -36,6 +36,10 @@ class DMCEnv(gym.Env):
         size: the frame's height and width.
         camera_id: the camera (0 is the suite's usual tracking camera).
         render_mode: ``None`` or ``"rgb_array"``.
+
+    >>> env = DMCEnv("cheetah", "run", pixels=True)  # doctest: +SKIP
+    >>> env.reset(seed=0)[0].shape  # doctest: +SKIP
+    (3, 64, 64)
     """
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 50}

@@ -43,6 +43,12 @@ class NoisyPendulumEnv(gym.Env):
         min_speed, max_speed: the range of each oscillator's angular velocity (rad/step).
         phase_noise: std of the noise added to each phase per step.
         render_mode: ``None`` or ``"rgb_array"`` (the pendulum alone).
+
+    >>> env = NoisyPendulumEnv(num_reward_distractors=2, num_noise_distractors=4)
+    >>> env.reset(seed=0)[0].shape
+    (15,)
+    >>> NoisyPendulumEnv.signal_slices(2, 4)["reward_distractors"]
+    slice(3, 7, None)
     """
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 30}

@@ -46,6 +46,10 @@ class PixelPendulumEnv(gym.Env):
     Args:
         size: the height and width of each frame (64 for the world models' conv stack).
         render_mode: ``None`` or ``"rgb_array"`` (the observation's frame, ``[H, W, 3]``).
+
+    >>> frame, _ = PixelPendulumEnv().reset(seed=0)
+    >>> frame.shape, frame.dtype
+    ((3, 64, 64), dtype('uint8'))
     """
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 20}
