@@ -60,6 +60,37 @@ def make_replay_buffer(
     return ReplayBuffer(num_envs, config.replay_buffer_length, sampler=sampler, device=device)
 
 
+def check_first_window(
+    config: OffPolicyConfig, steps_per_env: int, env_steps_per_unroll: int, num_envs: int
+) -> None:
+    """Refuses a config whose first training iteration could not sample one window.
+
+    Training starts after the unroll that reaches ``initial_collect_steps`` (counted in
+    simulator steps, ``env_steps_per_unroll`` per unroll); by then each env holds
+    ``steps_per_env`` stored steps per unroll, which must add up to ``mini_batch_length``.
+
+    Raises:
+        ValueError: naming the keys to change, with the smallest value that works.
+    """
+    length = config.mini_batch_length
+    if length > config.replay_buffer_length:
+        raise ValueError(
+            f"algorithm.off_policy.mini_batch_length={length} is longer than "
+            f"replay_buffer_length={config.replay_buffer_length} (the steps kept per env): "
+            f"raise replay_buffer_length or shorten the windows"
+        )
+    unrolls = max(1, -(-config.initial_collect_steps // env_steps_per_unroll))
+    if unrolls * steps_per_env < length:
+        needed = -(-length // steps_per_env) * env_steps_per_unroll
+        raise ValueError(
+            f"training would start with {unrolls * steps_per_env} steps per env in replay "
+            f"(initial_collect_steps={config.initial_collect_steps} over {num_envs} envs, "
+            f"{steps_per_env} stored steps each per unroll), fewer than one window of "
+            f"mini_batch_length={length}: raise algorithm.off_policy.initial_collect_steps "
+            f"to {needed} or more, or lower mini_batch_length"
+        )
+
+
 class RandomPolicy:
     """Uniform random actions, with the algorithm's own ``rollout_step`` run for its state and info.
 

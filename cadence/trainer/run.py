@@ -10,7 +10,7 @@ import torch
 
 from cadence.algorithms.algorithm import Algorithm
 from cadence.algorithms.build import build_algorithm
-from cadence.algorithms.off_policy import OffPolicyScheme, make_replay_buffer
+from cadence.algorithms.off_policy import OffPolicyScheme, check_first_window, make_replay_buffer
 from cadence.algorithms.off_policy_config import off_policy_config
 from cadence.algorithms.on_policy import OnPolicyScheme
 from cadence.algorithms.scheme import TrainingScheme
@@ -142,6 +142,9 @@ def make_scheme(
         return OnPolicyScheme(algorithm, collector)
     if replay_buffer is None:
         replay_buffer = make_training_replay_buffer(config, env.batch_size, collector.device)
+    check_first_window(
+        off_policy, collector.unroll_length, collector.num_env_steps_per_unroll, env.batch_size
+    )
     transformer = collector.transformer
     transform = None if transformer is None else transformer.transform_sample
     return OffPolicyScheme(

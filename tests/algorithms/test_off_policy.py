@@ -3,11 +3,12 @@ priority updates, and a state-dict round trip."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch import nn
 
 from cadence.algorithms.algorithm import Algorithm, AlgStep, UpdateResult
-from cadence.algorithms.off_policy import OffPolicyScheme, make_replay_buffer
+from cadence.algorithms.off_policy import OffPolicyScheme, check_first_window, make_replay_buffer
 from cadence.algorithms.off_policy_config import OffPolicyConfig
 from cadence.collect.unroll import Collector
 from cadence.envs.make import make_env
@@ -148,3 +149,15 @@ def test_only_the_algorithms_replay_fields_are_gathered_unless_transformers_run(
     scheme.train_iter()
     assert {"info", "time_step"} <= set(algorithm.batches[0].steps)
     assert "observation" in algorithm.batches[0].steps["time_step"]
+
+
+def test_a_prefill_too_short_for_one_window_is_refused_before_the_run_starts():
+    config = OffPolicyConfig(initial_collect_steps=8, mini_batch_length=50)
+    # 2 envs x 4 stored steps per unroll, action repeat 2: 16 simulator steps per unroll.
+    with pytest.raises(ValueError, match=r"initial_collect_steps to 208 or more"):
+        check_first_window(config, steps_per_env=4, env_steps_per_unroll=16, num_envs=2)
+    check_first_window(
+        OffPolicyConfig(initial_collect_steps=208, mini_batch_length=50), 4, 16, num_envs=2
+    )
+    with pytest.raises(ValueError, match="replay_buffer_length"):
+        check_first_window(OffPolicyConfig(replay_buffer_length=10, mini_batch_length=50), 4, 16, 2)

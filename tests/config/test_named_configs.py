@@ -19,6 +19,11 @@ from cadence.trainer.checkpoint import CheckpointManager
 from cadence.trainer.metrics import read_metrics
 
 
+def _budget(name: str) -> int:
+    """Simulator steps in two iterations of 2 envs x 4 steps, after the config's action repeat."""
+    return 16 * load_config(name).env.action_repeat
+
+
 def _cheap_overrides(name: str) -> list[str]:
     """Two iterations of 2 envs x 4 steps, one short evaluation, a checkpoint each iteration."""
     config = load_config(name)
@@ -27,7 +32,7 @@ def _cheap_overrides(name: str) -> list[str]:
         "env.backend=serial",
         "env.max_episode_steps=10",
         "trainer.unroll_length=4",
-        "trainer.num_env_steps=16",
+        f"trainer.num_env_steps={_budget(name)}",
         "trainer.summary_interval=1",
         "trainer.eval_interval=1",
         "trainer.num_eval_episodes=1",
@@ -42,8 +47,9 @@ def _cheap_overrides(name: str) -> list[str]:
     if getattr(algorithm, "off_policy", None) is not None:
         # Train from the second iteration on, on small minibatches.
         overrides += [
-            "algorithm.off_policy.initial_collect_steps=8",
+            f"algorithm.off_policy.initial_collect_steps={_budget(name) // 2}",
             "algorithm.off_policy.mini_batch_size=4",
+            f"algorithm.off_policy.mini_batch_length={min(algorithm.off_policy.mini_batch_length, 4)}",
             "algorithm.off_policy.num_updates_per_train_iter=1",
             "algorithm.off_policy.replay_buffer_length=64",
         ]
@@ -73,7 +79,7 @@ def test_named_config_trains_two_iterations(name, tmp_path, capsys):
     assert (root / "COMPLETE").exists() and (root / "config.yaml").exists()
     records = read_metrics(root)
     assert [r["iteration"] for r in records] == [1, 2]
-    assert records[-1]["env_steps"] == 16
+    assert records[-1]["env_steps"] == _budget(name)
     assert any(key.startswith("loss/") for key in records[-1]), records[-1]
     assert all("eval/episode_return" in r for r in records)
     assert CheckpointManager(root / "checkpoints").load()["counters"]["iteration"] == 2
