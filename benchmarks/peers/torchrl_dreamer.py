@@ -194,7 +194,9 @@ def _imagination_env(
 def _actor(args: argparse.Namespace, action_spec: Bounded) -> nn.Module:
     """The example's ``_dreamer_make_actor_sim``: DreamerActor -> TanhNormal(tanh_loc);
     its first layer is lazy, so a dummy forward materialises it (as the example does)."""
-    net = DreamerActor(out_features=args.action_dim, depth=args.actor_depth, num_cells=args.mlp_hidden)
+    net = DreamerActor(
+        out_features=args.action_dim, depth=args.actor_depth, num_cells=args.mlp_hidden
+    )
     with torch.no_grad():
         net(torch.zeros(1, args.state), torch.zeros(1, args.belief))
     return SafeProbabilisticTensorDictSequential(
@@ -338,10 +340,18 @@ def parse_args() -> argparse.Namespace:
         ("start-states", 2500), ("iters", 10), ("warmup", 2), ("threads", 1),
     ]:  # fmt: skip
         parser.add_argument(f"--{name}", type=int, default=default)
-    parser.add_argument("--embedding", type=int, default=None,
-                        help="vector encoder output; default 64 if --mlp-hidden < 400 else 1024")
-    parser.add_argument("--actor-depth", type=int, default=None,
-                        help="actor hidden layers; default 2 if --mlp-hidden < 400 else 3")
+    parser.add_argument(
+        "--embedding",
+        type=int,
+        default=None,
+        help="vector encoder output; default 64 if --mlp-hidden < 400 else 1024",
+    )
+    parser.add_argument(
+        "--actor-depth",
+        type=int,
+        default=None,
+        help="actor hidden layers; default 2 if --mlp-hidden < 400 else 3",
+    )
     parser.add_argument("--flops", action="store_true")  # fmt: skip
     args = parser.parse_args()
     paper = args.mlp_hidden >= 400
