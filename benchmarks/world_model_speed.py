@@ -37,6 +37,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from matmul_peak import count_flops, matmul_peak_gflops
 
 ROOT = Path(__file__).resolve().parents[1]
 PEER = ROOT / "benchmarks" / "peers" / "torchrl_dreamer.py"
@@ -120,8 +121,8 @@ def cadence_updates(shape: dict, iters: int, warmup: int, flops: bool) -> dict[s
         "actor_critic_updates_per_s": _rate(actor_critic_update, iters, warmup),
     }
     if flops:
-        result["world_model_flops"] = _count_flops(world_model_update)
-        result["actor_critic_flops"] = _count_flops(actor_critic_update)
+        result["world_model_flops"] = count_flops(world_model_update)
+        result["actor_critic_flops"] = count_flops(actor_critic_update)
     return result
 
 
@@ -145,21 +146,6 @@ def peer_updates(shape: dict, iters: int, warmup: int, threads: int, flops: bool
     return json.loads(output.strip().splitlines()[-1])
 
 
-def matmul_peak_gflops(sizes: tuple[int, ...] = (512, 1024, 2048), repeats: int = 5) -> float:
-    """This machine's float32 matmul throughput (the best over ``sizes``), GFLOP/s."""
-    best = 0.0
-    for n in sizes:
-        a, b = torch.randn(n, n), torch.randn(n, n)
-        torch.mm(a, b)
-        times = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            torch.mm(a, b)
-            times.append(time.perf_counter() - start)
-        best = max(best, 2 * n**3 / min(times) / 1e9)
-    return best
-
-
 def _rate(update: Callable[[], None], iters: int, warmup: int) -> float:
     for _ in range(warmup):
         update()
@@ -169,14 +155,6 @@ def _rate(update: Callable[[], None], iters: int, warmup: int) -> float:
         update()
         times.append(time.perf_counter() - start)
     return 1.0 / statistics.median(times)
-
-
-def _count_flops(update: Callable[[], None]) -> float:
-    from torch.utils.flop_counter import FlopCounterMode
-
-    with FlopCounterMode(display=False) as counter:
-        update()
-    return float(counter.get_total_flops())
 
 
 def main() -> None:
@@ -189,7 +167,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    peak = matmul_peak_gflops() if args.flops else None
+    peak = matmul_peak_gflops(args.threads) if args.flops else None
     rows = []
     for name in args.shapes:
         shape = SHAPES[name]
