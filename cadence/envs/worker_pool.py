@@ -112,6 +112,12 @@ class WorkerPool:
         """
         if all(self._rung[w] for w in messages):
             return self._request_by_doorbell(messages, while_waiting)
+        self.send(messages)
+        return self.gather(messages, self.timeout_s)
+
+    def send(self, messages: dict[int, Any]) -> None:
+        """Sends each worker its message (`STEP` or an object) through its pipe, without
+        waiting: `gather` (or `ready`) then tells when the answers are in."""
         for worker, message in messages.items():
             channel = self._channels[worker]
             try:
@@ -121,7 +127,13 @@ class WorkerPool:
                     channel.send(message)
             except OSError:
                 pass  # a dead worker's pipe: `gather` sees its EOF and reports the death
-        return self.gather(messages, self.timeout_s)
+
+    def ready(self, workers: Iterable[int]) -> set[int]:
+        """Those of ``workers`` whose answer (or death) can be read now, without waiting."""
+        channels = {self._channels[w].conn: w for w in workers}
+        sentinels = {self.processes[w].sentinel: w for w in channels.values()}
+        ready = wait([*channels, *sentinels], 0)
+        return {channels[r] if r in channels else sentinels[r] for r in ready}
 
     def step_all(
         self, while_waiting: Callable[[], None] | None = None
