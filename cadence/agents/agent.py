@@ -1,0 +1,159 @@
+"""`Agent`: a policy with explicit state, as rlstructures writes it, and replaying one.
+
+Follows the ``RL_Agent`` of rlstructures (Denoyer et al., 2021,
+https://arxiv.org/abs/2102.01010). An agent maps a batch of observations to a
+batch of actions, one row per slot: what it remembers between steps is the
+``state`` it is given and returns (never an attribute of its own), and what tells
+the slots apart is ``agent_info``, one row of parameters per slot (an exploration
+level, whether to act greedily), so one agent runs several policies side by side.
+The `Batcher` runs agents over environments in worker processes; `replay_agent`
+runs one again over what they collected, to recompute its outputs for a loss.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping
+
+import torch
+
+from cadence.data.dict_tensor import DictTensor
+from cadence.data.temporal_dict_tensor import TemporalDictTensor
+from cadence.data.trajectories import Trajectories
+
+
+class Agent(abc.ABC):
+    """A batched policy: ``(state, observation, agent_info) -> (action, new_state)``.
+
+    The observation a `Batcher` gives holds ``frame`` (the env's observation),
+    ``reward``, ``done``, ``initial_state`` (a new episode starts here, so the
+    state must start again: see `reset_where`), ``last_action``, ``step_type``,
+    ``discount``, ``env_id`` (the slot's index in the whole batch: key its random
+    stream with it, see `SlotRandom`) and ``info/*`` (the env's numeric ``info``).
+
+    >>> class Uniform(Agent):
+    ...     def __call__(self, state, observation, agent_info, history=None):
+    ...         n = observation.n_elems()
+    ...         return DictTensor({"action": torch.randint(2, (n,))}), state
+    >>> agent = Uniform()
+    >>> observation = DictTensor({"frame": torch.zeros(3, 4)})
+    >>> action, state = agent(agent.initial_state(DictTensor({}, 3), 3), observation, None)
+    >>> action["action"].shape
+    torch.Size([3])
+    """
+
+    def require_history(self) -> bool:
+        """Whether `__call__` needs ``history``, the slot's steps so far (default False)."""
+        return False
+
+    def initial_state(self, agent_info: DictTensor, n_elems: int) -> DictTensor:
+        """The state ``[B, ...]`` of ``n_elems`` slots starting afresh (default: no state).
+
+        Args:
+            agent_info: ``[B, ...]`` per-slot parameters (may be empty).
+            n_elems: ``B``.
+        """
+        return DictTensor({}, batch_size=n_elems)
+
+    @abc.abstractmethod
+    def __call__(
+        self,
+        state: DictTensor,
+        observation: DictTensor,
+        agent_info: DictTensor,
+        history: TemporalDictTensor | None = None,
+    ) -> tuple[DictTensor, DictTensor]:
+        """One step of every slot.
+
+        Args:
+            state: ``[B, ...]`` what the slots remembered after their last step (the
+                `initial_state` at first; rows where ``observation["initial_state"]``
+                is True start a new episode: replace them, see `reset_where`).
+            observation: ``[B, ...]`` what the env shows (keys in the class docstring).
+            agent_info: ``[B, ...]`` per-slot parameters (may be empty).
+            history: with `require_history`, ``[B, t, ...]`` the slot's steps of this
+                acquisition before this one (``observation/*``, ``action/*``,
+                ``_observation/*``); else None.
+
+        Returns:
+            ``action`` ``[B, ...]``: ``"action"`` is what the env executes; any other key
+            (log-probabilities, values) is stored with it. And the new state ``[B, ...]``,
+            with the keys of `initial_state`.
+        """
+
+    def update(self, info: Mapping[str, torch.Tensor]) -> None:
+        """Takes new weights (what the learner passed to `Batcher.update`, e.g. a
+        ``state_dict``); the tensors are the agent's to keep."""
+        raise NotImplementedError(
+            f"{type(self).__name__} takes no new weights: override Agent.update(info)"
+        )
+
+    def seed(self, seed: int) -> None:  # noqa: B027 - an optional hook: most agents draw nothing
+        """Seeds the agent's random streams (the `Batcher` calls it in each worker)."""
+
+    def close(self) -> None:  # noqa: B027 - an optional hook: most agents hold nothing to release
+        """Releases what the agent holds."""
+
+
+def reset_where(state: DictTensor, initial_state: DictTensor, mask: torch.Tensor) -> DictTensor:
+    """``state`` with the rows where ``mask`` ``[B]`` is True taken from ``initial_state``.
+
+    An agent calls it first, with ``observation["initial_state"]`` as the mask, so
+    that a slot whose episode starts again forgets the last one.
+
+    Raises:
+        ValueError: the two states have different keys.
+
+    >>> state = DictTensor({"h": torch.ones(3, 2)})
+    >>> reset_where(state, DictTensor({"h": torch.zeros(3, 2)}), torch.tensor([False, True, False]))["h"][:, 0]
+    tensor([1., 0., 1.])
+    """
+    if set(state.keys()) != set(initial_state.keys()):
+        raise ValueError(
+            f"the state has keys {sorted(state.keys())} but the initial state "
+            f"{sorted(initial_state.keys())}: __call__ must return the keys of initial_state"
+        )
+    values = {}
+    for key, value in state.to_dict().items():
+        where = mask.reshape(-1, *([1] * (value.dim() - 1)))
+        values[key] = torch.where(where, initial_state[key], value)
+    return DictTensor(values, batch_size=state.n_elems(), device=state.device)
+
+
+def replay_agent(agent: Agent, trajectories: Trajectories) -> TemporalDictTensor:
+    """Runs ``agent`` again over ``trajectories``, step by step, to recompute its outputs.
+
+    The state starts from each segment's stored ``agent_state/*`` and is threaded
+    through the steps as during acquisition (the agent resets it where a step is
+    an ``initial_state``), with each segment's ``agent_info/*``. Gradients flow: this
+    is how a loss gets log-probabilities and values of the current weights.
+
+    Args:
+        agent: the agent (usually the learner's copy of the one that acquired).
+        trajectories: what a `Batcher` returned, ``[B, T]``.
+
+    Returns:
+        ``[B, T, ...]`` by output key (``"action"`` and the agent's other outputs), with
+        the lengths of ``trajectories``; steps past a segment's length are padding.
+    """
+    steps = trajectories.trajectories
+    state = trajectories.info.truncate_key("agent_state/")
+    agent_info = trajectories.info.truncate_key("agent_info/")
+    history_keys = [k for k in steps.keys() if k.split("/")[0] in _HISTORY_ROOTS]
+    outputs: list[dict[str, torch.Tensor]] = []
+    for t in range(steps.n_steps()):
+        history = None
+        if agent.require_history():
+            history = TemporalDictTensor(
+                {k: steps[k][:, :t] for k in history_keys}, steps.lengths.clamp(max=t)
+            )
+        observation = steps.temporal_index(t).truncate_key("observation/")
+        action, state = agent(state, observation, agent_info, history)
+        outputs.append(action.to_dict())
+    if not outputs:
+        raise ValueError("the trajectories have no steps (T = 0): nothing to replay")
+    stacked = {k: torch.stack([o[k] for o in outputs], dim=1) for k in outputs[0]}
+    return TemporalDictTensor(stacked, steps.lengths)
+
+
+_HISTORY_ROOTS = ("observation", "action", "_observation")

@@ -1,0 +1,553 @@
+"""`Batcher`: agents acting in environments in worker processes, returning `Trajectories`.
+
+Follows the batchers of rlstructures (Denoyer et al., 2021,
+https://arxiv.org/abs/2102.01010): ``n_processes`` workers each run one agent over
+``n_envs`` environments (`cadence.agents.batcher_worker`); `execute` starts an
+acquisition of ``n_timesteps`` steps in all of them and returns at once, `get`
+collects it. The workers write every step into one block of shared memory
+(`cadence.agents.shared`), so an acquisition costs one small message each way per
+worker; new weights go through shared memory too, stamped with a version
+(`update`): nothing as large as a ``state_dict`` is pickled per update.
+
+Seeding does not depend on the split into processes: env ``i`` of the whole batch
+(``i = w * n_envs + k``) is seeded ``seed + i``, and an agent that draws from a
+`SlotRandom` keyed by the observation's ``env_id`` gives slot ``i`` the same stream
+wherever it runs, so 1 x 2n and 2 x n envs acquire the same trajectories.
+
+Workers are started and watched with `cadence.envs.worker_pool` (the transport of
+`ParallelEnvironment`), and from a script without an ``if __name__ ==
+"__main__":`` guard they work as there: they never run the script, and what it
+defines (the agent's class, an env factory) travels to them by value.
+
+A worker that dies, or hangs past ``timeout_s`` and is killed, is restarted as
+`ParallelEnvironment` restarts one, with a warning: its slots' steps end at the
+last one written, marked as cut (``done``, LAST with discount 1), and its rebuilt
+envs are seeded ``seed + i + restarts * N``. Past ``max_worker_restarts`` within
+``restart_window_s`` seconds, `BatcherWorkerError` says so and the Batcher is
+unusable. An exception raised in env or agent code reaches the caller as a
+`BatcherWorkerError` with the worker's traceback; `reset` starts every slot again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import multiprocessing as mp
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, Literal
+
+import numpy as np
+import torch
+
+from cadence.agents.agent import Agent
+from cadence.agents.batcher_worker import WorkerRecipe, worker_main
+from cadence.agents.shared import Specs, TrajectoryBlock, WeightsBlock, trajectory_fields
+from cadence.data.dict_tensor import DictTensor
+from cadence.data.temporal_dict_tensor import TemporalDictTensor
+from cadence.data.time_step import StepType
+from cadence.data.trajectories import Trajectories
+from cadence.envs.environment import PyEnvironment
+from cadence.envs.main_module import MainFree
+from cadence.envs.worker_pool import RestartBudget, WorkerPool
+
+logger = logging.getLogger(__name__)
+
+Mode = Literal["continuing", "episodic"]
+StartMethod = Literal["forkserver", "spawn", "fork"]
+_LAST = int(StepType.LAST)
+
+
+class BatcherWorkerError(RuntimeError):
+    """Env or agent code raised in a `Batcher` worker, or a worker died past its restarts.
+
+    Attributes:
+        worker: the worker's index.
+        env_ids: the slots (indices in the whole batch) it hosts.
+        worker_traceback: the traceback from the worker ('' if it died).
+        died: whether the worker died (or hung and was killed).
+    """
+
+    def __init__(
+        self, message: str, worker: int, env_ids: list[int], worker_traceback: str = "", died=False
+    ):
+        super().__init__(message)
+        self.worker = worker
+        self.env_ids = env_ids
+        self.worker_traceback = worker_traceback
+        self.died = died
+
+
+class Batcher:
+    """Runs an agent over ``n_processes * n_envs`` environments in worker processes.
+
+    Args:
+        n_timesteps: steps per slot of one acquisition (``T``).
+        n_processes: worker processes.
+        n_envs: environments (slots) per process.
+        create_env: builds one environment, called in a worker as
+            ``create_env(seed=seed + i, **env_args)`` for env ``i`` of the batch; a
+            `cadence.envs.PyEnvironment` (`make_gym_env` builds a Gymnasium one).
+        create_agent: builds the agent, called in each worker as ``create_agent(**agent_args)``.
+        env_args: keyword arguments of ``create_env``.
+        agent_args: keyword arguments of ``create_agent`` (the model to start from, ...).
+        seed: env ``i`` is seeded ``seed + i``; the agents are seeded ``seed``.
+        agent_info: an example of the per-slot parameters (any number of rows), which
+            the workers use to learn the shapes of the agent's outputs.
+        env_info: an example of the per-slot environment parameters (recorded with
+            each segment; cadence envs take no arguments at reset).
+        mode: ``"continuing"``: an env whose episode ends starts the next one within
+            the same acquisition (every slot runs ``T`` steps). ``"episodic"``: it stops
+            there, until the next `reset` (rlstructures' envs without auto-reset).
+            In both, an episode longer than ``T`` continues on the next `execute`.
+        timeout_s: the longest a worker may take to answer (an acquisition, a reset);
+            one silent for longer has hung and is killed. ``None``: wait for ever.
+        max_worker_restarts: how often each worker may be restarted within any
+            ``restart_window_s`` seconds (0: a dead worker is an error).
+        restart_window_s: the window of ``max_worker_restarts``.
+        start_method: how workers start (``"forkserver"``: forked from a server that
+            has imported torch once, without the parent's threads).
+
+    >>> batcher = Batcher(  # doctest: +SKIP
+    ...     n_timesteps=20, n_processes=2, n_envs=4, create_env=make_gym_env,
+    ...     env_args={"name": "CartPole-v1"}, create_agent=MyAgent, agent_args={"model": model},
+    ...     agent_info=DictTensor({"epsilon": torch.zeros(1)}))
+    >>> batcher.reset(DictTensor({"epsilon": torch.full((8,), 0.1)}))  # doctest: +SKIP
+    >>> batcher.execute()  # doctest: +SKIP
+    >>> trajectories, n_running = batcher.get()  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        n_timesteps: int,
+        n_processes: int,
+        n_envs: int,
+        create_env: Callable[..., PyEnvironment],
+        create_agent: Callable[..., Agent],
+        *,
+        env_args: Mapping[str, Any] | None = None,
+        agent_args: Mapping[str, Any] | None = None,
+        seed: int = 0,
+        agent_info: DictTensor | None = None,
+        env_info: DictTensor | None = None,
+        mode: Mode = "continuing",
+        timeout_s: float | None = 600.0,
+        max_worker_restarts: int = 3,
+        restart_window_s: float = 600.0,
+        start_method: StartMethod = "forkserver",
+    ):
+        for name, value in (("n_timesteps", n_timesteps), ("n_processes", n_processes)):
+            if value < 1:
+                raise ValueError(f"{name} must be >= 1, got {value}")
+        if n_envs < 1:
+            raise ValueError(f"n_envs must be >= 1, got {n_envs}")
+        if mode not in ("continuing", "episodic"):
+            raise ValueError(f"mode must be 'continuing' or 'episodic', got {mode!r}")
+        self._closed = False
+        self._broken: str | None = None
+        self.n_timesteps, self.n_processes, self.n_envs = n_timesteps, n_processes, n_envs
+        self.mode = mode
+        self._n_slots = n_processes * n_envs
+        self._seed = seed
+        example = {} if agent_info is None else agent_info.to_dict()
+        self._recipe = WorkerRecipe(
+            create_env, dict(env_args or {}), create_agent, dict(agent_args or {}),
+            n_envs, n_timesteps, seed, example, mode == "episodic",
+        )  # fmt: skip
+        # Pickled once, by value: what the user's script defines travels too (see
+        # `cadence.envs.main_module`), and no tensor of agent_args is moved to shared
+        # memory under the caller's model, as multiprocessing's own pickler would.
+        self._packed_recipe = MainFree(self._recipe)
+        self._env_info_example = env_info
+        self._budget = RestartBudget(max_worker_restarts, restart_window_s)
+        self._restarts = [0] * n_processes
+        self._block: TrajectoryBlock | None = None
+        self._weights: WeightsBlock | None = None
+        self._version = 0  # of the latest weights (0: those create_agent built)
+        self._copy_of: dict[int, int] = {}  # weights version -> the copy holding it
+        self._agent_info = DictTensor({}, batch_size=self._n_slots)
+        self._env_info = DictTensor({}, batch_size=self._n_slots)
+        self._running = np.zeros(self._n_slots, dtype=bool)  # slots that will act next
+        self._needs_reset = True
+        self._in_flight: _Acquisition | None = None
+        context = mp.get_context(start_method)
+        if start_method == "forkserver":
+            context.set_forkserver_preload(["cadence.agents.batcher_worker"])
+        self._pool = WorkerPool(context, n_processes, timeout_s)
+        try:
+            for worker in range(n_processes):
+                self._spawn(worker)
+            specs = self._gather_specs(range(n_processes))
+            fields = trajectory_fields(specs, self._n_slots, n_timesteps)
+            self._block = TrajectoryBlock(fields)
+            replies, dead = self._pool.request({w: self._attach_message() for w in self._workers})
+            if dead:
+                raise self._unusable(min(dead), f"{self._pool.reap(min(dead))} while it was built")
+            self._raise_errors(replies, while_building=True)
+        except BaseException:
+            self.close()
+            raise
+
+    # -- the public protocol -------------------------------------------------------------------
+
+    @property
+    def n_slots(self) -> int:
+        """``n_processes * n_envs``, the slots (environments) of the whole batch."""
+        return self._n_slots
+
+    @property
+    def weights_version(self) -> int:
+        """The version of the latest `update` (0 before any)."""
+        return self._version
+
+    @property
+    def restarts(self) -> list[int]:
+        """How often each worker has been restarted after dying (or hanging)."""
+        return list(self._restarts)
+
+    @property
+    def processes(self) -> list[Any]:
+        """The worker processes (worker ``w`` hosts slots ``w * n_envs`` to ``(w + 1) * n_envs - 1``)."""
+        return list(self._pool.processes)
+
+    def reset(self, agent_info: DictTensor | None = None, env_info: DictTensor | None = None):
+        """Starts an episode in every env and the agent's initial state in every slot.
+
+        Args:
+            agent_info: ``[N, ...]`` per-slot parameters (``N = n_slots``), kept for
+                the acquisitions that follow until `execute` gives new ones.
+            env_info: ``[N, ...]`` per-slot environment parameters, recorded with
+                every segment.
+
+        Raises:
+            RuntimeError: an acquisition is in flight (`get` it first).
+            BatcherWorkerError: env or agent code raised (with the worker's traceback).
+        """
+        self._check_usable()
+        if self._in_flight is not None:
+            raise RuntimeError("an acquisition is in flight: get() it before reset()")
+        self._agent_info = self._per_slot(agent_info, "agent_info")
+        self._env_info = self._per_slot(env_info, "env_info")
+        self._needs_reset = True
+        messages = {w: ("reset", self._slice_of(self._agent_info, w)) for w in self._workers}
+        while messages:
+            replies, dead = self._pool.request(messages)
+            for worker in sorted(dead):  # the replacement is reset below
+                self._recover(worker, self._pool.reap(worker), resume=False)
+            self._raise_errors(replies)
+            messages = {w: messages[w] for w in dead}
+        self._running[:] = True
+        self._needs_reset = False
+
+    def execute(self, agent_info: DictTensor | None = None) -> None:
+        """Starts an acquisition of up to ``n_timesteps`` steps per running slot; returns at once.
+
+        Args:
+            agent_info: ``[N, ...]`` new per-slot parameters from now on (``None``: the
+                last ones).
+
+        Raises:
+            RuntimeError: no `reset` yet (or since an error), an acquisition already in
+                flight, or (episodic mode) no slot left running.
+        """
+        self._check_usable()
+        if self._needs_reset:
+            raise RuntimeError("call reset() before execute() (and after a worker's error)")
+        if self._in_flight is not None:
+            raise RuntimeError("an acquisition is already in flight: get() it first")
+        if not self._running.any():
+            raise RuntimeError("every episode has ended (episodic mode): call reset()")
+        send_info = agent_info is not None
+        if send_info:
+            self._agent_info = self._per_slot(agent_info, "agent_info")
+        weights = self._weights_message()
+        workers = [w for w in self._workers if self._running[self._slots(w)].any()]
+        messages = {
+            w: ("execute", (self._slice_of(self._agent_info, w) if send_info else None, weights))
+            for w in workers
+        }
+        self._in_flight = _Acquisition(
+            workers=workers,
+            slots=np.flatnonzero(self._running),
+            version=self._version,
+            agent_info=self._agent_info,
+            deadline=None if self._pool.timeout_s is None else time.monotonic() + self._pool.timeout_s,
+        )  # fmt: skip
+        self._pool.send(messages)
+
+    def get(self, blocking: bool = True) -> tuple[Trajectories | None, int | None]:
+        """The acquisition `execute` started, and how many slots are still running.
+
+        Args:
+            blocking: wait for it; ``False`` returns ``(None, None)`` until it is done.
+
+        Returns:
+            The segments of the slots that ran (in slot order), ``[B, T']`` with
+            ``T' <= n_timesteps`` the longest of them; and the number of slots that
+            will act on the next `execute` (episodic mode: those whose episode goes on).
+
+        Raises:
+            RuntimeError: no acquisition in flight.
+            BatcherWorkerError: env or agent code raised, or a worker died past its restarts.
+        """
+        self._check_usable()
+        acquisition = self._in_flight
+        if acquisition is None:
+            raise RuntimeError("no acquisition in flight: call execute() first")
+        overdue = acquisition.deadline is not None and time.monotonic() >= acquisition.deadline
+        if not blocking and not overdue:
+            if self._pool.ready(acquisition.workers) != set(acquisition.workers):
+                return None, None
+        remaining = None
+        if acquisition.deadline is not None:
+            remaining = max(0.0, acquisition.deadline - time.monotonic())
+        replies, dead = self._pool.gather(acquisition.workers, remaining)
+        self._in_flight = None
+        cut = {}
+        for worker in sorted(dead):
+            how = self._pool.reap(worker)
+            if (
+                self._pool.hung_for(worker) is not None
+            ):  # it had the whole timeout, not what remained
+                how = f"hung (no answer within {self._pool.timeout_s:g} s of execute(); killed)"
+            cut[worker] = self._recover(worker, how, resume=self.mode == "continuing")
+        self._raise_errors(replies)
+        for worker, (_, still_running) in replies.items():
+            slots = self._slots(worker)
+            self._running[slots] = False
+            self._running[slots.start + np.asarray(still_running, dtype=np.int64)] = True
+        return self._read(acquisition, cut), int(self._running.sum())
+
+    def update(self, weights: Mapping[str, torch.Tensor]) -> int:
+        """Gives the workers new weights (e.g. a ``state_dict``), from the next acquisition on.
+
+        Safe while an acquisition is in flight: that one goes on with the weights it
+        started with. Each acquisition runs on one version, in its ``info``.
+
+        Args:
+            weights: tensors by name, the same names, shapes and dtypes every time;
+                each worker's agent gets them (a copy) through `Agent.update`.
+
+        Returns:
+            The new version (1 for the first update).
+        """
+        self._check_usable()
+        weights = dict(weights)
+        if self._weights is None:
+            self._weights = WeightsBlock.for_weights(weights)
+        in_use = set()
+        if self._in_flight is not None and self._in_flight.version in self._copy_of:
+            in_use.add(self._copy_of[self._in_flight.version])
+        if self._version in self._copy_of and not in_use:
+            in_use.add(self._copy_of[self._version])
+        copy = 0 if 0 not in in_use else 1
+        self._weights.write(copy, weights, self._version + 1)
+        self._version += 1
+        self._copy_of = {v: c for v, c in self._copy_of.items() if c != copy}
+        self._copy_of[self._version] = copy
+        return self._version
+
+    def close(self) -> None:
+        """Stops the workers and frees the shared memory; idempotent."""
+        if getattr(self, "_closed", True):
+            return
+        self._closed = True
+        if hasattr(self, "_pool"):
+            self._pool.stop()
+        for block in (self._block, self._weights):
+            if block is not None:
+                block.close(unlink=True)
+        self._block = self._weights = None
+
+    def __enter__(self) -> Batcher:
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown may have torn down modules
+            pass
+
+    # -- reading an acquisition ----------------------------------------------------------------
+
+    def _read(self, acquisition: _Acquisition, cut: dict[int, int]) -> Trajectories:
+        """Copies the acquisition's rows out of the block, cutting those of dead workers."""
+        rows = acquisition.slots
+        arrays = self._block.arrays
+        lengths = torch.from_numpy(arrays["progress"][rows].copy())
+        longest = int(lengths.max()) if rows.size else 0
+        steps: dict[str, torch.Tensor] = {}
+        state: dict[str, torch.Tensor] = {}
+        for key, array in arrays.items():
+            if key.startswith("agent_state/"):
+                state[key] = torch.from_numpy(array[rows])
+            elif key != "progress":
+                steps[key] = torch.from_numpy(array[rows, :longest])
+        self._mark_cuts(steps, lengths, rows, cut)
+        info = {
+            **state,
+            **acquisition.agent_info[torch.from_numpy(rows)].prepend_key("agent_info/").to_dict(),
+            **self._env_info[torch.from_numpy(rows)].prepend_key("env_info/").to_dict(),
+            "weights_version": torch.full((rows.size,), acquisition.version, dtype=torch.int64),
+        }
+        info_dt = DictTensor(info, batch_size=rows.size)
+        return Trajectories(info_dt, TemporalDictTensor(steps, lengths))
+
+    def _mark_cuts(
+        self, steps: dict[str, torch.Tensor], lengths: torch.Tensor, rows: np.ndarray, cut: dict
+    ) -> None:
+        """Ends the last written step of a dead worker's slots as a cut episode (LAST, discount 1)."""
+        for worker in cut:
+            slots = self._slots(worker)
+            for i in np.flatnonzero((rows >= slots.start) & (rows < slots.stop)):
+                t = int(lengths[i]) - 1
+                if t < 0:
+                    continue
+                steps["_observation/done"][i, t] = True
+                steps["_observation/step_type"][i, t] = _LAST
+                steps["_observation/discount"][i, t] = 1.0
+
+    # -- workers -------------------------------------------------------------------------------
+
+    @property
+    def _workers(self) -> range:
+        return range(self.n_processes)
+
+    def _slots(self, worker: int) -> slice:
+        return slice(worker * self.n_envs, (worker + 1) * self.n_envs)
+
+    def _slice_of(self, values: DictTensor, worker: int) -> dict[str, torch.Tensor]:
+        return {k: v.clone() for k, v in values[self._slots(worker)].to_dict().items()}
+
+    def _spawn(self, worker: int) -> None:
+        offset = self._restarts[worker] * self._n_slots
+        args = (worker, worker * self.n_envs, self._packed_recipe, offset)
+        self._pool.spawn(worker, worker_main, args)
+
+    def _gather_specs(self, workers: range | list[int]) -> Specs:
+        replies, dead = self._pool.gather(workers, self._pool.timeout_s)
+        if dead:
+            worker = min(dead)
+            raise self._unusable(worker, f"{self._pool.reap(worker)} while it was being built")
+        self._raise_errors(replies, while_building=True)
+        return next(payload for _, payload in replies.values())
+
+    def _attach_message(self) -> tuple[str, Any]:
+        return ("attach", (self._block.name, self._block.fields))
+
+    def _recover(self, worker: int, how: str, resume: bool) -> int:
+        """Replaces dead ``worker`` (within the restart budget, else raises); with ``resume``
+        its slots start new episodes, else they wait for the next reset.
+
+        Args:
+            worker: the dead worker.
+            how: how it ended, `WorkerPool.reap`'s predicate (``"died (exit code 3)"``).
+            resume: whether its slots run on (continuing mode) or wait for a reset.
+        """
+        while True:
+            if not self._budget.spend(worker):
+                raise self._unusable(
+                    worker,
+                    f"{how}, after {self._budget.max_restarts} restarts within "
+                    f"{self._budget.window_s:g} s (max_worker_restarts="
+                    f"{self._budget.max_restarts})",
+                )
+            self._restarts[worker] += 1
+            logger.warning(
+                "%s; restarting it (restart %d of at most %d per %g s): the steps of its slots "
+                "end at the last one written, marked as cut (LAST, discount 1), and its rebuilt "
+                "envs are seeded seed + i + %d",
+                self._describe(worker, how),
+                self._budget.recent(worker),
+                self._budget.max_restarts,
+                self._budget.window_s,
+                self._restarts[worker] * self._n_slots,
+            )
+            self._spawn(worker)
+            replies, dead = self._pool.gather([worker], self._pool.timeout_s)
+            if not dead:
+                self._raise_errors(replies, while_building=True)
+                messages = [self._attach_message()]
+                if resume:
+                    messages.append(("reset", self._slice_of(self._agent_info, worker)))
+                for message in messages:
+                    replies, dead = self._pool.request({worker: message})
+                    if dead:
+                        break
+                    self._raise_errors(replies)
+            if not dead:
+                self._running[self._slots(worker)] = resume
+                return worker
+            how = self._pool.reap(worker)
+
+    def _raise_errors(self, replies: dict[int, Any], while_building: bool = False) -> None:
+        for worker, (status, payload) in sorted(replies.items()):
+            if status != "error":
+                continue
+            text, tb = payload
+            where = "while it was being built" if while_building else ""
+            message = (
+                f"batcher worker {worker} (hosting slots {self._ids(worker)}) raised {text} "
+                f"{where}\n\nWorker traceback:\n{tb}"
+            )
+            if while_building:
+                self._broken = message
+            else:
+                self._needs_reset = True
+                message += "\ncall reset() to start every slot again"
+            raise BatcherWorkerError(message, worker, self._env_ids(worker), tb)
+
+    def _unusable(self, worker: int, how: str) -> BatcherWorkerError:
+        message = (
+            f"{self._describe(worker, how)}; this Batcher is unusable: close it and build a "
+            "new one (and find what kills the worker)"
+        )
+        self._broken = message
+        return BatcherWorkerError(message, worker, self._env_ids(worker), died=True)
+
+    def _describe(self, worker: int, how: str) -> str:
+        pid = self._pool.processes[worker].pid
+        return f"batcher worker {worker} (pid {pid}, hosting slots {self._ids(worker)}) {how}"
+
+    def _env_ids(self, worker: int) -> list[int]:
+        return list(range(self._slots(worker).start, self._slots(worker).stop))
+
+    def _ids(self, worker: int) -> str:
+        ids = self._env_ids(worker)
+        return f"{ids[0]}..{ids[-1]}" if len(ids) > 1 else str(ids[0])
+
+    def _weights_message(self) -> tuple[Any, ...] | None:
+        if self._weights is None:
+            return None
+        copy = self._copy_of[self._version]
+        return (self._weights.name, self._weights.fields, copy, self._version)
+
+    def _per_slot(self, values: DictTensor | None, what: str) -> DictTensor:
+        if values is None or values.empty():
+            return DictTensor({}, batch_size=self._n_slots)
+        if values.n_elems() != self._n_slots:
+            raise ValueError(
+                f"{what} must have one row per slot (n_processes * n_envs = {self._n_slots}), "
+                f"got {values.n_elems()}"
+            )
+        return values.to("cpu")
+
+    def _check_usable(self) -> None:
+        if self._closed:
+            raise RuntimeError("the Batcher is closed")
+        if self._broken is not None:
+            raise RuntimeError(f"the Batcher is unusable since a worker failed: {self._broken}")
+
+
+@dataclasses.dataclass
+class _Acquisition:
+    """What `execute` started: which workers, which slots, on which weights and parameters."""
+
+    workers: list[int]
+    slots: np.ndarray
+    version: int
+    agent_info: DictTensor
+    deadline: float | None  # a `time.monotonic` time; None: no deadline

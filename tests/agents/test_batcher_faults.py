@@ -1,0 +1,87 @@
+"""Batcher workers that raise, die or hang: the error reaches the caller with what happened,
+a dead worker is restarted within its budget (its slots' steps cut), never a hang."""
+
+from __future__ import annotations
+
+import logging
+
+import batcher_helpers as helpers
+import pytest
+import torch
+
+from cadence.agents import Batcher, BatcherWorkerError
+from cadence.data import StepType
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def test_an_exception_in_a_worker_reaches_the_caller_with_its_traceback():
+    with Batcher(
+        10, 2, 2, helpers.cartpole, helpers.PolicyAgent, agent_args={"fail_at_step": 4}
+    ) as b:
+        b.reset()
+        b.execute()
+        with pytest.raises(BatcherWorkerError) as raised:
+            b.get()
+        message = str(raised.value)
+        assert "ValueError: PolicyAgent was told to fail here" in message
+        assert "Worker traceback" in message and "batcher_helpers.py" in message
+        assert raised.value.worker == 0 and raised.value.env_ids == [0, 1]
+        with pytest.raises(RuntimeError, match="reset"):
+            b.execute()
+        b.reset()  # every slot starts again, and the batcher goes on
+        b.execute()
+        trajectories, running = b.get()
+    assert trajectories.n_elems() == 4 and running == 4
+
+
+def _dying(tmp_path, how="exit", at_step=8, **kwargs):
+    env_args = {"flag_file": str(tmp_path / "fired"), "at_step": at_step, "how": how}
+    return Batcher(10, 2, 2, helpers.dying_env, helpers.PolicyAgent, env_args=env_args, **kwargs)
+
+
+@pytest.mark.parametrize("how", ["exit", "hang"])
+def test_a_worker_that_dies_or_hangs_is_restarted_and_its_steps_are_cut(tmp_path, caplog, how):
+    timeout_s = 2.0 if how == "hang" else 60.0
+    with caplog.at_level(logging.WARNING, logger="cadence.agents.batcher"):
+        with _dying(tmp_path, how, timeout_s=timeout_s) as b:
+            b.reset()
+            b.execute()  # env steps 1..7 (GymAdapter's probe took step 1): dies in step 7
+            trajectories, running = b.get()
+            assert sum(b.restarts) == 1 and running == 4
+            b.execute()  # the replacement acts: new episodes in its slots
+            after, _ = b.get()
+    worker = b.restarts.index(1)
+    dead, alive = slice(2 * worker, 2 * worker + 2), slice(2 - 2 * worker, 4 - 2 * worker)
+    steps = trajectories.trajectories
+    assert steps.lengths[alive].tolist() == [10, 10]
+    cut_at = steps.lengths[dead] - 1
+    assert (cut_at >= 0).all() and (cut_at < 9).all()
+    rows = torch.arange(2 * worker, 2 * worker + 2)
+    assert steps["_observation/done"][rows, cut_at].all()
+    assert (steps["_observation/step_type"][rows, cut_at] == StepType.LAST).all()
+    assert (steps["_observation/discount"][rows, cut_at] == 1.0).all()  # cut, not terminated
+    assert after.trajectories["observation/initial_state"][dead, 0].all()
+    assert after.trajectories.full()
+    (record,) = [r for r in caplog.records if "restarting it" in r.getMessage()]
+    expected = "died (exit code 3)" if how == "exit" else "hung (no answer within 2 s of execute()"
+    assert expected in record.getMessage() and f"worker {worker}" in record.getMessage()
+
+
+def test_past_the_restart_budget_a_dead_worker_is_a_clear_error(tmp_path):
+    with _dying(tmp_path, max_worker_restarts=0) as b:
+        b.reset()
+        b.execute()
+        with pytest.raises(BatcherWorkerError, match=r"died \(exit code 3\).*unusable") as raised:
+            b.get()
+        assert raised.value.died
+        with pytest.raises(RuntimeError, match="unusable"):
+            b.execute()
+
+
+def test_an_env_that_cannot_be_built_fails_the_constructor_with_its_traceback():
+    with pytest.raises(BatcherWorkerError, match="Unknown environment id") as raised:
+        Batcher(
+            5, 1, 1, helpers.make_gym_env, helpers.PolicyAgent, env_args={"name": "NoSuchEnv-v0"}
+        )
+    assert "while it was being built" in str(raised.value)
