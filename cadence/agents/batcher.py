@@ -92,10 +92,12 @@ class Batcher:
         env_args: keyword arguments of ``create_env``.
         agent_args: keyword arguments of ``create_agent`` (the model to start from, ...).
         seed: env ``i`` is seeded ``seed + i``; the agents are seeded ``seed``.
-        agent_info: an example of the per-slot parameters (any number of rows), which
-            the workers use to learn the shapes of the agent's outputs.
-        env_info: an example of the per-slot environment parameters (recorded with
-            each segment; cadence envs take no arguments at reset).
+        agent_info: an example of the per-slot parameters (any number of rows): the
+            workers run the agent on it once to learn the shapes of its outputs, and
+            its first row is every slot's when `reset` is given none.
+        env_info: an example of the per-slot environment parameters, recorded with
+            each segment (cadence envs take no arguments at reset); its first row is
+            every slot's when `reset` is given none.
         mode: ``"continuing"``: an env whose episode ends starts the next one within
             the same acquisition (every slot runs ``T`` steps). ``"episodic"``: it stops
             there, until the next `reset` (rlstructures' envs without auto-reset).
@@ -158,7 +160,7 @@ class Batcher:
         # `cadence.envs.main_module`), and no tensor of agent_args is moved to shared
         # memory under the caller's model, as multiprocessing's own pickler would.
         self._packed_recipe = MainFree(self._recipe)
-        self._env_info_example = env_info
+        self._examples = {"agent_info": agent_info, "env_info": env_info}
         self._budget = RestartBudget(max_worker_restarts, restart_window_s)
         self._restarts = [0] * n_processes
         self._block: TrajectoryBlock | None = None
@@ -215,9 +217,10 @@ class Batcher:
 
         Args:
             agent_info: ``[N, ...]`` per-slot parameters (``N = n_slots``), kept for
-                the acquisitions that follow until `execute` gives new ones.
+                the acquisitions that follow until `execute` gives new ones (``None``:
+                the first row of the constructor's example in every slot).
             env_info: ``[N, ...]`` per-slot environment parameters, recorded with
-                every segment.
+                every segment (``None``: as ``agent_info``).
 
         Raises:
             RuntimeError: an acquisition is in flight (`get` it first).
@@ -526,7 +529,14 @@ class Batcher:
         return (self._weights.name, self._weights.fields, copy, self._version)
 
     def _per_slot(self, values: DictTensor | None, what: str) -> DictTensor:
-        if values is None or values.empty():
+        """``values`` checked to have a row per slot; ``None``: the example's first row in each."""
+        if values is None:
+            example = self._examples[what]
+            if example is None or example.empty():
+                return DictTensor({}, batch_size=self._n_slots)
+            values = DictTensor({k: v[:1].expand(self._n_slots, *v.shape[1:]).clone()
+                                 for k, v in example.to_dict().items()})  # fmt: skip
+        if values.empty():
             return DictTensor({}, batch_size=self._n_slots)
         if values.n_elems() != self._n_slots:
             raise ValueError(

@@ -10,6 +10,7 @@ from torch import nn
 
 from cadence.agents import Agent, SlotRandom, make_gym_env, reset_where
 from cadence.data import DictTensor
+from cadence.envs import PyEnvironment, PyEnvironmentWrapper
 
 
 class PolicyAgent(Agent):
@@ -87,21 +88,16 @@ def cartpole(seed: int, max_episode_steps: int | None = None):
     return make_gym_env(seed=seed, name="CartPole-v1", max_episode_steps=max_episode_steps)
 
 
-def dying_env(seed: int, flag_file: str, at_step: int, how: str = "exit"):
+def dying_env(seed: int, flag_file: str, at_step: int, how: str = "exit") -> PyEnvironment:
     """CartPole whose first env to take its ``at_step``-th step (while ``flag_file`` is
     missing) kills its worker (``how="exit"``) or hangs (``"hang"``)."""
     return _Dying(cartpole(seed), flag_file, at_step, how)
 
 
-class _Dying:
-    def __init__(self, env, flag_file, at_step, how):
-        self._env, self._flag, self._at, self._how, self._steps = env, flag_file, at_step, how, 0
-
-    def __getattr__(self, name):
-        return getattr(self._env, name)
-
-    def reset(self):
-        return self._env.reset()
+class _Dying(PyEnvironmentWrapper):
+    def __init__(self, env: PyEnvironment, flag_file: str, at_step: int, how: str):
+        super().__init__(env)
+        self._flag, self._at, self._how, self._steps = flag_file, at_step, how, 0
 
     def step(self, action):
         self._steps += 1

@@ -210,7 +210,7 @@ def test_an_agent_that_requires_history_sees_the_steps_so_far():
             )
 
 
-def test_agent_info_and_env_info_must_have_a_row_per_slot():
+def test_agent_info_and_env_info_have_a_row_per_slot_or_the_examples_first():
     with _batcher(n_timesteps=2) as batcher:
         with pytest.raises(RuntimeError, match="reset"):
             batcher.execute()
@@ -222,4 +222,9 @@ def test_agent_info_and_env_info_must_have_a_row_per_slot():
             batcher.execute()
         trajectories, _ = batcher.get()
         assert torch.equal(trajectories.info["env_info/level"], torch.arange(4.0))
+        batcher.reset()  # the constructor's example, in every slot
+        batcher.execute()
+        defaults, _ = batcher.get()
+        assert defaults.info["agent_info/stochastic"].tolist() == [True] * 4
+        assert defaults.info["agent_info/epsilon"].tolist() == [0.0] * 4
     assert math.isfinite(trajectories.trajectories["action/log_prob"].sum())
