@@ -276,6 +276,9 @@ class Batcher:
             agent_info=self._agent_info,
             deadline=None if self._pool.timeout_s is None else time.monotonic() + self._pool.timeout_s,
         )  # fmt: skip
+        # A worker that died since the last acquisition writes nothing: its rows read as
+        # zero steps, not as the last acquisition's.
+        self._block.arrays["progress"][:] = 0
         self._pool.send(messages)
 
     def get(self, blocking: bool = True) -> tuple[Trajectories | None, int | None]:
@@ -407,8 +410,8 @@ class Batcher:
             slots = self._slots(worker)
             for i in np.flatnonzero((rows >= slots.start) & (rows < slots.stop)):
                 t = int(lengths[i]) - 1
-                if t < 0:
-                    continue
+                if t < 0 or steps["_observation/done"][i, t]:
+                    continue  # no step, or one that ended its episode itself
                 steps["_observation/done"][i, t] = True
                 steps["_observation/step_type"][i, t] = _LAST
                 steps["_observation/discount"][i, t] = 1.0

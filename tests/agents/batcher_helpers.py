@@ -40,7 +40,8 @@ class PolicyAgent(Agent):
 
     def __call__(self, state, observation, agent_info, history=None):
         self.steps += 1
-        time.sleep(self.sleep_s)
+        if self.sleep_s:
+            time.sleep(self.sleep_s)
         if self.fail_at_step is not None and self.steps == self.fail_at_step:
             raise ValueError("PolicyAgent was told to fail here")
         initial = self.initial_state(agent_info, state.n_elems())

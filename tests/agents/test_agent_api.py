@@ -92,3 +92,19 @@ def test_an_agent_must_define_call():
         Nothing()
     with pytest.raises(NotImplementedError, match="update"):
         helpers.HistoryAgent().update({})
+
+
+def test_the_package_lists_its_names():
+    import cadence.agents
+
+    assert sorted(cadence.agents.__all__) == [
+        "Agent",
+        "Batcher",
+        "BatcherWorkerError",
+        "SlotRandom",
+        "make_gym_env",
+        "replay_agent",
+        "reset_where",
+    ]
+    for name in cadence.agents.__all__:
+        assert getattr(cadence.agents, name) is not None, name

@@ -4,6 +4,8 @@ a dead worker is restarted within its budget (its slots' steps cut), never a han
 from __future__ import annotations
 
 import logging
+import os
+import signal
 
 import batcher_helpers as helpers
 import pytest
@@ -66,6 +68,26 @@ def test_a_worker_that_dies_or_hangs_is_restarted_and_its_steps_are_cut(tmp_path
     (record,) = [r for r in caplog.records if "restarting it" in r.getMessage()]
     expected = "died (exit code 3)" if how == "exit" else "hung (no answer within 2 s of execute()"
     assert expected in record.getMessage() and f"worker {worker}" in record.getMessage()
+
+
+def test_a_worker_killed_between_acquisitions_is_restarted_with_its_slots_empty(caplog):
+    with Batcher(5, 2, 2, helpers.cartpole, helpers.PolicyAgent) as b:
+        b.reset()
+        b.execute()
+        b.get()
+        victim = b.processes[1]
+        os.kill(victim.pid, signal.SIGKILL)
+        victim.join(5)
+        with caplog.at_level(logging.WARNING, logger="cadence.agents.batcher"):
+            b.execute()
+            trajectories, running = b.get()
+        assert b.restarts == [0, 1] and running == 4
+        assert trajectories.trajectories.lengths.tolist() == [5, 5, 0, 0]
+        assert "killed by signal SIGKILL" in caplog.text
+        b.execute()
+        after, _ = b.get()
+    assert after.trajectories.full()
+    assert after.trajectories["observation/initial_state"][2:, 0].all()
 
 
 def test_past_the_restart_budget_a_dead_worker_is_a_clear_error(tmp_path):
