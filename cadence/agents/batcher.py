@@ -153,9 +153,16 @@ class Batcher:
         self._seed = seed
         example = {} if agent_info is None else agent_info.to_dict()
         self._recipe = WorkerRecipe(
-            create_env, dict(env_args or {}), create_agent, dict(agent_args or {}),
-            n_envs, n_timesteps, seed, example, mode == "episodic",
-        )  # fmt: skip
+            create_env=create_env,
+            env_args=dict(env_args or {}),
+            create_agent=create_agent,
+            agent_args=dict(agent_args or {}),
+            n_envs=n_envs,
+            n_timesteps=n_timesteps,
+            seed=seed,
+            agent_info=example,
+            episodic=mode == "episodic",
+        )
         # Pickled once, by value: what the user's script defines travels too (see
         # `cadence.envs.main_module`), and no tensor of agent_args is moved to shared
         # memory under the caller's model, as multiprocessing's own pickler would.
@@ -212,7 +219,9 @@ class Batcher:
         """The worker processes (worker ``w`` hosts slots ``w * n_envs`` to ``(w + 1) * n_envs - 1``)."""
         return list(self._pool.processes)
 
-    def reset(self, agent_info: DictTensor | None = None, env_info: DictTensor | None = None):
+    def reset(
+        self, agent_info: DictTensor | None = None, env_info: DictTensor | None = None
+    ) -> None:
         """Starts an episode in every env and the agent's initial state in every slot.
 
         Args:
@@ -274,8 +283,8 @@ class Batcher:
             slots=np.flatnonzero(self._running),
             version=self._version,
             agent_info=self._agent_info,
-            deadline=None if self._pool.timeout_s is None else time.monotonic() + self._pool.timeout_s,
-        )  # fmt: skip
+            deadline=_deadline(self._pool.timeout_s),
+        )
         # A worker that died since the last acquisition writes nothing: its rows read as
         # zero steps, not as the last acquisition's.
         self._block.arrays["progress"][:] = 0
@@ -309,20 +318,18 @@ class Batcher:
             remaining = max(0.0, acquisition.deadline - time.monotonic())
         replies, dead = self._pool.gather(acquisition.workers, remaining)
         self._in_flight = None
-        cut = {}
         for worker in sorted(dead):
             how = self._pool.reap(worker)
-            if (
-                self._pool.hung_for(worker) is not None
-            ):  # it had the whole timeout, not what remained
+            if self._pool.hung_for(worker) is not None:
+                # It had the whole timeout since execute(), not only what remained at get().
                 how = f"hung (no answer within {self._pool.timeout_s:g} s of execute(); killed)"
-            cut[worker] = self._recover(worker, how, resume=self.mode == "continuing")
+            self._recover(worker, how, resume=self.mode == "continuing")
         self._raise_errors(replies)
         for worker, (_, still_running) in replies.items():
             slots = self._slots(worker)
             self._running[slots] = False
             self._running[slots.start + np.asarray(still_running, dtype=np.int64)] = True
-        return self._read(acquisition, cut), int(self._running.sum())
+        return self._read(acquisition, cut=dead), int(self._running.sum())
 
     def update(self, weights: Mapping[str, torch.Tensor]) -> int:
         """Gives the workers new weights (e.g. a ``state_dict``), from the next acquisition on.
@@ -379,7 +386,7 @@ class Batcher:
 
     # -- reading an acquisition ----------------------------------------------------------------
 
-    def _read(self, acquisition: _Acquisition, cut: dict[int, int]) -> Trajectories:
+    def _read(self, acquisition: _Acquisition, cut: set[int]) -> Trajectories:
         """Copies the acquisition's rows out of the block, cutting those of dead workers."""
         rows = acquisition.slots
         arrays = self._block.arrays
@@ -403,7 +410,7 @@ class Batcher:
         return Trajectories(info_dt, TemporalDictTensor(steps, lengths))
 
     def _mark_cuts(
-        self, steps: dict[str, torch.Tensor], lengths: torch.Tensor, rows: np.ndarray, cut: dict
+        self, steps: dict[str, torch.Tensor], lengths: torch.Tensor, rows: np.ndarray, cut: set[int]
     ) -> None:
         """Ends the last written step of a dead worker's slots as a cut episode (LAST, discount 1)."""
         for worker in cut:
@@ -444,7 +451,7 @@ class Batcher:
     def _attach_message(self) -> tuple[str, Any]:
         return ("attach", (self._block.name, self._block.fields))
 
-    def _recover(self, worker: int, how: str, resume: bool) -> int:
+    def _recover(self, worker: int, how: str, resume: bool) -> None:
         """Replaces dead ``worker`` (within the restart budget, else raises); with ``resume``
         its slots start new episodes, else they wait for the next reset.
 
@@ -486,7 +493,7 @@ class Batcher:
                     self._raise_errors(replies)
             if not dead:
                 self._running[self._slots(worker)] = resume
-                return worker
+                return
             how = self._pool.reap(worker)
 
     def _raise_errors(self, replies: dict[int, Any], while_building: bool = False) -> None:
@@ -537,8 +544,10 @@ class Batcher:
             example = self._examples[what]
             if example is None or example.empty():
                 return DictTensor({}, batch_size=self._n_slots)
-            values = DictTensor({k: v[:1].expand(self._n_slots, *v.shape[1:]).clone()
-                                 for k, v in example.to_dict().items()})  # fmt: skip
+            example = example.to_dict()
+            values = DictTensor(
+                {k: v[:1].expand(self._n_slots, *v.shape[1:]).clone() for k, v in example.items()}
+            )
         if values.empty():
             return DictTensor({}, batch_size=self._n_slots)
         if values.n_elems() != self._n_slots:
@@ -564,3 +573,7 @@ class _Acquisition:
     version: int
     agent_info: DictTensor
     deadline: float | None  # a `time.monotonic` time; None: no deadline
+
+
+def _deadline(timeout_s: float | None) -> float | None:
+    return None if timeout_s is None else time.monotonic() + timeout_s

@@ -126,6 +126,7 @@ class Acquirer:
         self.agent.seed(seed)
         torch.manual_seed(seed + start)  # for agents that draw from torch's own generator
         self.block: TrajectoryBlock | None = None
+        self.views: dict[str, np.ndarray] = {}  # this worker's rows of the block
         self.weights: WeightsBlock | None = None
         self.weights_version = -1
         self.running = np.zeros(0, dtype=np.int64)  # local indices of the running slots
