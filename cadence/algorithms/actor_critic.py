@@ -4,6 +4,12 @@ PPO and A2C differ only in their loss and their update schedule, so both are
 this one algorithm composed with a different loss (`PPOLoss`, `A2CLoss`) and a
 different update schedule (``num_updates_per_train_iter`` passes over each unroll in
 minibatches of ``mini_batch_size``, DESIGN §5): no subclass switches anything off.
+
+With a recurrent network (`RecurrentActorCriticNetwork`, ``network.recurrent``) the
+state is explicit: the collector carries it and resets it at FIRST steps, and training
+runs on the unroll's whole env sequences ``[B, T]`` (truncated BPTT over the unroll),
+each from the state stored at its first step and reset at every FIRST inside it, so
+``mini_batch_size`` counts sequences rather than steps.
 """
 
 from __future__ import annotations
@@ -13,7 +19,10 @@ from typing import Any, Literal
 
 import torch
 
-from cadence.algorithms.actor_critic_network import ActorCriticNetwork
+from cadence.algorithms.actor_critic_network import (
+    ActorCriticNetwork,
+    RecurrentActorCriticNetwork,
+)
 from cadence.algorithms.algorithm import Algorithm, AlgStep, LossInfo
 from cadence.algorithms.returns import generalized_advantage_estimation
 from cadence.data.experience import Experience
@@ -26,7 +35,7 @@ class ActorCriticAlgorithm(Algorithm):
     """A policy and a value function trained on-policy from GAE advantages.
 
     Args:
-        network: the policy and value networks.
+        network: the policy and value networks, feed-forward or recurrent.
         loss: maps the `train_step` info of a minibatch to a `LossInfo`.
         optimizer: builds the optimizer from the parameters.
         action_spec: the env's action spec (continuous actions are clipped to it).
@@ -36,13 +45,14 @@ class ActorCriticAlgorithm(Algorithm):
         lr_schedule: ``"linear"`` anneals it to 0 as training progresses.
         max_grad_norm: global gradient-norm clipping threshold.
         num_updates_per_train_iter: passes over each unroll (PPO's epochs).
-        mini_batch_size: samples per minibatch (``None``: the whole unroll).
+        mini_batch_size: samples per minibatch, or env sequences with a recurrent
+            network (``None``: the whole unroll).
         target_kl: stop the epochs early when the approximate KL exceeds it.
     """
 
     def __init__(
         self,
-        network: ActorCriticNetwork,
+        network: ActorCriticNetwork | RecurrentActorCriticNetwork,
         loss: Callable[[dict[str, torch.Tensor]], LossInfo],
         optimizer: Callable[[Any], torch.optim.Optimizer],
         action_spec: Spec,
@@ -58,6 +68,7 @@ class ActorCriticAlgorithm(Algorithm):
     ):
         super().__init__()
         self.network = network
+        self.recurrent = isinstance(network, RecurrentActorCriticNetwork)
         self.loss = loss
         self.gamma = gamma
         self.gae_lambda = gae_lambda
@@ -86,27 +97,41 @@ class ActorCriticAlgorithm(Algorithm):
         for group in self._optimizer.param_groups:
             group["lr"] = self.learning_rate * scale
 
+    def initial_state(self, batch_size: int) -> Nest:
+        """The recurrent network's zero state; ``()`` for a feed-forward one."""
+        return self.network.initial_state(batch_size) if self.recurrent else ()
+
     def predict_step(self, time_step: TimeStep, state: Nest, agent_info: Nest = ()) -> AlgStep:
-        distribution = self.network.distribution(time_step.observation)
+        distribution, state = self._policy(time_step.observation, state)
         return AlgStep(output=self._to_env(distribution.mode), state=state)
 
     def rollout_step(self, time_step: TimeStep, state: Nest, agent_info: Nest = ()) -> AlgStep:
         """A sampled action; ``agent_info["deterministic"]`` (``[B]`` bool), where given,
         makes those slots act with the policy's mode instead."""
-        distribution = self.network.distribution(time_step.observation)
+        distribution, state = self._policy(time_step.observation, state)
         action = distribution.sample()
         if "deterministic" in agent_info:
             action = _where_rows(agent_info["deterministic"], distribution.mode, action)
         info = {"action": action, "log_prob": distribution.log_prob(action)}
         return AlgStep(output=self._to_env(action), state=state, info=info)
 
+    def _policy(
+        self, observation: Nest, state: Nest
+    ) -> tuple[torch.distributions.Distribution, Nest]:
+        if self.recurrent:
+            return self.network.step(observation, state)
+        return self.network.distribution(observation), state
+
     @torch.no_grad()
     def preprocess_experience(self, experience: Experience) -> dict[str, Nest]:
         """GAE advantages and returns, flattened to ``[N]`` samples.
 
         Steps whose time step is LAST are dropped: their action was ignored by
-        the auto-reset (DESIGN §2).
+        the auto-reset (DESIGN §2). A recurrent network gets whole env sequences instead
+        (`_sequences`).
         """
+        if self.recurrent:
+            return self._sequences(experience)
         time_step = experience.time_step
         num_steps, batch_size = time_step.step_type.shape
         observation = map_structure(lambda x: x.flatten(0, 1), time_step.observation)
@@ -130,7 +155,45 @@ class ActorCriticAlgorithm(Algorithm):
         }
         return map_structure(lambda x: x.flatten(0, 1)[valid], samples)
 
+    @torch.no_grad()
+    def _sequences(self, experience: Experience) -> dict[str, Nest]:
+        """For a recurrent network: the unroll as ``[B, T]`` env sequences with GAE.
+
+        The values are recomputed along each env's sequence from its stored initial state
+        (``experience.initial_state``, which the batch carries as ``"initial_state"``),
+        the state reset at every FIRST step. LAST steps stay in the sequences, to keep
+        them whole, with ``step_type`` telling `train_step` to leave them out of the loss.
+        """
+        time_step = experience.time_step
+        observation = map_structure(_batch_major, time_step.observation)  # [B, T + 1, ...]
+        first = _batch_major(time_step.step_type == StepType.FIRST)
+        value = self.network.unroll_value(observation, first, experience.initial_state).T
+        advantage = generalized_advantage_estimation(
+            time_step.reward,
+            time_step.discount,
+            time_step.step_type,
+            value,
+            self.gamma,
+            self.gae_lambda,
+        )
+        samples = {
+            "observation": map_structure(lambda x: x[:-1], time_step.observation),
+            "step_type": time_step.step_type[:-1],
+            "action": experience.info["action"],
+            "old_log_prob": experience.info["log_prob"],
+            "advantage": advantage,
+            "return": advantage + value[:-1],
+            "old_value": value[:-1],
+        }
+        batch = map_structure(_batch_major, samples)
+        batch["initial_state"] = experience.initial_state
+        return batch
+
     def train_step(self, inputs: dict[str, Nest], state: Nest) -> AlgStep:
+        """The loss terms of ``[N]`` samples, or of the non-LAST steps of ``[B, T]``
+        sequences from their initial ``state`` (a recurrent network)."""
+        if self.recurrent:
+            return self._train_sequences(inputs, state)
         distribution = self.network.distribution(inputs["observation"])
         info = {
             "log_prob": distribution.log_prob(inputs["action"]),
@@ -140,6 +203,23 @@ class ActorCriticAlgorithm(Algorithm):
             "advantage": inputs["advantage"],
             "return": inputs["return"],
             "old_value": inputs["old_value"],
+        }
+        return AlgStep(output=(), state=state, info=info)
+
+    def _train_sequences(self, inputs: dict[str, Nest], state: Nest) -> AlgStep:
+        step_type = inputs["step_type"]
+        distribution, value = self.network.unroll(
+            inputs["observation"], step_type == StepType.FIRST, state
+        )
+        valid = step_type != StepType.LAST
+        info = {
+            "log_prob": distribution.log_prob(inputs["action"])[valid],
+            "entropy": distribution.entropy()[valid],
+            "value": value[valid],
+            "old_log_prob": inputs["old_log_prob"][valid],
+            "advantage": inputs["advantage"][valid],
+            "return": inputs["return"][valid],
+            "old_value": inputs["old_value"][valid],
         }
         return AlgStep(output=(), state=state, info=info)
 
@@ -160,6 +240,11 @@ class ActorCriticAlgorithm(Algorithm):
         if self._clip_actions:
             return torch.maximum(torch.minimum(action, self._action_high), self._action_low)
         return action
+
+
+def _batch_major(x: torch.Tensor) -> torch.Tensor:
+    """``[T, B, ...]`` to ``[B, T, ...]``."""
+    return x.transpose(0, 1)
 
 
 def _where_rows(condition: torch.Tensor, yes: torch.Tensor, no: torch.Tensor) -> torch.Tensor:

@@ -79,6 +79,11 @@ BUILTIN_ALGORITHMS: dict[str, AlgorithmRegistration] = {
 }
 """cadence's own algorithms."""
 
+RECURRENT_NETWORK_ALGORITHMS = frozenset({"ppo", "a2c"})
+"""Those of cadence's own algorithms whose networks take a recurrent core
+(``network.recurrent``); the config refuses one for the others. An algorithm registered
+from outside gets the network config and decides for itself."""
+
 _registered: dict[str, AlgorithmRegistration] = {}
 
 

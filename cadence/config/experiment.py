@@ -9,7 +9,12 @@ from attrs import field
 from attrs.validators import ge, instance_of, matches_re, optional
 
 from cadence.algorithms.ppo.config import PPOConfig
-from cadence.algorithms.registry import AlgorithmConfig, AlgorithmConfigClasses
+from cadence.algorithms.registry import (
+    BUILTIN_ALGORITHMS,
+    RECURRENT_NETWORK_ALGORITHMS,
+    AlgorithmConfig,
+    AlgorithmConfigClasses,
+)
 from cadence.envs.config import EnvConfig
 from cadence.networks.config import NetworkConfig
 from cadence.trainer.config import TrainerConfig
@@ -27,6 +32,21 @@ def _registered_algorithm(instance: Any, attribute: attrs.Attribute, value: Any)
     if expected is None or type(value) is not expected:
         names = ", ".join(ALGORITHM_CONFIGS)
         raise TypeError(f"'{attribute.name}' must be the config of one of {names} (got {value!r})")
+
+
+def _network_fits_algorithm(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    """Refuses ``network.recurrent`` for those of cadence's algorithms that take no core."""
+    name = instance.algorithm.name
+    if (
+        value.recurrent != "none"
+        and name in BUILTIN_ALGORITHMS
+        and name not in RECURRENT_NETWORK_ALGORITHMS
+    ):
+        supported = " and ".join(sorted(RECURRENT_NETWORK_ALGORITHMS))
+        raise ValueError(
+            f"network.recurrent={value.recurrent!r}: {name} takes no recurrent core "
+            f"(only {supported} do); set network.recurrent=none"
+        )
 
 
 @attrs.define(kw_only=True)
@@ -69,7 +89,9 @@ class ExperimentConfig:
         metadata={"doc": "The algorithm, chosen by algorithm.name.", "registry": ALGORITHM_CONFIGS},
     )
     network: NetworkConfig = field(
-        factory=NetworkConfig, validator=instance_of(NetworkConfig), metadata={"doc": "Networks."}
+        factory=NetworkConfig,
+        validator=[instance_of(NetworkConfig), _network_fits_algorithm],
+        metadata={"doc": "Networks."},
     )
     trainer: TrainerConfig = field(
         factory=TrainerConfig,

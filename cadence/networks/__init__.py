@@ -1,4 +1,4 @@
-"""Networks: MLP bodies, observation encoders, action heads, value and Q networks.
+"""Networks: MLP bodies, observation encoders, GRU/LSTM cores, action heads, value and Q networks.
 
 Build an algorithm's networks from its spec and a `NetworkConfig`:
 
@@ -34,6 +34,7 @@ __getattr__, __dir__ = lazy_exports(
         "TanhNormalHead": "heads",
         "make_action_head": "heads",
         "MLP": "mlp",
+        "RecurrentCore": "recurrent",
         "CriticEnsemble": "value",
         "QNetwork": "value",
         "ValueNetwork": "value",
@@ -54,6 +55,7 @@ __all__ = [
     "NormalHead",
     "OneHotEncoder",
     "QNetwork",
+    "RecurrentCore",
     "TanhNormal",
     "TanhNormalHead",
     "ValueNetwork",

@@ -17,6 +17,7 @@ from attrs.validators import in_, instance_of
 ActivationName = Literal["tanh", "relu", "elu"]
 CNNKind = Literal["nature", "small"]
 ActionHeadKind = Literal["normal", "tanh_normal"]
+RecurrentKind = Literal["none", "gru", "lstm"]
 
 
 def _positive_ints(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
@@ -25,6 +26,11 @@ def _positive_ints(instance: Any, attribute: attrs.Attribute, value: Any) -> Non
         isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in value
     ):
         raise ValueError(f"'{attribute.name}' must be a tuple of ints >= 1, got {value!r}")
+
+
+def _positive_int(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"'{attribute.name}' must be an int >= 1, got {value!r}")
 
 
 def _finite_float(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
@@ -89,4 +95,18 @@ class NetworkConfig:
         default=0.0,
         validator=_finite_float,
         metadata={"doc": "Initial log standard deviation of a 'normal' action head."},
+    )
+    recurrent: RecurrentKind = field(
+        default="none",
+        validator=in_(("none", "gru", "lstm")),
+        metadata={
+            "doc": "Recurrent core after the encoder (PPO and A2C only): 'gru', 'lstm' or "
+            "'none' (feed-forward). Its state resets at each episode's first step and trains "
+            "by truncated BPTT over the unroll; with share_encoder actor and critic share one."
+        },
+    )
+    recurrent_size: int = field(
+        default=64,
+        validator=_positive_int,
+        metadata={"doc": "Hidden state width of the recurrent core."},
     )

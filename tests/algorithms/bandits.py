@@ -51,3 +51,31 @@ class ContextBandit(gym.Env):
         return {"vector": vector, "image": image, "dict": {"vector": vector, "image": image}}[
             self.observation_kind
         ]
+
+
+class DelayedCue(gym.Env):
+    """A bandit with a memory: the context shows only at the first step.
+
+    Each episode shows a one-hot cue c in {0, 1}, then ``delay`` blank (zero) observations;
+    the action taken at the last blank earns 1 when it equals c, and the episode ends.
+    Earlier actions earn nothing. Without memory a policy earns 0.5 on average.
+    """
+
+    def __init__(self, delay: int = 2):
+        self.delay = delay
+        self.observation_space = gym.spaces.Box(0.0, 1.0, (2,), np.float32)
+        self.action_space = gym.spaces.Discrete(2)
+        self._cue = 0
+        self._t = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self._cue = int(self.np_random.integers(2))
+        self._t = 0
+        return np.eye(2, dtype=np.float32)[self._cue], {}
+
+    def step(self, action):
+        self._t += 1
+        done = self._t > self.delay
+        reward = float(done and int(action) == self._cue)
+        return np.zeros(2, np.float32), reward, done, False, {}

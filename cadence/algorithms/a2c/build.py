@@ -9,7 +9,7 @@ import torch
 from cadence.algorithms.a2c.config import A2CConfig
 from cadence.algorithms.a2c.loss import A2CLoss
 from cadence.algorithms.actor_critic import ActorCriticAlgorithm
-from cadence.algorithms.actor_critic_network import ActorCriticNetwork
+from cadence.algorithms.actor_critic_network import make_actor_critic_network
 from cadence.data.specs import Spec
 
 
@@ -18,7 +18,7 @@ def make_a2c(
 ) -> ActorCriticAlgorithm:
     """A2C as an `ActorCriticAlgorithm`: one gradient step on each whole unroll."""
     return ActorCriticAlgorithm(
-        ActorCriticNetwork(observation_spec, action_spec, network_config),
+        make_actor_critic_network(observation_spec, action_spec, network_config),
         A2CLoss(config),
         lambda params: _optimizer(config, params),
         action_spec,

@@ -7,7 +7,7 @@ from typing import Any
 import torch
 
 from cadence.algorithms.actor_critic import ActorCriticAlgorithm
-from cadence.algorithms.actor_critic_network import ActorCriticNetwork
+from cadence.algorithms.actor_critic_network import make_actor_critic_network
 from cadence.algorithms.ppo.config import PPOConfig
 from cadence.algorithms.ppo.loss import PPOLoss
 from cadence.data.specs import Spec
@@ -18,7 +18,7 @@ def make_ppo(
 ) -> ActorCriticAlgorithm:
     """PPO as an `ActorCriticAlgorithm` with the clipped loss and minibatch epochs."""
     return ActorCriticAlgorithm(
-        ActorCriticNetwork(observation_spec, action_spec, network_config),
+        make_actor_critic_network(observation_spec, action_spec, network_config),
         PPOLoss(config),
         # fused: one kernel for all parameters; per-tensor Adam dominates small networks' steps.
         lambda params: torch.optim.Adam(

@@ -48,7 +48,11 @@ class PPOConfig:
     mini_batch_size: int = field(
         default=128,
         validator=ge(1),
-        metadata={"doc": "Steps per minibatch (of unroll_length * num_envs)."},
+        metadata={
+            "doc": "Steps per minibatch (of unroll_length * num_envs); with a recurrent "
+            "network (network.recurrent), whole env sequences of unroll_length steps per "
+            "minibatch (of num_envs)."
+        },
     )
     normalize_advantages: bool = field(
         default=True, metadata={"doc": "Normalize advantages per minibatch to zero mean, unit std."}
