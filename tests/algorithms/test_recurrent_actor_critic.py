@@ -247,3 +247,12 @@ def test_the_config_refuses_a_recurrent_core_for_other_algorithms():
     with pytest.raises(ConfigError, match="sac takes no recurrent core"):
         load_config("sac_pendulum", ["network.recurrent=gru"])
     assert load_config("a2c_cartpole", ["network.recurrent=lstm"]).network.recurrent == "lstm"
+
+
+def test_help_says_minibatches_count_sequences_for_a_recurrent_policy():
+    from cadence.config import config_help
+
+    lines = config_help("ppo_cartpole_masked_gru").splitlines()
+    index = lines.index("  algorithm.mini_batch_size=8  (int)")
+    assert "whole env sequences" in lines[index + 1]
+    assert "  network.recurrent=gru  ({'none', 'gru', 'lstm'})" in lines
