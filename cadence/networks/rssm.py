@@ -196,6 +196,23 @@ class RSSM(nn.Module):
             [action if name == "action" else latent[name] for name in self.prior_inputs(group)], -1
         )
 
+    def _input_weights(
+        self, group: str
+    ) -> tuple[list[tuple[str, torch.Tensor]], torch.Tensor | None]:
+        """``group``'s input-layer weight split by prior input: the columns of each previous
+        state, ``[(latent key, [hidden, size])]``, and the action's (None if it has none)."""
+        weight = self.groups[group].input[0].weight
+        states, action_weight, start = [], None, 0
+        for name in self.prior_inputs(group):
+            width = self.action_size if name == "action" else self.sizes[name[0]].state
+            columns = weight[:, start : start + width]
+            if name == "action":
+                action_weight = columns
+            else:
+                states.append((name, columns))
+            start += width
+        return states, action_weight
+
     def transition(
         self, latent: Latent, action: torch.Tensor
     ) -> tuple[dict[str, torch.Tensor], dict[str, Gaussian]]:
@@ -237,27 +254,51 @@ class RSSM(nn.Module):
         (a_{t-1}), ``first`` ``[B, L]`` (True where step t starts an episode: the previous
         latent and action are zeroed there), ``latent`` the state before step 0 (None: zeros).
 
-        Only what feeds the next step runs in the time loop (the GRUs and the posteriors);
-        the embeddings' projections before it and the priors after it, once for all steps.
+        Only what feeds the next step runs in the time loop: per group one matmul of the
+        previous states into the input layer, the GRU cell, and the posterior. What does
+        not depend on the loop is done once for all steps before it (the action's share of
+        the input layers, the embeddings' share of the posteriors, the posterior noise) or
+        after it (the priors); the latent is masked only at steps where some sequence
+        starts an episode.
         """
         batch, length = embedding.shape[:2]
         latent = self.initial_latent(batch, embedding.device) if latent is None else latent
         keep = (~first).unsqueeze(-1).to(embedding.dtype)
-        projected = {g: group.posterior_embedding(embedding) for g, group in self.groups.items()}
+        resets = set(first.any(0).nonzero().flatten().tolist())
+        prev_action = prev_action * keep
+        plans, base = {}, {}
+        for g, group in self.groups.items():
+            plans[g], action_weight = self._input_weights(g)
+            layer = group.input[0]
+            base[g] = (
+                [layer.bias.expand(batch, -1)] * length
+                if action_weight is None
+                else F.linear(prev_action, action_weight, layer.bias).unbind(1)
+            )
+        projected = {
+            g: group.posterior_embedding(embedding).unbind(1) for g, group in self.groups.items()
+        }
+        noise = {
+            g: torch.randn(batch, length, sizes.state, device=embedding.device).unbind(1)
+            for g, sizes in self.sizes.items()
+        }
         steps: list[Latent] = []
         means: dict[str, list[torch.Tensor]] = {g: [] for g in self.groups}
         stds: dict[str, list[torch.Tensor]] = {g: [] for g in self.groups}
         for t in range(length):
-            mask = keep[:, t]
-            latent = {key: value * mask for key, value in latent.items()}
-            action = prev_action[:, t] * mask
+            if t in resets:
+                latent = {key: value * keep[:, t] for key, value in latent.items()}
             new = {}
             for g, group in self.groups.items():
-                belief = group.step_belief(latent[f"{g}_belief"], self._inputs(g, latent, action))
-                posterior = group.posterior_of(belief, projected[g][:, t])
-                new[f"{g}_belief"], new[f"{g}_state"] = belief, posterior.rsample()
-                means[g].append(posterior.mean)
-                stds[g].append(posterior.std)
+                pre = base[g][t]
+                for name, weight in plans[g]:
+                    pre = torch.addmm(pre, latent[name], weight.t())
+                belief = group.cell(group.input[1](pre), latent[f"{g}_belief"])
+                mean, std = group.posterior_of(belief, projected[g][t])
+                new[f"{g}_belief"] = belief
+                new[f"{g}_state"] = torch.addcmul(mean, std, noise[g][t])
+                means[g].append(mean)
+                stds[g].append(std)
             latent = new
             steps.append(latent)
         stacked = {key: torch.stack([s[key] for s in steps], 1) for key in latent}
