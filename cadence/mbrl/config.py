@@ -188,6 +188,16 @@ class ActorCriticConfig:
     value_learning_rate: float = field(
         default=8e-5, validator=gt(0), metadata={"doc": "Adam step size of the value."}
     )
+    actor_entropy: float = field(
+        default=0.0,
+        validator=ge(0),
+        metadata={
+            "doc": "DreamerV2's entropy regulariser: the actor maximises the λ-returns plus "
+            "this times the entropy of its imagined actions (the one-sample -log π(a|x), "
+            "which for the tanh-squashed Gaussian also penalises saturated actions); 0: the "
+            "paper (Dreamer and Denoised MDP have none)."
+        },
+    )
 
 
 @attrs.define(kw_only=True)

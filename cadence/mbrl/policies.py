@@ -109,17 +109,24 @@ class ImaginedActorCritic(nn.Module):
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:
         return {"actor": self.actor_optimizer, "value": self.value_optimizer}
 
-    def imagine(self, world_model: WorldModel, start: Latent) -> tuple[torch.Tensor, torch.Tensor]:
-        """Imagined x features ``[H + 1, N, F]`` (the start first) and rewards ``[H + 1, N]``
-        (f_x of each state; index 0 unused)."""
+    def imagine(
+        self, world_model: WorldModel, start: Latent
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Imagined x features ``[H + 1, N, F]`` (the start first), rewards ``[H + 1, N]``
+        (f_x of each state; index 0 unused) and the log-densities ``[H, N]`` of the actions
+        taken at steps 0 .. H-1."""
         latent, features = start, [RSSM.features(start)]
-        rewards = [torch.zeros_like(features[0][:, 0])]
+        rewards, log_probs = [torch.zeros_like(features[0][:, 0])], []
         for _ in range(self.imagined_steps):
-            action = self.actor(features[-1]).rsample()
+            # The actor sees its input detached, as in Dreamer's and Denoised MDP's code: the
+            # returns reach it through the actions it takes, not through the state path of
+            # later actions, whose chained Jacobians otherwise drive it into saturation.
+            action, log_prob = self.actor(features[-1].detach()).rsample_with_log_prob()
             latent = world_model.rssm.imagine_step(latent, action)
             features.append(RSSM.features(latent))
             rewards.append(world_model.reward(latent, ("x",)))
-        return torch.stack(features), torch.stack(rewards)
+            log_probs.append(log_prob)
+        return torch.stack(features), torch.stack(rewards), torch.stack(log_probs)
 
     def update(
         self, world_model: WorldModel, latent: Latent, batch: dict, minimize: Minimize
@@ -128,13 +135,14 @@ class ImaginedActorCritic(nn.Module):
         start = flat_x(latent, config.num_start_states)
         frozen = _frozen([world_model, self.value])
         try:
-            features, rewards = self.imagine(world_model, start)
+            features, rewards, log_probs = self.imagine(world_model, start)
             values = self.value(features).squeeze(-1)
             returns = self.lambda_returns(rewards, values)
             weights = config.gamma ** torch.arange(
                 returns.shape[0], device=returns.device, dtype=returns.dtype
             )
-            actor_loss = -(weights[:, None] * returns).mean()
+            objective = returns - config.actor_entropy * log_probs
+            actor_loss = -(weights[:, None] * objective).mean()
         finally:
             _thaw(frozen)
         actor_norm = minimize(actor_loss, [self.actor_optimizer])
@@ -146,6 +154,7 @@ class ImaginedActorCritic(nn.Module):
             "loss/value": value_loss.detach(),
             "train/imagined_return": returns.detach().mean(),
             "train/imagined_reward": rewards[1:].detach().mean(),
+            "train/policy_entropy": -log_probs.detach().mean(),
             "train/policy_entropy_proxy": self.actor(features[0].detach())
             .normal.scale.log()
             .mean()

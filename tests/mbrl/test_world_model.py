@@ -161,8 +161,58 @@ def test_lambda_returns_by_hand():
 def test_imagination_uses_the_full_horizon_unless_asked_for_the_papers(paper_horizon, steps):
     algorithm = _denoised(horizon=4, paper_horizon=paper_horizon)
     start = {k: v for k, v in _random_latent(algorithm.world_model.rssm).items() if k[0] == "x"}
-    features, rewards = algorithm.policy.imagine(algorithm.world_model, start)
+    features, rewards, log_probs = algorithm.policy.imagine(algorithm.world_model, start)
     assert features.shape[0] == rewards.shape[0] == steps + 1
+    assert log_probs.shape == (steps, 4)
+
+
+def test_the_actor_sees_imagined_states_detached_as_in_the_reference():
+    algorithm = _denoised(horizon=4)
+    start = {k: v for k, v in _random_latent(algorithm.world_model.rssm).items() if k[0] == "x"}
+    seen, forward = [], algorithm.policy.actor.forward
+
+    def recording(features):
+        seen.append(features.requires_grad)
+        return forward(features)
+
+    algorithm.policy.actor.forward = recording
+    features, _, _ = algorithm.policy.imagine(algorithm.world_model, start)
+    assert features.requires_grad  # the returns still reach the actions through the dynamics
+    assert seen == [False] * 4
+
+
+def _actor_losses_and_entropy(actor_entropy: float, updates: int) -> tuple[list[float], float]:
+    # gamma 1: every imagined step weighs the same in the actor's loss
+    algorithm = _denoised(
+        horizon=3, gamma=1.0, actor_entropy=actor_entropy, actor_learning_rate=3e-2
+    )
+    policy, world_model = algorithm.policy, algorithm.world_model
+    latent = {k: v[:, None] for k, v in _random_latent(world_model.rssm, batch=32).items()}
+
+    def minimize(loss, optimizers):
+        for optimizer in optimizers:
+            optimizer.zero_grad()
+        loss.backward()
+        for optimizer in optimizers:
+            optimizer.step()
+
+    losses, entropy = [], float("nan")
+    for _ in range(updates):
+        torch.manual_seed(len(losses))
+        metrics, _ = policy.update(world_model, latent, {}, minimize)
+        losses.append(float(metrics["loss/actor"]))
+        entropy = float(metrics["train/policy_entropy"])
+    return losses, entropy
+
+
+def test_the_actor_entropy_regulariser_adds_the_log_densities_and_raises_entropy():
+    plain, _ = _actor_losses_and_entropy(0.0, updates=1)
+    regularised, entropy = _actor_losses_and_entropy(0.5, updates=1)
+    # the same imagination (same seed, same initial weights), plus 0.5 x the mean log-density
+    assert regularised[0] - plain[0] == pytest.approx(0.5 * -entropy, rel=1e-4)
+    _, raised = _actor_losses_and_entropy(100.0, updates=20)
+    _, unraised = _actor_losses_and_entropy(0.0, updates=20)
+    assert raised > unraised + 1.0
 
 
 def test_ridge_probe_recovers_a_linear_signal_and_not_an_independent_one():
