@@ -51,3 +51,14 @@ def test_update_speed_times_cadence_updates():
 def test_time_to_solve_answers_help():
     # Its runs train to a return bar (minutes); without Stable-Baselines3 it must still load.
     assert "--task" in run_benchmark("time_to_solve.py", "--help")
+
+
+def test_batcher_throughput_prints_every_row():
+    out = run_benchmark("batcher_throughput.py", "--quick")
+    for env in ("CartPole-v1", "HalfCheetah-v5"):
+        (row,) = [line.split()[1:] for line in out.splitlines() if line.startswith(env)]
+        assert len(row) == 7, row  # a cell per column, "n/a" where one cannot run here
+        batcher_1, batcher_2, unroll, gym_async = row[0], row[1], row[3], row[5]
+        assert all(cell.endswith(("k", "M")) for cell in (batcher_1, batcher_2, unroll, gym_async))
+    assert "batcher 2x4 / gym async x8" in out
+    assert "SKIP  the bars are set at 16 envs a process" in out
