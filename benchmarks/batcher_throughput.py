@@ -21,7 +21,11 @@ continuous one), torch on the CPU with one thread in every process. Columns:
   envs (one process each: it cannot put several envs in a process) with the policy
   in the parent, storing observations, actions, rewards and dones in preallocated
   tensors; ``gym sync x32``: the same loop over a ``SyncVectorEnv`` (every env in the
-  parent), which on few cores and cheap envs is the faster of the two.
+  parent), which on few cores and cheap envs is the faster of the two. These count
+  every step they take, Gymnasium's autoreset steps included (an env whose episode
+  ended spends its next step resetting, that step's action ignored), which flatters
+  them where episodes are short; the other columns reset within the step that ends
+  an episode.
 
 Every column is built and warmed up first, then timed in ``--repeats`` interleaved
 rounds and its median round kept, so that load from other processes falls on every
