@@ -45,9 +45,11 @@ import argparse
 import inspect
 import json
 import os
+import select
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -258,20 +260,24 @@ class TorchRLRunner(Runner):
             raise NotAvailable(f"no TorchRL venv at {PEER_PYTHON}: bash benchmarks/peer_env.sh")
         command = [str(PEER_PYTHON), str(PEER), "--env", name, "--workers", str(workers)]
         command += ["--envs", str(envs), "--steps", str(steps), "--seed", str(spec.seed)]
+        # A file, not a pipe: warnings nobody reads would fill a pipe and stall the peer.
+        self.log = tempfile.TemporaryFile("w+")
         self.process = subprocess.Popen(
             command,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+            stderr=self.log,
             text=True,
         )
 
-    def wait_ready(self) -> str:
-        line = self.process.stdout.readline()
+    def wait_ready(self, timeout_s: float = 300.0) -> str:
+        """Waits for the peer to be built and warmed up; its TorchRL version."""
+        started, _, _ = select.select([self.process.stdout], [], [], timeout_s)
+        line = self.process.stdout.readline() if started else f"no answer in {timeout_s:g} s"
         if not line.startswith("ready"):
             self.process.kill()
-            error = self.process.stderr.read()[-2000:]
-            raise NotAvailable(f"the TorchRL peer failed to start: {error.strip() or line}")
+            error = self.stderr_tail().strip().splitlines() or [line.strip()]
+            raise NotAvailable(f"the TorchRL peer failed to start: {error[-1]}")
         return line.split(maxsplit=1)[1].strip()
 
     def round(self) -> tuple[int, float]:
@@ -279,9 +285,14 @@ class TorchRLRunner(Runner):
         self.process.stdin.flush()
         reply = self.process.stdout.readline()
         if not reply:
-            raise RuntimeError(f"the TorchRL peer died: {self.process.stderr.read()[-2000:]}")
+            raise RuntimeError(f"the TorchRL peer died: {self.stderr_tail()}")
         result = json.loads(reply)
         return result["env_steps"], result["seconds"]
+
+    def stderr_tail(self) -> str:
+        self.process.wait(timeout=60)
+        self.log.seek(0)
+        return self.log.read()[-2000:]
 
     def close(self) -> None:
         if self.process.poll() is None:
@@ -290,6 +301,7 @@ class TorchRLRunner(Runner):
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.communicate()
+        self.log.close()
 
 
 # -- the run -----------------------------------------------------------------------------------
