@@ -353,7 +353,7 @@ def build_row(name: str, setup: Setup) -> tuple[dict[str, Runner], dict[str, str
                 runners["torchrl 2x16"].wait_ready()
             except NotAvailable as reason:
                 missing["torchrl 2x16"] = str(reason)
-                del runners["torchrl 2x16"]
+                runners.pop("torchrl 2x16").close()
     except BaseException:
         close_all(runners)
         raise
