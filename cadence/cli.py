@@ -1,4 +1,4 @@
-"""The ``cadence`` command: ``list``, ``train``, ``play`` and ``eval``.
+"""The ``cadence`` command: ``list``, ``train``, ``play``, ``eval`` and ``sweep``.
 
 The only part of cadence that writes to the terminal. ``list``, ``--version`` and
 ``train NAME --help`` never import torch, so they answer in well under a second and work
@@ -83,6 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_train(commands)
     _add_play(commands)
     _add_eval(commands)
+    _add_sweep(commands)
     return parser
 
 
@@ -122,6 +123,78 @@ def _add_train(commands: Any) -> None:
         "-h", "--help", action="store_true", help="show this help (and NAME's keys)"
     )
     command.set_defaults(run=run_train, parser=command)
+
+
+def _add_sweep(commands: Any) -> None:
+    command = commands.add_parser(
+        "sweep",
+        help="sweep hyperparameters of a named config with Optuna",
+        allow_abbrev=False,
+        description="Run Optuna trials of the named config NAME, each a run directory per seed "
+        "under the sweep directory, pruned on the evaluation curve; the study lives in a "
+        "database that several `cadence sweep` processes share, and rerunning the command "
+        "resumes it. Needs `pip install 'cadence[sweep]'`. See docs/sweeps.md.",
+    )
+    command.add_argument("name", metavar="NAME", help="a named config (see `cadence list`)")
+    command.add_argument(
+        "overrides", nargs="*", metavar="KEY=VALUE", help="fixed overrides of every trial"
+    )
+    command.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="KEY=DIST",
+        help="a swept key: loguniform(a,b), uniform(a,b), int(a,b) or choice(v1,v2,...); "
+        "repeat for more",
+    )
+    command.add_argument(
+        "--trials", type=_positive_int, metavar="T", help="complete or pruned trials to reach"
+    )
+    command.add_argument(
+        "--objective",
+        default="eval/episode_return",
+        metavar="METRIC",
+        help="metric of metrics.jsonl to optimize (default eval/episode_return)",
+    )
+    command.add_argument("--direction", choices=["maximize", "minimize"], default="maximize")
+    command.add_argument(
+        "--seeds", type=_positive_int, default=1, metavar="S", help="runs per trial (default 1)"
+    )
+    command.add_argument(
+        "--study-name", metavar="N", help="study name (default NAME); one study per sweep"
+    )
+    command.add_argument(
+        "--sweep-dir", type=Path, metavar="DIR", help="run directories (default runs/sweeps/N)"
+    )
+    command.add_argument(
+        "--storage",
+        metavar="URL",
+        help="Optuna storage: sqlite:///FILE (default DIR/study.db), journal:///FILE, or a "
+        "PostgreSQL/MySQL URL for processes on many machines",
+    )
+    command.add_argument(
+        "--pruner",
+        default="median",
+        metavar="SPEC",
+        help="median (default), percentile, hyperband, halving or none, with optional "
+        "keyword arguments, e.g. 'median(n_startup_trials=5,n_warmup_steps=10000)'",
+    )
+    command.add_argument("--sampler", choices=["tpe", "random"], default="tpe")
+    command.add_argument(
+        "--heartbeat-interval",
+        type=float,
+        default=30.0,
+        metavar="S",
+        help="seconds between a running trial's heartbeats; a trial silent for 4 intervals "
+        "is taken as dead and rerun from its checkpoints (default 30)",
+    )
+    command.add_argument(
+        "--summary", action="store_true", help="print the summary of the existing study and exit"
+    )
+    command.add_argument(
+        "--top", type=_positive_int, default=10, metavar="K", help="trials in the summary"
+    )
+    command.set_defaults(run=run_sweep, parser=command)
 
 
 def _add_play(commands: Any) -> None:
@@ -190,7 +263,7 @@ def _check_extra(
     parser: argparse.ArgumentParser, args: argparse.Namespace, extra: list[str]
 ) -> None:
     """Takes overrides that came after an option (``--root-dir D a=1``); refuses the rest."""
-    if args.command == "train":
+    if args.command in ("train", "sweep"):
         options = [item for item in extra if item.startswith("-")]
         if options:
             args.parser.error(f"unrecognized arguments: {' '.join(options)}")
@@ -233,6 +306,41 @@ def run_train(args: argparse.Namespace) -> int:
 
     outcome = train(config, resume_with_changes=args.resume_with_changes)
     print(f"{config.root_dir}: {_OUTCOME_MESSAGES.get(outcome, outcome)}")
+    return 0
+
+
+def run_sweep(args: argparse.Namespace) -> int:
+    """Runs the sweep until ``--trials`` trials are finished, then prints its summary."""
+    from cadence import sweep
+
+    study_name = args.study_name or args.name
+    sweep_dir = args.sweep_dir or Path("runs") / "sweeps" / study_name
+    optuna = sweep.require_optuna()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    spec = None
+    if not args.summary:
+        if args.trials is None:
+            raise ConfigError("--trials T is required (or --summary for an existing study)")
+        params = tuple(sweep.parse_param(text) for text in args.param)
+        spec = sweep.SweepSpec(
+            args.name, tuple(args.overrides), params, args.objective, args.direction, args.seeds
+        )
+    study = sweep.open_sweep(
+        spec,
+        study_name,
+        sweep_dir,
+        storage=args.storage,
+        pruner=args.pruner,
+        sampler=args.sampler,
+        heartbeat_interval=args.heartbeat_interval,
+    )
+    if spec is not None:
+        _log_to_terminal()
+        logging.getLogger("cadence.trainer").setLevel(logging.WARNING)  # one line per trial
+        if study.run(args.trials) == "preempted":
+            print(f"{study.directory}: preempted; the same command resumes the sweep")
+            return 0
+    print(study.summary(args.top))
     return 0
 
 

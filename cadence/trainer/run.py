@@ -23,14 +23,16 @@ from cadence.trainer.checkpoint import CheckpointManager, latest_iteration
 from cadence.trainer.rng import seed_everything
 from cadence.trainer.run_config import CHANGES_FILE, check_resume_config
 from cadence.trainer.snapshot import write_snapshot
-from cadence.trainer.trainer import Outcome, Trainer
+from cadence.trainer.trainer import EvaluationHook, Outcome, Trainer
 from cadence.transforms.build import make_data_transformer
 from cadence.transforms.transformer import DataTransformer
 
 logger = logging.getLogger(__name__)
 
 
-def train(config: Any, resume_with_changes: bool = False) -> Outcome | None:
+def train(
+    config: Any, resume_with_changes: bool = False, on_evaluation: EvaluationHook | None = None
+) -> Outcome | None:
     """Trains the experiment ``config`` in ``config.root_dir``, exactly as ``cadence train`` does.
 
     A new run writes ``config.yaml`` (the resolved tree, which alone reproduces the
@@ -44,10 +46,11 @@ def train(config: Any, resume_with_changes: bool = False) -> Outcome | None:
         resume_with_changes: continue a run whose ``config.yaml`` differs from ``config``
             (e.g. a finished run given a larger budget); the change is recorded in
             ``config_changes.jsonl``. Without it such a start is refused.
+        on_evaluation: called after each evaluation; True pauses the run there (see `Trainer`).
 
     Returns:
-        How training ended (``"complete"``, ``"preempted"``, ``"stopped_at_eval_return"``),
-        or None when the run was already complete.
+        How training ended (``"complete"``, ``"preempted"``, ``"stopped_at_eval_return"``,
+        ``"paused"`` by ``on_evaluation``), or None when the run was already complete.
 
     Raises:
         RunConfigMismatchError: the run directory holds a run with another config (see
@@ -72,14 +75,16 @@ def train(config: Any, resume_with_changes: bool = False) -> Outcome | None:
     if not checkpoints.has_checkpoints():
         (run_dir / "config.yaml").write_text(config.to_yaml())
         write_snapshot(run_dir / "snapshot.tar.gz")
-    trainer = build_trainer(config, run_dir)
+    trainer = build_trainer(config, run_dir, on_evaluation)
     try:
         return trainer.run()
     finally:
         trainer.collector.env.close()
 
 
-def build_trainer(config: Any, run_dir: Path) -> Trainer:
+def build_trainer(
+    config: Any, run_dir: Path, on_evaluation: EvaluationHook | None = None
+) -> Trainer:
     """Builds the environments, the algorithm and the trainer of ``config``."""
     trainer_config = config.trainer
     _configure_torch(trainer_config)
@@ -122,6 +127,7 @@ def build_trainer(config: Any, run_dir: Path) -> Trainer:
         make_eval_env,
         run_dir,
         eval_seed=config.seed + trainer_config.eval_seed_offset,
+        on_evaluation=on_evaluation,
     )
 
 

@@ -31,7 +31,10 @@ from cadence.trainer.rng import rng_state, set_rng_state
 
 logger = logging.getLogger(__name__)
 
-Outcome = Literal["complete", "preempted", "stopped_at_eval_return"]
+Outcome = Literal["complete", "preempted", "stopped_at_eval_return", "paused"]
+
+# Called after each evaluation with the env steps and the eval metrics; True pauses the run.
+EvaluationHook = Callable[[int, dict[str, float]], bool]
 
 _SCHEME_DATA = "data"  # the checkpoint's directory of the training scheme's files
 
@@ -47,6 +50,11 @@ class Trainer:
         make_eval_env: builds the evaluation environments for a given seed.
         run_dir: the run directory (DESIGN §8).
         eval_seed: the seed of the first evaluation (each later one adds its iteration).
+        on_evaluation: called after each evaluation (its metrics row written) with the env
+            steps and the ``eval/*`` metrics; returning True pauses the run there, as a
+            pre-emption does: it checkpoints, returns ``"paused"`` and writes no
+            ``COMPLETE``, so the next start resumes (``cadence sweep`` steps seeds in
+            lockstep with it). An evaluation that ends the budget completes the run.
     """
 
     def __init__(
@@ -58,8 +66,10 @@ class Trainer:
         make_eval_env: Callable[[int], Environment],
         run_dir: Path,
         eval_seed: int,
+        on_evaluation: EvaluationHook | None = None,
     ):
         self.config = config
+        self.on_evaluation = on_evaluation
         self.algorithm = algorithm
         self.collector = collector
         self.scheme = scheme
@@ -121,7 +131,7 @@ class Trainer:
                 while self.counters["env_steps"] < self.config.num_env_steps:
                     outcome = self._iteration(writer, bar)
                     budget_left = self.counters["env_steps"] < self.config.num_env_steps
-                    if outcome == "complete" and preemption.requested and budget_left:
+                    if outcome in ("complete", "paused") and preemption.requested and budget_left:
                         outcome = "preempted"
                     if outcome != "complete":
                         break
@@ -131,7 +141,7 @@ class Trainer:
                 self.save()
         finally:
             writer.close()
-        if outcome != "preempted":
+        if outcome not in ("preempted", "paused"):
             (self.run_dir / "COMPLETE").write_text(f"{outcome}\n")
         return outcome
 
@@ -176,6 +186,9 @@ class Trainer:
                 iteration,
             )
             return "stopped_at_eval_return"
+        hook = self.on_evaluation
+        if evaluated and not last and hook and hook(counters["env_steps"], self.last_eval):
+            return "paused"
         return "complete"
 
     def _check_finite(self, result: IterationResult) -> None:
