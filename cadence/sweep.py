@@ -230,9 +230,11 @@ def storage_url(sweep_dir: Path, storage: str | None) -> str:
     return storage or f"sqlite:///{Path(sweep_dir).resolve() / 'study.db'}"
 
 
-def open_storage(url: str) -> tuple[Any, Path | None]:
-    """The Optuna storage of ``url`` and the lock file that serializes its users on one
-    machine (None for a database server, which has its own locking).
+def open_storage(url: str) -> tuple[Any, StudyLock]:
+    """The Optuna storage of ``url`` and the lock that serializes its users on one machine
+    (a file beside a SQLite or journal file; none for a database server, which has its own
+    locking). The storage is created under the lock: two processes creating one SQLite
+    database at once would both write its schema.
 
     ``sqlite:///PATH`` is a SQLite file in WAL mode, waiting up to 60 s for a lock;
     ``journal:///PATH`` is Optuna's journal file storage (for file systems shared by
@@ -246,14 +248,18 @@ def open_storage(url: str) -> tuple[Any, Path | None]:
             from optuna.storages.journal import JournalFileBackend
         except ImportError:  # Optuna < 4
             from optuna.storages import JournalFileStorage as JournalFileBackend
-        return optuna.storages.JournalStorage(JournalFileBackend(str(path))), _lock_path(path)
+        lock = StudyLock(_lock_path(path))
+        backend = lock.call(JournalFileBackend, str(path))
+        return optuna.storages.JournalStorage(backend), lock
     if url.startswith("sqlite:///"):
         path = Path(url.removeprefix("sqlite:///")).expanduser()
         path.parent.mkdir(parents=True, exist_ok=True)
-        _use_wal(path)
-        storage = optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 60}})
-        return storage, _lock_path(path)
-    return optuna.storages.RDBStorage(url), None
+        lock = StudyLock(_lock_path(path))
+        lock.call(_use_wal, path)
+        connect_args = {"connect_args": {"timeout": 60}}
+        return lock.call(optuna.storages.RDBStorage, url, engine_kwargs=connect_args), lock
+    lock = StudyLock(None)
+    return lock.call(optuna.storages.RDBStorage, url), lock
 
 
 def _lock_path(path: Path) -> Path:
@@ -353,8 +359,9 @@ class Sweep:
                 return "preempted"
 
     def _claim_trial(self, num_trials: int) -> optuna.Trial | Literal["done", "wait"]:
-        """The next trial to run, after failing and requeueing dead ones; "done" when
-        ``num_trials`` are finished, "wait" when the rest are running or queued."""
+        """The next trial to run (a queued one first: a rerun of a dead trial), after failing
+        and requeueing dead ones; "done" when ``num_trials`` are finished, "wait" when the
+        rest are running (under the lock, so the processes never start more than needed)."""
         from optuna.trial import TrialState
 
         trials = self.study.get_trials(deepcopy=False)
@@ -364,12 +371,9 @@ class Sweep:
                 self.requeue(trial.number)
         states = [trial.state for trial in self.study.get_trials(deepcopy=False)]
         finished = sum(state in (TrialState.COMPLETE, TrialState.PRUNED) for state in states)
-        claimed = finished + sum(
-            state in (TrialState.RUNNING, TrialState.WAITING) for state in states
-        )
         if finished >= num_trials:
             return "done"
-        if claimed >= num_trials:
+        if finished + states.count(TrialState.RUNNING) >= num_trials:
             return "wait"
         return self.study.ask()
 
@@ -431,8 +435,7 @@ def open_sweep(
     if spec is None and url.startswith("sqlite:///"):
         if not Path(url.removeprefix("sqlite:///")).expanduser().is_file():
             raise ConfigError(f"no sweep at {url}: run `cadence sweep` first or give --storage")
-    backend, lock_path = open_storage(url)
-    lock = StudyLock(lock_path)
+    backend, lock = open_storage(url)
     if spec is None:
         try:
             study = lock.call(optuna.load_study, study_name=study_name, storage=backend)
