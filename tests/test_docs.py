@@ -128,7 +128,8 @@ def test_mkdocs_build_strict_is_clean(tmp_path):
     assert result.returncode == 0, result.stderr[-4000:]
     assert (tmp_path / "site" / "api" / "data" / "index.html").exists()
     page = (tmp_path / "site" / "api" / "data" / "index.html").read_text()
-    assert "TimeStep" in page and "&gt;&gt;&gt;" in page  # rendered from docstrings
+    assert 'id="cadence.data.time_step.TimeStep"' in page  # rendered from the docstrings
+    assert '<span class="gp">&gt;&gt;&gt; </span>' in page  # examples as code (griffe_doctests)
 
 
 @pytest.mark.parametrize(
