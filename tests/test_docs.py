@@ -149,6 +149,7 @@ def test_mkdocs_build_strict_fails_on_a_broken_page(tmp_path, broken, named):
     python["paths"] = [str(ROOT)]
     python["options"]["extensions"] = [f"{DOCS / 'griffe_doctests.py'}:DoctestBlocks"]
     config["nav"] = ["index.md"]
+    config["watch"] = [str(ROOT / "cadence")]
     (tmp_path / "docs").mkdir()
     shutil.copy(DOCS / "griffe_doctests.py", tmp_path / "docs")
     (tmp_path / "docs" / "index.md").write_text(f"# Broken\n\n{broken}\n")
