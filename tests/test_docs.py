@@ -129,7 +129,9 @@ def test_mkdocs_build_strict_is_clean(tmp_path):
     assert (tmp_path / "site" / "api" / "data" / "index.html").exists()
     page = (tmp_path / "site" / "api" / "data" / "index.html").read_text()
     assert 'id="cadence.data.time_step.TimeStep"' in page  # rendered from the docstrings
-    assert '<span class="gp">&gt;&gt;&gt; </span>' in page  # examples as code (griffe_doctests)
+    assert '<span class="gp">&gt;&gt;&gt; </span>' in page  # examples as code (griffe_extension.py)
+    trainer = (tmp_path / "site" / "api" / "trainer" / "index.html").read_text()
+    assert "Env-step budget of the run." in trainer  # a config field's metadata doc
 
 
 @pytest.mark.parametrize(
@@ -147,11 +149,11 @@ def test_mkdocs_build_strict_fails_on_a_broken_page(tmp_path, broken, named):
     plugin = next(p for p in config["plugins"] if isinstance(p, dict) and "mkdocstrings" in p)
     python = plugin["mkdocstrings"]["handlers"]["python"]
     python["paths"] = [str(ROOT)]
-    python["options"]["extensions"] = [f"{DOCS / 'griffe_doctests.py'}:DoctestBlocks"]
+    python["options"]["extensions"] = [f"{DOCS / 'griffe_extension.py'}:CadenceDocstrings"]
     config["nav"] = ["index.md"]
     config["watch"] = [str(ROOT / "cadence")]
     (tmp_path / "docs").mkdir()
-    shutil.copy(DOCS / "griffe_doctests.py", tmp_path / "docs")
+    shutil.copy(DOCS / "griffe_extension.py", tmp_path / "docs")
     (tmp_path / "docs" / "index.md").write_text(f"# Broken\n\n{broken}\n")
     (tmp_path / "mkdocs.yml").write_text(yaml.safe_dump(config))
     result = mkdocs_build(tmp_path / "mkdocs.yml", tmp_path / "site")
