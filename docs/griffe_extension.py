@@ -9,6 +9,7 @@ before it is rendered (the source is left as it is):
   continuations and its output, up to a blank line) is fenced as ``pycon``;
 - a few docstrings introduce an indented block with reStructuredText's ``::``; Markdown
   shows the indented block as code already, so the ``::`` becomes ``:``;
+- Google's singular ``Example:`` header becomes ``Examples:``, which griffe parses;
 - the fields of cadence's attrs configs keep their documentation in
   ``field(..., metadata={"doc": ...})`` (it drives ``cadence train NAME --help``): that
   text becomes the attribute's docstring, and the field's default its shown value.
@@ -76,13 +77,26 @@ class CadenceDocstrings(griffe.Extension):
     """Applies `fence_examples` to every docstring and `attrs_field` to every attribute."""
 
     def on_object(self, *, obj: griffe.Object, loader: griffe.GriffeLoader, **kwargs: Any) -> None:
-        if isinstance(obj, griffe.Attribute) and obj.value is not None:
-            doc, default = attrs_field(str(obj.value))
-            if doc and obj.docstring is None:
-                obj.docstring = griffe.Docstring(doc, parent=obj)
-            if default is not None:
-                obj.value = default
-        if obj.docstring is not None and (
-            ">>>" in obj.docstring.value or "::" in obj.docstring.value
-        ):
-            obj.docstring.value = fence_examples(obj.docstring.value)
+        adjust(obj)
+
+    def on_package(self, *, pkg: griffe.Module, loader: griffe.GriffeLoader, **kwargs: Any) -> None:
+        adjust(pkg)  # on_object is not called for the top-level package itself
+
+
+def adjust(obj: griffe.Object) -> None:
+    """Rewrites ``obj``'s docstring (and, for an attrs field, its value) for Markdown."""
+    if isinstance(obj, griffe.Attribute) and obj.value is not None:
+        doc, default = attrs_field(str(obj.value))
+        if doc and obj.docstring is None:
+            obj.docstring = griffe.Docstring(doc, parent=obj)
+        if default is not None:
+            obj.value = default
+    docstring = obj.docstring  # idempotent: on_package may see the root package twice
+    if docstring is None:
+        return
+    # Google's singular "Example:" is an admonition to griffe; "Examples:" parses the
+    # indented >>> lines beneath it as code.
+    text = "\n".join(
+        "Examples:" if line == "Example:" else line for line in docstring.value.splitlines()
+    )
+    docstring.value = fence_examples(text)

@@ -130,6 +130,8 @@ def test_mkdocs_build_strict_is_clean(tmp_path):
     page = (tmp_path / "site" / "api" / "data" / "index.html").read_text()
     assert 'id="cadence.data.time_step.TimeStep"' in page  # rendered from the docstrings
     assert '<span class="gp">&gt;&gt;&gt; </span>' in page  # examples as code (griffe_extension.py)
+    for html in (tmp_path / "site" / "api").rglob("*.html"):  # >>> read as Markdown quotes
+        assert "<blockquote" not in html.read_text(), f"a docstring example in {html} is not code"
     trainer = (tmp_path / "site" / "api" / "trainer" / "index.html").read_text()
     assert "Env-step budget of the run." in trainer  # a config field's metadata doc
 
