@@ -81,8 +81,10 @@ def generalized_advantage_estimation(
     where step ``t + 1`` is LAST (its action belongs to no episode).
 
     Args:
-        reward, discount, step_type, value: ``[T, B]``, aligned as in the module
-            docstring.
+        reward: ``[T, B]`` rewards, aligned as in the module docstring.
+        discount: ``[T, B]`` 0/1 continuation flags.
+        step_type: ``[T, B]`` `StepType` values.
+        value: ``[T, B]`` value estimates.
         gamma: the discount factor.
         gae_lambda: the bias-variance trade-off (0: one-step TD error, 1: Monte
             Carlo return minus value).
@@ -119,8 +121,10 @@ def td_lambda_return(
     ``λ = 0`` one-step TD targets.
 
     Args:
-        reward, discount, step_type, value: ``[T, B]``, aligned as in the module
-            docstring.
+        reward: ``[T, B]`` rewards, aligned as in the module docstring.
+        discount: ``[T, B]`` 0/1 continuation flags.
+        step_type: ``[T, B]`` `StepType` values.
+        value: ``[T, B]`` value estimates.
         gamma: the discount factor.
         lambda_: the mixing of n-step returns (0: one-step, 1: Monte Carlo).
         time_dim: the time dimension (0: ``[T, B]``; 1: ``[B, T]``).
@@ -161,8 +165,10 @@ def n_step_return(
     of its first step is ``n_step_return(..., n, time_dim=1)[:, 0]``.
 
     Args:
-        reward, discount, step_type, value: ``[T, B]``, aligned as in the module
-            docstring; ``value[t]`` is the bootstrap value of observation ``t``.
+        reward: ``[T, B]`` rewards, aligned as in the module docstring.
+        discount: ``[T, B]`` 0/1 continuation flags.
+        step_type: ``[T, B]`` `StepType` values.
+        value: ``[T, B]`` values; ``value[t]`` is the bootstrap value of observation ``t``.
         gamma: the discount factor.
         n: the number of rewards summed before bootstrapping, ``>= 1``.
         time_dim: the time dimension (0: ``[T, B]``; 1: ``[B, T]``, replay windows).

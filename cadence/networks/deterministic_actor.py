@@ -25,7 +25,9 @@ class DeterministicActor(nn.Module):
         encoder: an observation encoder with ``output_dim``.
         action_dim: the width of the (flat) action.
         hidden_sizes: widths of the MLP body.
-        activation, layer_norm, orthogonal_init: as for `MLP`.
+        activation: as for `MLP`.
+        layer_norm: as for `MLP`.
+        orthogonal_init: as for `MLP`.
 
     >>> from cadence.data.specs import TensorSpec
     >>> from cadence.networks.encoders import make_encoder

@@ -28,8 +28,10 @@ class TanhNormal(Distribution):
     Event shape ``[A]``; batch shape ``loc.shape[:-1]``.
 
     Args:
-        loc, scale: ``[*B, A]`` mean and standard deviation of ``u``.
-        low, high: ``[A]`` (or broadcastable) finite action bounds.
+        loc: ``[*B, A]`` mean of ``u``.
+        scale: ``[*B, A]`` standard deviation of ``u``.
+        low: ``[A]`` (or broadcastable) finite lower action bounds.
+        high: ``[A]`` (or broadcastable) finite upper action bounds.
 
     >>> d = TanhNormal(torch.zeros(5, 2), torch.ones(5, 2), -torch.ones(2), torch.ones(2))
     >>> action, log_prob = d.rsample_with_log_prob()

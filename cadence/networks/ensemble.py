@@ -24,7 +24,8 @@ class EnsembleLinear(nn.Module):
     """E independent linear layers: ``[E, *B, in_dim] -> [E, *B, out_dim]``.
 
     Args:
-        in_dim, out_dim: features in and out of each member.
+        in_dim: features into each member.
+        out_dim: features out of each member.
         ensemble_size: the number of members E.
         gain: orthogonal init with this gain and zero bias per member; None:
             ``nn.Linear``'s default (uniform in ``±1/sqrt(in_dim)``).

@@ -23,7 +23,9 @@ class ValueNetwork(nn.Module):
     Args:
         encoder: an observation encoder with ``output_dim``.
         hidden_sizes: widths of the MLP body.
-        activation, layer_norm, orthogonal_init: as for `MLP`.
+        activation: as for `MLP`.
+        layer_norm: as for `MLP`.
+        orthogonal_init: as for `MLP`.
 
     >>> from cadence.data.specs import TensorSpec
     >>> from cadence.networks.encoders import make_encoder
@@ -54,7 +56,9 @@ class QNetwork(nn.Module):
         encoder: an observation encoder with ``output_dim``.
         num_actions: the number of discrete actions.
         hidden_sizes: widths of the MLP body.
-        activation, layer_norm, orthogonal_init: as for `MLP`.
+        activation: as for `MLP`.
+        layer_norm: as for `MLP`.
+        orthogonal_init: as for `MLP`.
     """
 
     def __init__(
@@ -90,7 +94,9 @@ class CriticEnsemble(nn.Module):
         action_dim: the width of the (flat) action.
         hidden_sizes: widths of each member's MLP.
         num_critics: the number of members E.
-        activation, layer_norm, orthogonal_init: as for `EnsembleMLP`.
+        activation: as for `EnsembleMLP`.
+        layer_norm: as for `EnsembleMLP`.
+        orthogonal_init: as for `EnsembleMLP`.
 
     >>> from cadence.data.specs import TensorSpec
     >>> from cadence.networks.encoders import make_encoder

@@ -54,7 +54,9 @@ def n_step_targets(
     bootstraps from its own value; nothing past it is read (`n_step_return`).
 
     Args:
-        reward, discount, step_type: ``[N, L]`` the window's time steps (DESIGN §2).
+        reward: ``[N, L]`` the window's rewards (DESIGN §2).
+        discount: ``[N, L]`` the window's 0/1 continuation flags.
+        step_type: ``[N, L]`` the window's step types.
         next_value: ``[N, L - 1]`` bootstrap values of steps ``1 .. L - 1``.
         gamma: the discount factor.
         n_step: rewards summed before bootstrapping (``L - 1``).

@@ -62,7 +62,9 @@ class SACAlgorithm(Algorithm):
         action_spec: the env's action spec; a `DiscreteTensorSpec` selects discrete SAC.
         gamma: discount factor.
         tau: Polyak rate of the target critics.
-        actor_learning_rate, critic_learning_rate, alpha_learning_rate: Adam step sizes.
+        actor_learning_rate: the actor's Adam step size.
+        critic_learning_rate: the critics' Adam step size.
+        alpha_learning_rate: the temperature's Adam step size.
         initial_alpha: the entropy temperature at the start.
         autotune_alpha: learn alpha towards ``target_entropy`` (else it stays fixed).
         target_entropy: the entropy alpha aims at.
