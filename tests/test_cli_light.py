@@ -1,9 +1,8 @@
 """The quick commands stay quick: ``cadence list``, ``cadence --version``, ``--help`` and
 ``cadence train NAME --help`` import neither torch, TensorBoard, Gymnasium nor matplotlib
 (nor, for ``list``, ``--version`` and ``--help``, Hydra or any algorithm module), whether
-run as the console
-script, as ``python -m cadence`` or through `cadence.cli.main`; and ``python -m cadence``
-is the ``cadence`` command.
+run as the console script, as ``python -m cadence`` or through `cadence.cli.main`; and
+``python -m cadence`` is the ``cadence`` command.
 
 Each check runs in a fresh interpreter, as ``sys.modules`` of this one holds torch already.
 """
