@@ -98,19 +98,27 @@ def distinguishing_keys(configs: Sequence[dict[str, Any]]) -> list[str]:
 
 def group_labels(groups: Sequence[Sequence[Run]]) -> list[str]:
     """One legend label per group: its values of the `distinguishing_keys`, ``name`` bare
-    and the others as ``key=value`` overrides, then the number of seeds."""
+    and the others as ``key=value`` overrides, then the number of seeds.
+
+    Floats are shown to 4 significant digits (a sweep's sampled ``0.000234567...`` as
+    ``0.0002346``) unless two labels would then read the same.
+    """
     configs = [describing_config(group) for group in groups]
-    keys = distinguishing_keys(configs)
-    if not keys:  # one group: it is called by its name
-        keys = ["name"]
-    labels = []
-    for config, group in zip(configs, groups, strict=True):
-        parts = [
-            _value(config, key) if key == "name" else f"{key}={_value(config, key)}" for key in keys
-        ]
-        seeds = f"({len(group)} seed{'s' if len(group) != 1 else ''})"
-        labels.append(textwrap.fill(", ".join([*parts[:-1], f"{parts[-1]} {seeds}"]), _LABEL_WIDTH))
+    keys = distinguishing_keys(configs) or ["name"]  # one group is called by its name
+    pairs = list(zip(configs, groups, strict=True))
+    labels = [_label(config, group, keys, short=True) for config, group in pairs]
+    if len(set(labels)) < len(labels):
+        labels = [_label(config, group, keys, short=False) for config, group in pairs]
     return labels
+
+
+def _label(config: dict[str, Any], group: Sequence[Run], keys: list[str], short: bool) -> str:
+    parts = [
+        _value(config, key, short) if key == "name" else f"{key}={_value(config, key, short)}"
+        for key in keys
+    ]
+    seeds = f"({len(group)} seed{'s' if len(group) != 1 else ''})"
+    return textwrap.fill(", ".join([*parts[:-1], f"{parts[-1]} {seeds}"]), _LABEL_WIDTH)
 
 
 def shared_title(groups: Sequence[Sequence[Run]]) -> str:
@@ -138,13 +146,16 @@ def _num_classes(configs: Sequence[dict[str, Any]], keys: Sequence[str]) -> int:
     return len({tuple(_value(config, key) for key in keys) for config in configs})
 
 
-def _value(config: dict[str, Any], key: str) -> str:
-    """A config value as an override's right-hand side (``0.001``, ``[64,64]``, ``null``)."""
+def _value(config: dict[str, Any], key: str, short: bool = False) -> str:
+    """A config value as an override's right-hand side (``0.001``, ``[64,64]``, ``null``),
+    a float to 4 significant digits when ``short``."""
     if key not in config:
         return _MISSING
     value = config[key]
     if isinstance(value, str):
         return value
+    if short and isinstance(value, float):
+        return f"{value:.4g}"
     return json.dumps(value, separators=(",", ":"), sort_keys=True)
 
 

@@ -100,3 +100,14 @@ def test_the_title_is_what_every_group_shares():
     assert shared_title(group_runs([_run(PPO), _run(A2C)])) == "CartPole-v1"
     pendulum = _run(A2C, **{"env.name": "Pendulum-v1"})
     assert shared_title(group_runs([_run(PPO), pendulum])) == "learning curves"
+
+
+def test_sampled_floats_are_shortened_unless_two_labels_would_read_the_same():
+    a = _run(PPO, **{"algorithm.learning_rate": 0.000234567891})
+    b = _run(PPO, **{"algorithm.learning_rate": 0.00131})
+    assert group_labels(group_runs([a, b])) == [
+        "algorithm.learning_rate=0.0002346 (1 seed)",
+        "algorithm.learning_rate=0.00131 (1 seed)",
+    ]
+    c = _run(PPO, **{"algorithm.learning_rate": 0.000234567999})
+    assert group_labels(group_runs([a, c]))[0] == "algorithm.learning_rate=0.000234567891 (1 seed)"
