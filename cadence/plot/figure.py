@@ -31,6 +31,7 @@ logger = logging.getLogger(__name__)
 
 INSTALL_HINT = "pip install 'cadence[plot]'"
 FORMATS = (".png", ".svg", ".pdf")
+CUT_WARNING = 0.05  # warn when a group's curve stops this fraction of its range short
 _X_LABELS = {"env_steps": "env steps", "wall_time": "wall time"}
 
 
@@ -95,14 +96,16 @@ def plot_runs(
     check_metric(runs, metric)
     groups = group_runs(runs)
     curves = [
-        GroupCurve(label, tuple(group), _curve(group, metric, x, smooth, seed))
+        GroupCurve(label, tuple(group), _curve(label, group, metric, x, smooth, seed))
         for label, group in zip(group_labels(groups), groups, strict=True)
     ]
     _draw(curves, out, title or shared_title(groups), x, metric)
     return curves
 
 
-def _curve(group: Sequence[Run], metric: str, x: XAxis, smooth: int, seed: int) -> Curve:
+def _curve(
+    label: str, group: Sequence[Run], metric: str, x: XAxis, smooth: int, seed: int
+) -> Curve:
     series = [metric_series(run, metric, x) for run in group]
     xs, ys = [s[0] for s in series], [s[1] for s in series]
     curve = group_curve(xs, ys, smooth=smooth, seed=seed)
@@ -119,13 +122,16 @@ def _curve(group: Sequence[Run], metric: str, x: XAxis, smooth: int, seed: int) 
             f"the seeds of one config share no range of {x}, so no point has all of them "
             f"({ranges}); {advice}"
         )
-    ends = [xr[-1] for xr in xs]
-    if max(ends) > curve.x[-1]:
+    ends = [float(xr[-1]) for xr in xs]
+    # A run that ends a log point early (no episode finished in its last iteration) is
+    # not worth a warning; one that stopped well short of the others is.
+    if max(ends) - curve.x[-1] > CUT_WARNING * (max(ends) - curve.x[0]):
         logger.warning(
-            "%s: drawn up to %s %g, where its shortest run (%s) ends; its longest reaches %g",
-            ", ".join(str(run.directory) for run in group),
+            "%s: drawn up to %s %g, where the %s of %s ends; the longest run's reaches %g",
+            " ".join(label.split()),
             x,
             curve.x[-1],
+            metric,
             group[ends.index(min(ends))].directory,
             max(ends),
         )

@@ -1,13 +1,15 @@
 """`cadence plot` on real runs: 2 seeds of 2 configs of a tiny ppo_cartpole, drawn into a
 PNG that is decoded and checked to hold both curves; SVG and PDF; the errors exit 2."""
 
+import json
+import logging
 import sys
 
 import numpy as np
 import pytest
 
 from cadence.cli import main
-from cadence.plot import plot_runs
+from cadence.plot import PlotError, plot_runs
 from cadence.trainer.metrics import read_metrics
 
 matplotlib_image = pytest.importorskip("matplotlib.image")
@@ -112,3 +114,31 @@ def test_without_matplotlib_the_command_exits_2_with_the_pip_line(runs, tmp_path
         plot_runs([str(runs)], out)
     assert main(["plot", str(runs), "--out", str(out)]) == 2
     assert not out.exists()
+
+
+def _synthetic_run(directory, seed: int, points: dict[int, float]) -> None:
+    directory.mkdir(parents=True)
+    (directory / "config.yaml").write_text(f"name: demo\nseed: {seed}\nenv:\n  name: E\n")
+    lines = [
+        json.dumps({"iteration": i, "env_steps": x, "wall_time": float(x), "m": y})
+        for i, (x, y) in enumerate(points.items(), start=1)
+    ]
+    (directory / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+
+
+def test_a_group_is_drawn_where_all_its_seeds_have_data_with_a_warning(tmp_path, caplog):
+    _synthetic_run(tmp_path / "a", 0, {10: 1.0, 20: 3.0, 30: 5.0, 40: 7.0})
+    _synthetic_run(tmp_path / "b", 1, {10: 3.0, 25: 6.0})
+    with caplog.at_level(logging.WARNING, logger="cadence.plot"):
+        (line,) = plot_runs([str(tmp_path)], tmp_path / "c.png", metric="m")
+    assert line.curve.x.tolist() == [10.0, 20.0, 25.0]
+    assert line.curve.mean.tolist() == [2.0, 4.0, 5.0]  # run a at 25 interpolates to 4
+    assert "drawn up to env_steps 25, where the m of" in caplog.text
+    assert line.label == "demo (2 seeds)"
+
+
+def test_seeds_without_a_common_range_are_refused(tmp_path):
+    _synthetic_run(tmp_path / "a", 0, {10: 1.0, 20: 3.0})
+    _synthetic_run(tmp_path / "b", 1, {30: 3.0, 40: 6.0})
+    with pytest.raises(PlotError, match="share no range of wall_time.*--x env_steps"):
+        plot_runs([str(tmp_path)], tmp_path / "c.png", metric="m", x="wall_time")
