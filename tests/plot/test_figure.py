@@ -61,6 +61,9 @@ def test_plot_draws_one_line_per_config_into_a_png(runs, tmp_path, capsys):
     assert _pixels_near(image, C0) > 50 and _pixels_near(image, C1) > 50, "a curve is missing"
     plot_area = (image[60:540, 80:940, :3] * 255).astype(np.uint8).reshape(-1, 3)
     assert len(np.unique(plot_area, axis=0)) > 20
+    again = tmp_path / "again.png"
+    assert main(["plot", str(runs), "--out", str(again)]) == 0
+    assert again.read_bytes() == out.read_bytes(), "the seeded bootstrap gives the same picture"
 
 
 def test_the_curve_is_the_mean_of_the_seeds_and_the_band_lies_around_it(runs, tmp_path):
