@@ -204,7 +204,7 @@ def _add_plot(commands: Any) -> None:
         help="draw learning curves of runs",
         allow_abbrev=False,
         description="Draw learning curves from the runs' metrics.jsonl: runs whose configs "
-        "differ only in the seed are one line, the mean over seeds with a 95%% bootstrap "
+        "differ only in the seed are one line, the mean over seeds with a 95% bootstrap "
         "confidence band, labelled by the keys that differ between lines. Needs "
         "`pip install 'cadence[plot]'`. See docs/plots.md.",
     )
