@@ -19,7 +19,7 @@ import numpy as np
 MAX_GRID_POINTS = 1000
 
 
-@attrs.frozen
+@attrs.frozen(eq=False)  # arrays: compared by identity
 class Curve:
     """One group's line and band.
 

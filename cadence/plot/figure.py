@@ -35,7 +35,7 @@ CUT_WARNING = 0.05  # warn when a group's curve stops this fraction of its range
 _X_LABELS = {"env_steps": "env steps", "wall_time": "wall time"}
 
 
-@attrs.frozen
+@attrs.frozen(eq=False)  # runs and arrays: compared by identity
 class GroupCurve:
     """One line of the figure: a group's label, its runs and its `Curve`."""
 

@@ -32,7 +32,7 @@ class PlotError(ValueError):
     """What the user asked to plot cannot be drawn; the message says what to do instead."""
 
 
-@attrs.frozen
+@attrs.frozen(eq=False)  # a dict and lists: compared by identity
 class Run:
     """One run directory as the plot sees it.
 
