@@ -62,20 +62,27 @@ def find_runs(patterns: Sequence[str]) -> list[Path]:
     Raises:
         PlotError: a pattern matches nothing, or names no run directory.
     """
-    found: dict[Path, None] = {}
+    found: dict[Path, Path] = {}  # resolved path -> the path as the user gave it
     for pattern in patterns:
         is_glob = bool(_GLOB_CHARS & set(pattern))
         matches = sorted(glob.glob(pattern, recursive=True)) if is_glob else [pattern]
         runs = [run for match in matches for run in _runs_under(Path(match))]
         if not runs:
-            what = "matches no file" if is_glob or not Path(pattern).exists() else "holds no run"
             raise PlotError(
-                f"{pattern} {what}: give run directories (each with {CONFIG_FILE} and "
-                f"{METRICS_FILE}, e.g. runs/ppo_cartpole/seed0-1a2b3c), a glob of them, or a "
-                "directory that holds runs (e.g. a sweep directory)"
+                f"{pattern} {_what_it_names(pattern, is_glob, matches)}: give run directories "
+                f"(each with {CONFIG_FILE} and {METRICS_FILE}, e.g. "
+                "runs/ppo_cartpole/seed0-1a2b3c), a glob of them, or a directory that holds "
+                "runs (e.g. a sweep directory)"
             )
-        found.update(dict.fromkeys(runs))
-    return list(found)
+        for run in runs:
+            found.setdefault(run.resolve(), run)
+    return list(found.values())
+
+
+def _what_it_names(pattern: str, is_glob: bool, matches: list[str]) -> str:
+    if is_glob:
+        return "matches no run" if matches else "matches no file"
+    return "holds no run" if Path(pattern).exists() else "does not exist"
 
 
 def _runs_under(path: Path) -> list[Path]:

@@ -57,13 +57,22 @@ def test_runs_globs_and_files_name_each_run_once(sweep):
 
 
 def test_arguments_naming_no_run_are_refused_saying_what_a_run_is(tmp_path, sweep):
-    with pytest.raises(PlotError, match="matches no file.*config.yaml and metrics.jsonl"):
+    with pytest.raises(PlotError, match="missing does not exist.*config.yaml and metrics.jsonl"):
         find_runs([str(tmp_path / "missing")])
     with pytest.raises(PlotError, match="matches no file"):
         find_runs([str(sweep / "trial_9*")])
+    with pytest.raises(PlotError, match=r"study\.d\* matches no run"):
+        find_runs([str(sweep / "study.d*")])
     (tmp_path / "empty").mkdir()
     with pytest.raises(PlotError, match="empty holds no run"):
         find_runs([str(sweep), str(tmp_path / "empty")])
+
+
+def test_the_same_run_given_two_ways_counts_once(sweep, monkeypatch):
+    monkeypatch.chdir(sweep)
+    assert find_runs(["trial_0000/seed_0", f"{sweep}/trial_0000/seed_0/"]) == [
+        Path("trial_0000/seed_0")
+    ]
 
 
 def test_a_run_without_metrics_is_refused(tmp_path):
