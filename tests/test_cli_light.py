@@ -1,8 +1,8 @@
-"""The quick commands stay quick: ``cadence list``, ``cadence --version`` and
-``cadence train NAME --help`` import neither torch, TensorBoard nor Gymnasium (nor, for
-``list`` and ``--version``, Hydra or any algorithm module), whether run as the console
-script, as ``python -m cadence`` or through `cadence.cli.main`; and ``python -m cadence``
-is the ``cadence`` command.
+"""The quick commands stay quick: ``cadence list``, ``cadence --version``, ``--help`` and
+``cadence train NAME --help`` import neither torch, TensorBoard, Gymnasium nor matplotlib
+(nor, for ``list``, ``--version`` and ``--help``, Hydra or any algorithm module), whether
+run as the console script, as ``python -m cadence`` or through `cadence.cli.main`; and
+``python -m cadence`` is the ``cadence`` command.
 
 Each check runs in a fresh interpreter, as ``sys.modules`` of this one holds torch already.
 """
@@ -16,14 +16,17 @@ from pathlib import Path
 
 import pytest
 
-# Never imported by the quick commands; torch alone costs seconds.
-HEAVY = ("torch", "tensorboard", "gymnasium")
+# Never imported by the quick commands; torch alone costs seconds. matplotlib is imported
+# by `cadence plot` alone.
+HEAVY = ("torch", "tensorboard", "gymnasium", "matplotlib")
 # Not even needed to list the configs or print the version.
 NOT_FOR_LIST = (*HEAVY, "hydra", "omegaconf", "cadence.algorithms")
 
 QUICK_COMMANDS = [
     pytest.param(["list"], NOT_FOR_LIST, id="list"),
     pytest.param(["--version"], NOT_FOR_LIST, id="version"),
+    pytest.param(["--help"], NOT_FOR_LIST, id="help"),
+    pytest.param(["plot", "--help"], NOT_FOR_LIST, id="plot-help"),
     pytest.param(["train", "ppo_cartpole", "--help"], HEAVY, id="train-help"),
 ]
 

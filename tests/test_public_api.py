@@ -48,6 +48,7 @@ def test_subpackages_list_their_names():
     import cadence.data
     import cadence.envs
     import cadence.networks
+    import cadence.plot
     import cadence.replay
     import cadence.transforms
 
@@ -56,6 +57,7 @@ def test_subpackages_list_their_names():
         cadence.data,
         cadence.envs,
         cadence.networks,
+        cadence.plot,
         cadence.replay,
         cadence.transforms,
     ):
