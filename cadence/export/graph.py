@@ -60,6 +60,9 @@ class TensorInfo:
 class PolicyGraph(nn.Module):
     """``(observation leaves, [prev_action], [is_first, state leaves]) -> (action, [state])``.
 
+    The algorithm's parameters stop requiring gradients: the graph only acts, and a
+    traced file would otherwise return actions that require them.
+
     Args:
         algorithm: the run's algorithm, in eval mode.
         transformer: the run's data transformers (eval mode), or None.
@@ -83,7 +86,7 @@ class PolicyGraph(nn.Module):
         uses_prev_action: bool,
     ):
         super().__init__()
-        self.algorithm = algorithm
+        self.algorithm = algorithm.requires_grad_(False)
         self.transformer = transformer
         self.observation_spec = observation_spec
         self.action_spec = action_spec

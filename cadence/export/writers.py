@@ -95,5 +95,8 @@ def write_torchscript(graph: PolicyGraph, path: Path) -> None:
     """Writes ``graph`` to ``path`` as a traced TorchScript module (``torch.jit.load``)."""
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore", torch.jit.TracerWarning)
+        # torch.jit warns that it is deprecated in favour of torch.export, whose programs
+        # need Python to load; TorchScript is what torch.jit.load and LibTorch (C++) run.
+        warnings.simplefilter("ignore", DeprecationWarning)
         traced = torch.jit.trace(graph, graph.example_inputs(3), check_trace=False)
-    torch.jit.save(traced, str(path))
+        torch.jit.save(traced, str(path))
