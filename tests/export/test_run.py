@@ -24,7 +24,7 @@ from cadence.trainer.evaluation import TransformedPolicy
 from cadence.trainer.play import load_policy
 from cadence.trainer.run import train
 
-BATCH, STEPS = 3, 6
+BATCH, STEPS = 5, 6  # not 3, the batch the files were traced with
 
 CASES = {
     # discrete actions, a vector observation through the observation normaliser
@@ -89,8 +89,11 @@ def exported(tmp_path_factory):
         config = load_config(name, [*_tiny(name, iterations), *overrides, "seed=5"], root_dir=root)
         train(config)
         assert main(["export", str(root), "--format", "onnx"]) == 0
-        assert main(["export", str(root), "--format", "torchscript"]) == 0
+        out = root / "deploy" / "actor.pt"  # --out: the sidecar goes beside it
+        assert main(["export", str(root), "--format", "torchscript", "--out", str(out)]) == 0
         sidecar = json.loads((root / "export" / "policy.json").read_text())
+        assert sidecar["file"] == "policy.onnx"
+        assert json.loads((root / "deploy" / "actor.json").read_text())["file"] == "actor.pt"
         inputs, expected = _episodes_with_cadence(config, root, sidecar)
         np.savez(root / "inputs.npz", **inputs)
         cases[case] = (config, root, expected)
@@ -220,7 +223,7 @@ _RUNNER = textwrap.dedent(
         saved = np.load(root / "inputs.npz")
         steps = len({key.split("/")[0] for key in saved.files})
         session = onnxruntime.InferenceSession(str(export / "policy.onnx"))
-        module = torch.jit.load(str(export / "policy.pt"))
+        module = torch.jit.load(str(root / "deploy" / "actor.pt"))
         assert [i.name for i in session.get_inputs()] == names
         run = {
             "onnx": lambda feed: session.run(None, feed),
