@@ -53,8 +53,11 @@ def write_onnx(graph: PolicyGraph, path: Path, input_names: list[str], output_na
             external_data=False,
             verbose=False,
         )
-    _name_batch_dim(onnx_program.model_proto.graph)
-    onnx_program.save(str(path), external_data=False)
+    import onnx  # installed: checked above
+
+    model = onnx_program.model_proto  # a fresh proto, renamed before it is written
+    _name_batch_dim(model.graph)
+    onnx.save_model(model, str(path), save_as_external_data=False)
 
 
 def _name_batch_dim(graph: Any) -> None:

@@ -225,6 +225,7 @@ _RUNNER = textwrap.dedent(
         session = onnxruntime.InferenceSession(str(export / "policy.onnx"))
         module = torch.jit.load(str(root / "deploy" / "actor.pt"))
         assert [i.name for i in session.get_inputs()] == names
+        assert all(i.shape[0] == "batch" for i in session.get_inputs() + session.get_outputs())
         run = {
             "onnx": lambda feed: session.run(None, feed),
             "torchscript": lambda feed: [
