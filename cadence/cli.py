@@ -411,8 +411,7 @@ def run_export(args: argparse.Namespace) -> int:
 
         require_onnx_exporter()  # before torch and the run are loaded
     config, export_module = _load_run(args.run_dir, "cadence.export.run")
-    _log_to_terminal()
-    logging.getLogger("cadence.trainer").setLevel(logging.WARNING)
+    _log_to_terminal()  # which checkpoint was loaded, where the files went
     result = export_module.export_run(
         config, args.run_dir, args.format, args.out, checkpoint=args.checkpoint
     )

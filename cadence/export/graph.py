@@ -70,6 +70,8 @@ class PolicyGraph(nn.Module):
         action_spec: the env's action spec.
         uses_prev_action: whether the policy reads the previous action (a model-based
             policy filtering its latent), which is then an input.
+        action_map: applied to the policy's action: the env's action wrappers, folded
+            (`cadence.export.action_wrappers`); None: the action as the policy gives it.
 
     Raises:
         ExportError: the policy cannot be one graph: a data transformer keeps state on the
@@ -84,8 +86,10 @@ class PolicyGraph(nn.Module):
         observation_spec: Spec,
         action_spec: Spec,
         uses_prev_action: bool,
+        action_map: nn.Module | None = None,
     ):
         super().__init__()
+        self.action_map = action_map
         self.algorithm = algorithm.requires_grad_(False)
         self.transformer = transformer
         self.observation_spec = observation_spec
@@ -124,7 +128,8 @@ class PolicyGraph(nn.Module):
             initial = self._expanded_initial_state(time_step.step_type.shape[0])
             state = reset_state(time_step.step_type, state, initial)
         step = self.algorithm.predict_step(time_step, state)
-        return (step.output, *flatten(step.state))
+        action = step.output if self.action_map is None else self.action_map(step.output)
+        return (action, *flatten(step.state))
 
     def _time_step_and_state(self, inputs: tuple[torch.Tensor, ...]) -> tuple[TimeStep, Nest]:
         """The `TimeStep` an environment would have returned, and the policy's state."""

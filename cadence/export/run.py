@@ -3,7 +3,8 @@
 The file maps what the env gives to what the env receives: it holds the run's observation
 normalisation and image scaling (data transformers, with the checkpoint's statistics)
 and the action rescaling of its policy (clipping to the bounds, tanh squashing, a
-deterministic actor's ``[-1, 1]`` to the bounds), so nothing of cadence is needed to act.
+deterministic actor's ``[-1, 1]`` to the bounds) and the env's action wrappers that fold
+(`cadence.export.action_wrappers`), so nothing of cadence is needed to act.
 The sidecar JSON beside it names the inputs and outputs in order with their shapes and
 dtypes, the action space's bounds and the initial state of a policy with state.
 """
@@ -24,6 +25,7 @@ from cadence.data.nest import flatten_with_paths
 from cadence.data.specs import BoundedTensorSpec, DiscreteTensorSpec, Spec
 from cadence.envs.make import make_env
 from cadence.envs.wrapper_config import gym_wrappers
+from cadence.export.action_wrappers import FoldedActionWrappers, fold_action_wrappers
 from cadence.export.errors import require_onnx_exporter
 from cadence.export.graph import PolicyGraph
 from cadence.export.writers import ONNX_OPSET, ExportFormat, write_onnx, write_torchscript
@@ -76,7 +78,7 @@ def export_run(
     if format == "onnx":
         require_onnx_exporter()  # before any work
     path = Path(out) if out is not None else Path(run_dir) / "export" / DEFAULT_FILES[format]
-    graph = load_policy_graph(config, run_dir, checkpoint)
+    graph, wrappers = load_policy_graph(config, run_dir, checkpoint)
     inputs, outputs = graph.input_infos(), graph.output_infos()
     path.parent.mkdir(parents=True, exist_ok=True)
     staging = path.with_name(f".{path.name}.tmp")
@@ -86,14 +88,20 @@ def export_run(
         write_torchscript(graph, staging)
     os.replace(staging, path)
     sidecar = path.with_suffix(".json")
-    description = describe(graph, config, format, path.name, checkpoint)
+    description = describe(graph, wrappers, config, format, path.name, checkpoint)
     sidecar.write_text(json.dumps(description, indent=2) + "\n")
     logger.info("wrote %s and %s", path, sidecar)
     return ExportResult(path, sidecar)
 
 
-def load_policy_graph(config: Any, run_dir: Path, checkpoint: str = "latest") -> PolicyGraph:
-    """The `PolicyGraph` of a run's checkpoint (the env is built for its specs only).
+def load_policy_graph(
+    config: Any, run_dir: Path, checkpoint: str = "latest"
+) -> tuple[PolicyGraph, FoldedActionWrappers]:
+    """The `PolicyGraph` of a run's checkpoint (the env is built for its specs only), and
+    the env's action wrappers it folds in.
+
+    A model-based policy folds none: its ``prev_action`` input is the action the policy
+    gave, so its output must stay in the same units.
 
     Raises:
         EnvBuildError: the run's environment cannot be built here.
@@ -114,11 +122,22 @@ def load_policy_graph(config: Any, run_dir: Path, checkpoint: str = "latest") ->
     finally:
         env.close()
     uses_prev_action = isinstance(algorithm, ModelBasedAlgorithm)
-    return PolicyGraph(algorithm, transformer, observation_spec, action_spec, uses_prev_action)
+    wrappers = fold_action_wrappers(config)
+    if uses_prev_action and wrappers.folded:
+        wrappers = FoldedActionWrappers(None, None, (), (*wrappers.folded, *wrappers.outside))
+    graph = PolicyGraph(
+        algorithm, transformer, observation_spec, action_spec, uses_prev_action, wrappers.action_map
+    )
+    return graph, wrappers
 
 
 def describe(
-    graph: PolicyGraph, config: Any, format: ExportFormat, file_name: str, checkpoint: str
+    graph: PolicyGraph,
+    wrappers: FoldedActionWrappers,
+    config: Any,
+    format: ExportFormat,
+    file_name: str,
+    checkpoint: str,
 ) -> dict[str, Any]:
     """The sidecar's content: what the file takes and returns, and what it came from."""
     description: dict[str, Any] = {
@@ -129,13 +148,17 @@ def describe(
             "algorithm": config.algorithm.name,
             "env": config.env.name,
             "env_wrappers": list(config.env.all_wrappers),
+            "action_wrappers_in_file": list(wrappers.folded),
+            "action_wrappers_outside": list(wrappers.outside),
             "checkpoint": str(checkpoint),
             "data_transformers": list(config.data_transformers.names),
         },
         "inputs": [info.as_json() for info in graph.input_infos()],
         "outputs": [info.as_json() for info in graph.output_infos()],
         "observation_space": _spec_json(graph.observation_spec),
-        "action_space": _spec_json(graph.action_spec),
+        "action_space": _spec_json(graph.action_spec)
+        if wrappers.action_space is None
+        else _box_json(wrappers.action_space),
         "initial_state": {name: value[0].tolist() for name, value in graph.initial_state().items()},
         "torch_version": torch.__version__,
     }
@@ -163,6 +186,16 @@ def _leaf_json(spec: Any) -> dict[str, Any]:
             bound = np.broadcast_to(np.asarray(getattr(spec, name), np.float64), shape)
             description[name] = _finite_or_none(bound.tolist())
     return description
+
+
+def _box_json(space: Any) -> dict[str, Any]:
+    """A Gymnasium ``Box`` as `_leaf_json` describes a bounded spec."""
+    return {
+        "shape": list(space.shape),
+        "dtype": str(space.dtype),
+        "minimum": _finite_or_none(space.low.astype(np.float64).tolist()),
+        "maximum": _finite_or_none(space.high.astype(np.float64).tolist()),
+    }
 
 
 def _finite_or_none(values: Any) -> Any:

@@ -5,6 +5,7 @@ graph is refused with a reason."""
 
 from __future__ import annotations
 
+import gymnasium as gym
 import numpy as np
 import onnxruntime
 import pytest
@@ -13,7 +14,9 @@ import torch
 from cadence.algorithms.build import build_algorithm
 from cadence.config import load_config
 from cadence.data.time_step import StepType, TimeStep
-from cadence.envs.make import make_env
+from cadence.envs.make import GymEnvFactory, make_env
+from cadence.envs.wrapper_config import gym_wrappers
+from cadence.export.action_wrappers import fold_action_wrappers
 from cadence.export.errors import ExportError
 from cadence.export.graph import PolicyGraph
 from cadence.export.writers import write_onnx, write_torchscript
@@ -23,7 +26,14 @@ from cadence.transforms.build import make_data_transformer
 def _graph(name: str, overrides=()) -> tuple[PolicyGraph, object]:
     """The graph of ``name``'s freshly built algorithm and transformers, and its env."""
     config = load_config(name, list(overrides))
-    env = make_env(config.env.name, 1, "serial", 0, env_kwargs=dict(config.env.env_kwargs or {}))
+    env = make_env(
+        config.env.name,
+        1,
+        "serial",
+        0,
+        gym_wrappers=gym_wrappers(config.env.all_wrappers),
+        env_kwargs=dict(config.env.env_kwargs or {}),
+    )
     env.close()
     transformer = make_data_transformer(config.data_transformers, env.observation_spec)
     spec = env.observation_spec
@@ -31,7 +41,11 @@ def _graph(name: str, overrides=()) -> tuple[PolicyGraph, object]:
         transformer.eval()
         spec = transformer.transformed_observation_spec(spec)
     algorithm = build_algorithm(config.algorithm, spec, env.action_spec, config.network).eval()
-    return PolicyGraph(algorithm, transformer, env.observation_spec, env.action_spec, False), env
+    action_map = fold_action_wrappers(config).action_map
+    graph = PolicyGraph(
+        algorithm, transformer, env.observation_spec, env.action_spec, False, action_map
+    )
+    return graph, env
 
 
 def _observations(env, batch: int, seed: int) -> torch.Tensor:
@@ -100,3 +114,42 @@ def test_frame_stacking_while_acting_is_refused():
                 "data_transformers.replay_frame_stack.num_frames=2",
             ],
         )
+
+
+def test_action_wrappers_fold_into_the_file_outermost_first(tmp_path):
+    wrappers = [
+        {"name": "NormalizedAction"},
+        {"name": "RescaleAction", "min_action": -3.0, "max_action": 3.0},
+    ]
+    override = (
+        "env.wrappers=[{name:NormalizedAction},{name:RescaleAction,min_action:-3.0,max_action:3.0}]"
+    )
+    graph, env = _graph("td3_pendulum", [override])
+    assert env.action_spec.minimum.tolist() == [-3.0] and env.action_spec.maximum.tolist() == [3.0]
+    write_torchscript(graph, tmp_path / "p.pt")
+    observation = _observations(env, 16, seed=0)
+    (action,) = torch.jit.load(str(tmp_path / "p.pt"))(observation)
+    # cadence's actions, in [-3, 3], through the Gymnasium wrappers themselves.
+    policy_action = _cadence_actions(graph, observation).numpy()
+    gym_env = GymEnvFactory("Pendulum-v1", 0, 0, gym_wrappers=gym_wrappers(wrappers)).make_gym()
+    expected = np.stack([_through_action_wrappers(gym_env, row) for row in policy_action])
+    np.testing.assert_allclose(action.numpy(), expected, rtol=1e-5, atol=1e-6)
+    assert np.abs(expected).max() <= 2.0 and not np.allclose(expected, policy_action)
+
+
+def test_normalized_action_clips_before_it_rescales():
+    from cadence.export.action_wrappers import ActionWrapperMap
+
+    low, high = np.array([0.0, -4.0]), np.array([1.0, 4.0])
+    action_map = ActionWrapperMap([("normalize", -np.ones(2), np.ones(2), low, high)])
+    action = action_map(torch.tensor([[5.0, -0.5], [-2.0, 0.25]]))
+    torch.testing.assert_close(action, torch.tensor([[1.0, -2.0], [0.0, 1.0]]))
+
+
+def _through_action_wrappers(env: gym.Env, action: np.ndarray) -> np.ndarray:
+    """``action`` as each action wrapper of ``env`` passes it on, outermost first."""
+    while isinstance(env, gym.Wrapper):
+        if isinstance(env, gym.ActionWrapper):
+            action = env.action(action)
+        env = env.env
+    return np.asarray(action)
