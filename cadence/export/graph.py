@@ -36,6 +36,7 @@ from cadence.data.nest import Nest, flatten, flatten_with_paths, pack_sequence_a
 from cadence.data.specs import Spec
 from cadence.data.time_step import StepType, TimeStep
 from cadence.export.errors import ExportError
+from cadence.transforms.sequence import DataTransformerSequence
 from cadence.transforms.transformer import DataTransformer
 
 
@@ -163,7 +164,8 @@ class PolicyGraph(nn.Module):
         if self.transformer is None:
             return
         time_step, _ = self._time_step_and_state(self.example_inputs(2))
-        for part in getattr(self.transformer, "transformers", [self.transformer]):
+        sequence = isinstance(self.transformer, DataTransformerSequence)
+        for part in self.transformer if sequence else [self.transformer]:
             time_step, state = part.transform_time_step(time_step, part.initial_state(2))
             if flatten(state):
                 raise ExportError(
@@ -214,8 +216,8 @@ class PolicyGraph(nn.Module):
 
 
 def _info(name: str, value: torch.Tensor) -> TensorInfo:
-    dtype = str(value.dtype).removeprefix("torch.")
-    return TensorInfo(name, ("batch", *value.shape[1:]), "bool" if dtype == "bool" else dtype)
+    dtype = str(value.dtype).removeprefix("torch.")  # float32, int64, uint8, bool: numpy's names
+    return TensorInfo(name, ("batch", *value.shape[1:]), dtype)
 
 
 def _check_initial_state(algorithm: Algorithm) -> None:
