@@ -33,6 +33,11 @@ CASES = {
     "continuous": ("sac_pendulum", []),
     # a GRU, ObservationMask in the env: the state is an input and an output
     "recurrent": ("ppo_cartpole_masked_gru", ["env.max_episode_steps=4"]),
+    # an LSTM each for actor and critic: state/actor/{h,c} and state/critic/{h,c}
+    "recurrent_lstm": (
+        "a2c_cartpole",
+        ["network.recurrent=lstm", "network.share_encoder=false", "env.max_episode_steps=4"],
+    ),
     # a Dict observation (three named inputs)
     "dict": ("dqn_her_bitflip", ["env.env_kwargs.n_bits=4", "env.max_episode_steps=4"]),
     # uint8 images
@@ -137,6 +142,8 @@ def test_sidecar_names_the_inputs_outputs_and_bounds(exported, case):
     assert state == list(sidecar["initial_state"])
     assert [o["name"] for o in sidecar["outputs"][1:]] == [f"next_{name}" for name in state]
     assert ("is_first" in names) == bool(state)
+    if case == "recurrent_lstm":
+        assert state == [f"state/{p}/{k}" for p in ("actor", "critic") for k in ("h", "c")]
     assert ("prev_action" in names) == (case == "model_based")
     action_space = sidecar["action_space"]
     if "num_values" in action_space:
