@@ -7,10 +7,18 @@ __getattr__, __dir__ = lazy_exports(
     {
         "ExportError": "errors",
         "ExportResult": "run",
+        "LoadedPolicy": "run",
         "PolicyGraph": "graph",
         "export_run": "run",
         "load_policy_graph": "run",
     },
 )
 
-__all__ = ["ExportError", "ExportResult", "PolicyGraph", "export_run", "load_policy_graph"]
+__all__ = [
+    "ExportError",
+    "ExportResult",
+    "LoadedPolicy",
+    "PolicyGraph",
+    "export_run",
+    "load_policy_graph",
+]

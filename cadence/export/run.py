@@ -30,13 +30,28 @@ from cadence.export.errors import require_onnx_exporter
 from cadence.export.graph import PolicyGraph
 from cadence.export.writers import ONNX_OPSET, ExportFormat, write_onnx, write_torchscript
 from cadence.mbrl.algorithm import ModelBasedAlgorithm
-from cadence.trainer.play import PLAY_SEED_OFFSET, load_policy
+from cadence.trainer.play import PLAY_SEED_OFFSET, load_policy_checkpoint
 from cadence.trainer.run import check_training_env
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_FILES: dict[str, str] = {"onnx": "policy.onnx", "torchscript": "policy.pt"}
 """The file under ``<run>/export/`` that each format writes when no ``out`` is given."""
+
+
+@dataclasses.dataclass(frozen=True)
+class LoadedPolicy:
+    """A run's policy ready to export.
+
+    Attributes:
+        graph: the policy as flat named tensors.
+        wrappers: the env's action wrappers, which of them the graph folds in.
+        checkpoint: the checkpoint directory it was loaded from.
+    """
+
+    graph: PolicyGraph
+    wrappers: FoldedActionWrappers
+    checkpoint: Path
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,7 +93,8 @@ def export_run(
     if format == "onnx":
         require_onnx_exporter()  # before any work
     path = Path(out) if out is not None else Path(run_dir) / "export" / DEFAULT_FILES[format]
-    graph, wrappers = load_policy_graph(config, run_dir, checkpoint)
+    policy = load_policy_graph(config, run_dir, checkpoint)
+    graph = policy.graph
     inputs, outputs = graph.input_infos(), graph.output_infos()
     path.parent.mkdir(parents=True, exist_ok=True)
     staging = path.with_name(f".{path.name}.tmp")
@@ -88,17 +104,15 @@ def export_run(
         write_torchscript(graph, staging)
     os.replace(staging, path)
     sidecar = path.with_suffix(".json")
-    description = describe(graph, wrappers, config, format, path.name, checkpoint)
+    description = describe(policy, config, format, path.name, checkpoint)
     sidecar.write_text(json.dumps(description, indent=2) + "\n")
     logger.info("wrote %s and %s", path, sidecar)
     return ExportResult(path, sidecar)
 
 
-def load_policy_graph(
-    config: Any, run_dir: Path, checkpoint: str = "latest"
-) -> tuple[PolicyGraph, FoldedActionWrappers]:
-    """The `PolicyGraph` of a run's checkpoint (the env is built for its specs only), and
-    the env's action wrappers it folds in.
+def load_policy_graph(config: Any, run_dir: Path, checkpoint: str = "latest") -> LoadedPolicy:
+    """The `PolicyGraph` of a run's checkpoint (the env is built for its specs only), the
+    env's action wrappers it folds in, and the checkpoint.
 
     A model-based policy folds none: its ``prev_action`` input is the action the policy
     gave, so its output must stay in the same units.
@@ -117,7 +131,7 @@ def load_policy_graph(
         env_kwargs=dict(config.env.env_kwargs or {}),
     )
     try:
-        algorithm, transformer = load_policy(config, run_dir, env, checkpoint)
+        path, algorithm, transformer = load_policy_checkpoint(config, run_dir, env, checkpoint)
         observation_spec, action_spec = env.observation_spec, env.action_spec
     finally:
         env.close()
@@ -128,18 +142,18 @@ def load_policy_graph(
     graph = PolicyGraph(
         algorithm, transformer, observation_spec, action_spec, uses_prev_action, wrappers.action_map
     )
-    return graph, wrappers
+    return LoadedPolicy(graph, wrappers, path)
 
 
 def describe(
-    graph: PolicyGraph,
-    wrappers: FoldedActionWrappers,
+    policy: LoadedPolicy,
     config: Any,
     format: ExportFormat,
     file_name: str,
     checkpoint: str,
 ) -> dict[str, Any]:
     """The sidecar's content: what the file takes and returns, and what it came from."""
+    graph, wrappers = policy.graph, policy.wrappers
     description: dict[str, Any] = {
         "file": file_name,
         "format": format,
@@ -151,6 +165,7 @@ def describe(
             "action_wrappers_in_file": list(wrappers.folded),
             "action_wrappers_outside": list(wrappers.outside),
             "checkpoint": str(checkpoint),
+            "checkpoint_loaded": policy.checkpoint.name,
             "data_transformers": list(config.data_transformers.names),
         },
         "inputs": [info.as_json() for info in graph.input_infos()],

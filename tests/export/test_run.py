@@ -138,6 +138,7 @@ def test_sidecar_names_the_inputs_outputs_and_bounds(exported, case):
     assert all(entry["shape"][0] == "batch" for entry in sidecar["inputs"] + sidecar["outputs"])
     assert sidecar["outputs"][0]["name"] == "action"
     assert sidecar["run"]["algorithm"] == config.algorithm.name
+    assert (root / "checkpoints" / sidecar["run"]["checkpoint_loaded"]).is_dir()
     state = [name for name in names if name.startswith("state/")]
     assert state == list(sidecar["initial_state"])
     assert [o["name"] for o in sidecar["outputs"][1:]] == [f"next_{name}" for name in state]
