@@ -1,5 +1,5 @@
 """``cadence export``'s refusals: no ONNX exporter installed, not a run directory (the
-exports of real runs are tested in tests/export/test_run.py)."""
+exports of real runs are tested in tests/export/test_export_run.py)."""
 
 from __future__ import annotations
 
