@@ -253,7 +253,7 @@ def _add_export(commands: Any) -> None:
         type=Path,
         metavar="FILE",
         help="the file to write (default DIR/export/policy.onnx or policy.pt); the sidecar "
-        "is FILE with the suffix .json",
+        "is FILE.json",
     )
     _add_checkpoint_option(command)
     command.set_defaults(run=run_export)

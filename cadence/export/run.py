@@ -76,7 +76,8 @@ def export_run(
         run_dir: the run directory.
         format: ``"onnx"`` (run it with onnxruntime) or ``"torchscript"`` (``torch.jit.load``).
         out: the file to write; default ``<run_dir>/export/policy.onnx`` or ``policy.pt``.
-            The sidecar goes beside it, its suffix replaced by ``.json``.
+            The sidecar goes beside it, named ``FILE.json`` (``policy.onnx.json``), so
+            that an ONNX and a TorchScript file side by side each keep theirs.
         checkpoint: ``"latest"``, ``"best"`` or an iteration number.
 
     Returns:
@@ -103,7 +104,7 @@ def export_run(
     else:
         write_torchscript(graph, staging)
     os.replace(staging, path)
-    sidecar = path.with_suffix(".json")
+    sidecar = path.with_name(f"{path.name}.json")
     description = describe(policy, config, format, path.name, checkpoint)
     sidecar.write_text(json.dumps(description, indent=2) + "\n")
     logger.info("wrote %s and %s", path, sidecar)

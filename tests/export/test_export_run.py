@@ -96,9 +96,12 @@ def exported(tmp_path_factory):
         assert main(["export", str(root), "--format", "onnx"]) == 0
         out = root / "deploy" / "actor.pt"  # --out: the sidecar goes beside it
         assert main(["export", str(root), "--format", "torchscript", "--out", str(out)]) == 0
-        sidecar = json.loads((root / "export" / "policy.json").read_text())
+        sidecar = json.loads((root / "export" / "policy.onnx.json").read_text())
         assert sidecar["file"] == "policy.onnx"
-        assert json.loads((root / "deploy" / "actor.json").read_text())["file"] == "actor.pt"
+        script_sidecar = json.loads((root / "deploy" / "actor.pt.json").read_text())
+        assert (script_sidecar["file"], script_sidecar["format"]) == ("actor.pt", "torchscript")
+        assert script_sidecar["inputs"] == sidecar["inputs"]
+        assert script_sidecar["outputs"] == sidecar["outputs"]
         inputs, expected = _episodes_with_cadence(config, root, sidecar)
         np.savez(root / "inputs.npz", **inputs)
         cases[case] = (config, root, expected)
@@ -133,7 +136,7 @@ def test_exported_files_act_as_cadence_without_cadence(exported, case):
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_sidecar_names_the_inputs_outputs_and_bounds(exported, case):
     config, root, _, _ = exported[case]
-    sidecar = json.loads((root / "export" / "policy.json").read_text())
+    sidecar = json.loads((root / "export" / "policy.onnx.json").read_text())
     names = [entry["name"] for entry in sidecar["inputs"]]
     assert all(entry["shape"][0] == "batch" for entry in sidecar["inputs"] + sidecar["outputs"])
     assert sidecar["outputs"][0]["name"] == "action"
@@ -226,7 +229,7 @@ _RUNNER = textwrap.dedent(
 
     def act(root):
         export = root / "export"
-        sidecar = json.loads((export / "policy.json").read_text())
+        sidecar = json.loads((export / "policy.onnx.json").read_text())
         names = [entry["name"] for entry in sidecar["inputs"]]
         saved = np.load(root / "inputs.npz")
         steps = len({key.split("/")[0] for key in saved.files})
