@@ -87,7 +87,8 @@ def export_run(
         MissingExportDependencyError: ``"onnx"`` without the export extra installed.
         FileNotFoundError: the run has no checkpoint.
         EnvBuildError: the run's environment cannot be built here (its specs are needed).
-        ValueError: the policy cannot be exported (the message says why).
+        ExportError: the policy cannot be exported (the message says why).
+        ValueError: an unknown ``format``.
     """
     if format not in DEFAULT_FILES:
         raise ValueError(f"format must be one of {sorted(DEFAULT_FILES)}, got {format!r}")
@@ -98,12 +99,15 @@ def export_run(
     graph = policy.graph
     inputs, outputs = graph.input_infos(), graph.output_infos()
     path.parent.mkdir(parents=True, exist_ok=True)
-    staging = path.with_name(f".{path.name}.tmp")
-    if format == "onnx":
-        write_onnx(graph, staging, [i.name for i in inputs], [o.name for o in outputs])
-    else:
-        write_torchscript(graph, staging)
-    os.replace(staging, path)
+    staging = path.with_name(f".{path.name}.tmp")  # a reader never sees half a file
+    try:
+        if format == "onnx":
+            write_onnx(graph, staging, [i.name for i in inputs], [o.name for o in outputs])
+        else:
+            write_torchscript(graph, staging)
+        os.replace(staging, path)
+    finally:
+        staging.unlink(missing_ok=True)
     sidecar = path.with_name(f"{path.name}.json")
     description = describe(policy, config, format, path.name, checkpoint)
     sidecar.write_text(json.dumps(description, indent=2) + "\n")
