@@ -1,4 +1,4 @@
-"""The ``cadence`` command: ``list``, ``train``, ``play``, ``eval``, ``sweep`` and ``plot``.
+"""The ``cadence`` command: ``list``, ``train``, ``play``, ``eval``, ``sweep``, ``plot``, ``export``.
 
 The only part of cadence that writes to the terminal. ``list``, ``--version`` and
 ``train NAME --help`` never import torch, so they answer in well under a second and work
@@ -27,6 +27,7 @@ from typing import Any
 import cadence
 from cadence.config import ConfigError, list_configs
 from cadence.envs.errors import EnvBuildError
+from cadence.export.errors import ExportError
 from cadence.trainer.errors import (
     CheckpointError,
     NonFiniteUpdateError,
@@ -65,6 +66,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (CheckpointError, RunConfigMismatchError, EnvBuildError) as error:  # nothing written
         print(f"cadence {args.command}: {error}", file=sys.stderr)
         return 2
+    except ExportError as error:  # a policy that cannot be exported, a missing package
+        print(f"cadence {args.command}: {error}", file=sys.stderr)
+        return 2
     except (FileNotFoundError, NonFiniteUpdateError, RunStorageError) as error:
         print(f"cadence {args.command}: {error}", file=sys.stderr)
         return 1
@@ -85,6 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_eval(commands)
     _add_sweep(commands)
     _add_plot(commands)
+    _add_export(commands)
     return parser
 
 
@@ -272,6 +277,31 @@ def _add_eval(commands: Any) -> None:
     command.set_defaults(run=run_eval)
 
 
+def _add_export(commands: Any) -> None:
+    command = commands.add_parser(
+        "export",
+        help="write a trained policy as an ONNX or TorchScript file",
+        allow_abbrev=False,
+        description="Write the deterministic policy of a run's checkpoint (observation to "
+        "action, with the run's observation normalisation and action rescaling) as one "
+        "self-contained file, and a JSON sidecar beside it naming its inputs and outputs. "
+        "ONNX needs `pip install 'cadence[export]'`. See docs/export.md.",
+    )
+    command.add_argument("run_dir", metavar="DIR", type=Path, help="a run directory")
+    command.add_argument(
+        "--format", choices=["onnx", "torchscript"], required=True, help="the file format"
+    )
+    command.add_argument(
+        "--out",
+        type=Path,
+        metavar="FILE",
+        help="the file to write (default DIR/export/policy.onnx or policy.pt); the sidecar "
+        "is FILE.json",
+    )
+    _add_checkpoint_option(command)
+    command.set_defaults(run=run_export)
+
+
 def _add_checkpoint_option(command: argparse.ArgumentParser) -> None:
     command.add_argument(
         "--checkpoint",
@@ -437,6 +467,22 @@ def run_eval(args: argparse.Namespace) -> int:
         f"return {stats['mean_return']:.2f} +- {stats['std_return']:.2f} "
         f"(mean length {stats['mean_length']:.1f}) over {int(stats['episodes'])} episodes"
     )
+    return 0
+
+
+def run_export(args: argparse.Namespace) -> int:
+    """Exports a run's checkpoint (``--checkpoint``) and prints the files written."""
+    if args.format == "onnx":
+        from cadence.export.errors import require_onnx_exporter
+
+        require_onnx_exporter()  # before torch and the run are loaded
+    config, export_module = _load_run(args.run_dir, "cadence.export.run")
+    _log_to_terminal()  # which checkpoint was loaded, where the files went
+    result = export_module.export_run(
+        config, args.run_dir, args.format, args.out, checkpoint=args.checkpoint
+    )
+    print(f"wrote {result.path}")
+    print(f"wrote {result.sidecar}")
     return 0
 
 

@@ -40,7 +40,15 @@ class PlayResult:
 def load_policy(
     config: Any, run_dir: Path, env: Environment, checkpoint: str = "latest"
 ) -> tuple[Algorithm, DataTransformer | None]:
-    """The run's algorithm and data transformers (eval mode) from one of its checkpoints.
+    """The run's algorithm and data transformers (eval mode) from one of its checkpoints
+    (`load_policy_checkpoint` without the checkpoint's path)."""
+    return load_policy_checkpoint(config, run_dir, env, checkpoint)[1:]
+
+
+def load_policy_checkpoint(
+    config: Any, run_dir: Path, env: Environment, checkpoint: str = "latest"
+) -> tuple[Path, Algorithm, DataTransformer | None]:
+    """The checkpoint loaded, and the run's algorithm and data transformers (eval mode).
 
     The transformers' statistics (normalizers) are the checkpoint's; the replay
     side of HER and frame stacking is not needed to act.
@@ -67,7 +75,7 @@ def load_policy(
     algorithm.load_state_dict(state["algorithm"])
     algorithm.eval()
     logger.info("loaded %s (--checkpoint %s)", path, checkpoint)
-    return algorithm, transformer
+    return path, algorithm, transformer
 
 
 def play(
