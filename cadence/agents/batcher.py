@@ -42,7 +42,13 @@ import torch
 
 from cadence.agents.agent import Agent
 from cadence.agents.batcher_worker import WorkerRecipe, worker_main
-from cadence.agents.shared import Specs, TrajectoryBlock, WeightsBlock, trajectory_fields
+from cadence.agents.shared import (
+    Specs,
+    TrajectoryBlock,
+    WeightsBlock,
+    row_fields,
+    trajectory_fields,
+)
 from cadence.data.dict_tensor import DictTensor
 from cadence.data.temporal_dict_tensor import TemporalDictTensor
 from cadence.data.time_step import StepType
@@ -54,6 +60,7 @@ from cadence.envs.worker_pool import RestartBudget, WorkerPool
 logger = logging.getLogger(__name__)
 
 Mode = Literal["continuing", "episodic"]
+Backend = Literal["local", "ray"]
 StartMethod = Literal["forkserver", "spawn", "fork"]
 _LAST = int(StepType.LAST)
 
@@ -108,7 +115,17 @@ class Batcher:
             ``restart_window_s`` seconds (0: a dead worker is an error).
         restart_window_s: the window of ``max_worker_restarts``.
         start_method: how workers start (``"forkserver"``: forked from a server that
-            has imported torch once, without the parent's threads).
+            has imported torch once, without the parent's threads); local back end only.
+        backend: ``"local"``: worker processes on this machine, writing into shared
+            memory. ``"ray"``: Ray actors (`cadence.agents.ray_backend`), which may sit
+            on any node of a Ray cluster: each returns its rows with its answer, and
+            new weights go through Ray's object store. Same seeds, same trajectories
+            as the local back end. If Ray is not initialized, the Batcher calls
+            ``ray.init()``, starting a local Ray instance; to use a cluster, call
+            ``ray.init(address=...)`` before building the Batcher. Needs the ``ray``
+            extra (``pip install 'cadence[ray]'``).
+        ray_actor_options: Ray's options of each actor (``num_cpus``, ``resources``,
+            a scheduling strategy; default one CPU each); ``"ray"`` back end only.
 
     >>> batcher = Batcher(  # doctest: +SKIP
     ...     n_timesteps=20, n_processes=2, n_envs=4, create_env=make_gym_env,
@@ -137,6 +154,8 @@ class Batcher:
         max_worker_restarts: int = 3,
         restart_window_s: float = 600.0,
         start_method: StartMethod = "forkserver",
+        backend: Backend = "local",
+        ray_actor_options: Mapping[str, Any] | None = None,
     ):
         for name, value in (("n_timesteps", n_timesteps), ("n_processes", n_processes)):
             if value < 1:
@@ -145,10 +164,13 @@ class Batcher:
             raise ValueError(f"n_envs must be >= 1, got {n_envs}")
         if mode not in ("continuing", "episodic"):
             raise ValueError(f"mode must be 'continuing' or 'episodic', got {mode!r}")
+        if backend not in ("local", "ray"):
+            raise ValueError(f"backend must be 'local' or 'ray', got {backend!r}")
         self._closed = False
         self._broken: str | None = None
         self.n_timesteps, self.n_processes, self.n_envs = n_timesteps, n_processes, n_envs
         self.mode = mode
+        self.backend = backend
         self._n_slots = n_processes * n_envs
         self._seed = seed
         example = {} if agent_info is None else agent_info.to_dict()
@@ -174,21 +196,23 @@ class Batcher:
         self._weights: WeightsBlock | None = None
         self._version = 0  # of the latest weights (0: those create_agent built)
         self._copy_of: dict[int, int] = {}  # weights version -> the copy holding it
+        self._weights_ref: Any = None  # Ray: the object holding the latest version
+        self._weights_fields: list[Any] | None = None  # Ray: what every update must match
         self._agent_info = DictTensor({}, batch_size=self._n_slots)
         self._env_info = DictTensor({}, batch_size=self._n_slots)
         self._running = np.zeros(self._n_slots, dtype=bool)  # slots that will act next
         self._needs_reset = True
         self._in_flight: _Acquisition | None = None
-        context = mp.get_context(start_method)
-        if start_method == "forkserver":
-            context.set_forkserver_preload(["cadence.agents.batcher_worker"])
-        self._pool = WorkerPool(context, n_processes, timeout_s)
         try:
+            self._pool = _make_pool(
+                backend, n_processes, timeout_s, start_method, ray_actor_options
+            )
             for worker in range(n_processes):
                 self._spawn(worker)
             specs = self._gather_specs(range(n_processes))
             fields = trajectory_fields(specs, self._n_slots, n_timesteps)
-            self._block = TrajectoryBlock(fields)
+            self._block = TrajectoryBlock(fields, shared=backend == "local")
+            self._worker_fields = trajectory_fields(specs, n_envs, n_timesteps)
             replies, dead = self._pool.request({w: self._attach_message() for w in self._workers})
             if dead:
                 raise self._unusable(min(dead), f"{self._pool.reap(min(dead))} while it was built")
@@ -216,7 +240,8 @@ class Batcher:
 
     @property
     def processes(self) -> list[Any]:
-        """The worker processes (worker ``w`` hosts slots ``w * n_envs`` to ``(w + 1) * n_envs - 1``)."""
+        """The worker processes (worker ``w`` hosts slots ``w * n_envs`` to ``(w + 1) * n_envs - 1``);
+        with Ray, `cadence.agents.ray_backend.RayActor` records (handle, pid, host)."""
         return list(self._pool.processes)
 
     def reset(
@@ -318,6 +343,8 @@ class Batcher:
             remaining = max(0.0, acquisition.deadline - time.monotonic())
         replies, dead = self._pool.gather(acquisition.workers, remaining)
         self._in_flight = None
+        if self.backend == "ray":
+            replies = self._take_rows(replies)
         for worker in sorted(dead):
             how = self._pool.reap(worker)
             if self._pool.hung_for(worker) is not None:
@@ -346,6 +373,8 @@ class Batcher:
         """
         self._check_usable()
         weights = dict(weights)
+        if self.backend == "ray":
+            return self._put_weights(weights)
         if self._weights is None:
             self._weights = WeightsBlock.for_weights(weights)
         in_use = set()
@@ -438,7 +467,10 @@ class Batcher:
     def _spawn(self, worker: int) -> None:
         offset = self._restarts[worker] * self._n_slots
         args = (worker, worker * self.n_envs, self._packed_recipe, offset)
-        self._pool.spawn(worker, worker_main, args)
+        if self.backend == "ray":
+            self._pool.spawn(worker, args)
+        else:
+            self._pool.spawn(worker, worker_main, args)
 
     def _gather_specs(self, workers: range | list[int]) -> Specs:
         replies, dead = self._pool.gather(workers, self._pool.timeout_s)
@@ -449,7 +481,28 @@ class Batcher:
         return next(payload for _, payload in replies.values())
 
     def _attach_message(self) -> tuple[str, Any]:
+        if self.backend == "ray":  # a private block of the worker's own rows
+            return ("attach", (None, self._worker_fields))
         return ("attach", (self._block.name, self._block.fields))
+
+    def _take_rows(self, replies: dict[int, Any]) -> dict[int, Any]:
+        """Ray: writes the rows each actor returned into the block; the replies as the
+        local back end's (the slots still running)."""
+        arrays = self._block.arrays
+        plain = {}
+        for worker, (status, payload) in replies.items():
+            if status != "ok":
+                plain[worker] = (status, payload)
+                continue
+            running, rows = payload
+            slots = self._slots(worker)
+            for key, values in rows.items():
+                if key.split("/")[0] in ("observation", "action", "_observation"):
+                    arrays[key][slots, : values.shape[1]] = values
+                else:  # progress and agent_state/*: a row per slot
+                    arrays[key][slots] = values
+            plain[worker] = ("ok", running)
+        return plain
 
     def _recover(self, worker: int, how: str, resume: bool) -> None:
         """Replaces dead ``worker`` (within the restart budget, else raises); with ``resume``
@@ -532,7 +585,26 @@ class Batcher:
         ids = self._env_ids(worker)
         return f"{ids[0]}..{ids[-1]}" if len(ids) > 1 else str(ids[0])
 
+    def _put_weights(self, weights: dict[str, torch.Tensor]) -> int:
+        """Ray: puts the new version into the object store, once for every actor."""
+        import ray
+
+        weights = {k: v.detach().cpu().clone() for k, v in weights.items()}
+        fields = row_fields({k: v.unsqueeze(0) for k, v in weights.items()})
+        if self._weights_fields is not None and fields != self._weights_fields:
+            raise ValueError(
+                "Batcher.update takes tensors of the same names, shapes and dtypes every time; "
+                f"first {self._weights_fields}, now {fields}"
+            )
+        self._weights_fields = fields
+        self._weights_ref = ray.put(weights)
+        self._version += 1
+        return self._version
+
     def _weights_message(self) -> tuple[Any, ...] | None:
+        if self.backend == "ray":
+            # In a list, so that Ray passes the reference rather than what it holds.
+            return None if self._weights_ref is None else ([self._weights_ref], self._version)
         if self._weights is None:
             return None
         copy = self._copy_of[self._version]
@@ -573,6 +645,30 @@ class _Acquisition:
     version: int
     agent_info: DictTensor
     deadline: float | None  # a `time.monotonic` time; None: no deadline
+
+
+def _make_pool(
+    backend: Backend,
+    n_processes: int,
+    timeout_s: float | None,
+    start_method: StartMethod,
+    ray_actor_options: Mapping[str, Any] | None,
+) -> Any:
+    """The workers' transport: a `WorkerPool` of processes, or a `RayWorkerPool` of actors."""
+    if backend == "ray":
+        try:
+            import ray  # noqa: F401 - only whether it imports
+        except ImportError as error:
+            raise ImportError(
+                f"Batcher(backend='ray') needs Ray ({error}): pip install 'cadence[ray]'"
+            ) from error
+        from cadence.agents.ray_backend import RayWorkerPool
+
+        return RayWorkerPool(n_processes, timeout_s, ray_actor_options)
+    context = mp.get_context(start_method)
+    if start_method == "forkserver":
+        context.set_forkserver_preload(["cadence.agents.batcher_worker"])
+    return WorkerPool(context, n_processes, timeout_s)
 
 
 def _deadline(timeout_s: float | None) -> float | None:
