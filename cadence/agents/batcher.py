@@ -30,7 +30,6 @@ unusable. An exception raised in env or agent code reaches the caller as a
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import multiprocessing as mp
 import time
@@ -40,6 +39,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
+from cadence.agents.acquisition import Acquisition, deadline, read_trajectories, write_rows
 from cadence.agents.agent import Agent
 from cadence.agents.batcher_worker import WorkerRecipe, worker_main
 from cadence.agents.shared import (
@@ -50,8 +50,6 @@ from cadence.agents.shared import (
     trajectory_fields,
 )
 from cadence.data.dict_tensor import DictTensor
-from cadence.data.temporal_dict_tensor import TemporalDictTensor
-from cadence.data.time_step import StepType
 from cadence.data.trajectories import Trajectories
 from cadence.envs.environment import PyEnvironment
 from cadence.envs.main_module import MainFree
@@ -62,7 +60,6 @@ logger = logging.getLogger(__name__)
 Mode = Literal["continuing", "episodic"]
 Backend = Literal["local", "ray"]
 StartMethod = Literal["forkserver", "spawn", "fork"]
-_LAST = int(StepType.LAST)
 
 
 class BatcherWorkerError(RuntimeError):
@@ -202,7 +199,7 @@ class Batcher:
         self._env_info = DictTensor({}, batch_size=self._n_slots)
         self._running = np.zeros(self._n_slots, dtype=bool)  # slots that will act next
         self._needs_reset = True
-        self._in_flight: _Acquisition | None = None
+        self._in_flight: Acquisition | None = None
         try:
             self._pool = _make_pool(
                 backend, n_processes, timeout_s, start_method, ray_actor_options
@@ -303,12 +300,12 @@ class Batcher:
             w: ("execute", (self._slice_of(self._agent_info, w) if send_info else None, weights))
             for w in workers
         }
-        self._in_flight = _Acquisition(
+        self._in_flight = Acquisition(
             workers=workers,
             slots=np.flatnonzero(self._running),
             version=self._version,
             agent_info=self._agent_info,
-            deadline=_deadline(self._pool.timeout_s),
+            deadline=deadline(self._pool.timeout_s),
         )
         # A worker that died since the last acquisition writes nothing: its rows read as
         # zero steps, not as the last acquisition's.
@@ -356,7 +353,9 @@ class Batcher:
             slots = self._slots(worker)
             self._running[slots] = False
             self._running[slots.start + np.asarray(still_running, dtype=np.int64)] = True
-        return self._read(acquisition, cut=dead), int(self._running.sum())
+        cut = [self._slots(w) for w in dead]
+        trajectories = read_trajectories(self._block.arrays, acquisition, self._env_info, cut)
+        return trajectories, int(self._running.sum())
 
     def update(self, weights: Mapping[str, torch.Tensor]) -> int:
         """Gives the workers new weights (e.g. a ``state_dict``), from the next acquisition on.
@@ -413,45 +412,6 @@ class Batcher:
         except Exception:  # noqa: BLE001 - interpreter shutdown may have torn down modules
             pass
 
-    # -- reading an acquisition ----------------------------------------------------------------
-
-    def _read(self, acquisition: _Acquisition, cut: set[int]) -> Trajectories:
-        """Copies the acquisition's rows out of the block, cutting those of dead workers."""
-        rows = acquisition.slots
-        arrays = self._block.arrays
-        lengths = torch.from_numpy(arrays["progress"][rows].copy())
-        longest = int(lengths.max()) if rows.size else 0
-        steps: dict[str, torch.Tensor] = {}
-        state: dict[str, torch.Tensor] = {}
-        for key, array in arrays.items():
-            if key.startswith("agent_state/"):
-                state[key] = torch.from_numpy(array[rows])
-            elif key != "progress":
-                steps[key] = torch.from_numpy(array[rows, :longest])
-        self._mark_cuts(steps, lengths, rows, cut)
-        info = {
-            **state,
-            **acquisition.agent_info[torch.from_numpy(rows)].prepend_key("agent_info/").to_dict(),
-            **self._env_info[torch.from_numpy(rows)].prepend_key("env_info/").to_dict(),
-            "weights_version": torch.full((rows.size,), acquisition.version, dtype=torch.int64),
-        }
-        info_dt = DictTensor(info, batch_size=rows.size)
-        return Trajectories(info_dt, TemporalDictTensor(steps, lengths))
-
-    def _mark_cuts(
-        self, steps: dict[str, torch.Tensor], lengths: torch.Tensor, rows: np.ndarray, cut: set[int]
-    ) -> None:
-        """Ends the last written step of a dead worker's slots as a cut episode (LAST, discount 1)."""
-        for worker in cut:
-            slots = self._slots(worker)
-            for i in np.flatnonzero((rows >= slots.start) & (rows < slots.stop)):
-                t = int(lengths[i]) - 1
-                if t < 0 or steps["_observation/done"][i, t]:
-                    continue  # no step, or one that ended its episode itself
-                steps["_observation/done"][i, t] = True
-                steps["_observation/step_type"][i, t] = _LAST
-                steps["_observation/discount"][i, t] = 1.0
-
     # -- workers -------------------------------------------------------------------------------
 
     @property
@@ -488,20 +448,13 @@ class Batcher:
     def _take_rows(self, replies: dict[int, Any]) -> dict[int, Any]:
         """Ray: writes the rows each actor returned into the block; the replies as the
         local back end's (the slots still running)."""
-        arrays = self._block.arrays
         plain = {}
         for worker, (status, payload) in replies.items():
-            if status != "ok":
-                plain[worker] = (status, payload)
-                continue
-            running, rows = payload
-            slots = self._slots(worker)
-            for key, values in rows.items():
-                if key.split("/")[0] in ("observation", "action", "_observation"):
-                    arrays[key][slots, : values.shape[1]] = values
-                else:  # progress and agent_state/*: a row per slot
-                    arrays[key][slots] = values
-            plain[worker] = ("ok", running)
+            if status == "ok":
+                running, rows = payload
+                write_rows(self._block.arrays, self._slots(worker), rows)
+                payload = running
+            plain[worker] = (status, payload)
         return plain
 
     def _recover(self, worker: int, how: str, resume: bool) -> None:
@@ -636,17 +589,6 @@ class Batcher:
             raise RuntimeError(f"the Batcher is unusable since a worker failed: {self._broken}")
 
 
-@dataclasses.dataclass
-class _Acquisition:
-    """What `execute` started: which workers, which slots, on which weights and parameters."""
-
-    workers: list[int]
-    slots: np.ndarray
-    version: int
-    agent_info: DictTensor
-    deadline: float | None  # a `time.monotonic` time; None: no deadline
-
-
 def _make_pool(
     backend: Backend,
     n_processes: int,
@@ -669,7 +611,3 @@ def _make_pool(
     if start_method == "forkserver":
         context.set_forkserver_preload(["cadence.agents.batcher_worker"])
     return WorkerPool(context, n_processes, timeout_s)
-
-
-def _deadline(timeout_s: float | None) -> float | None:
-    return None if timeout_s is None else time.monotonic() + timeout_s
