@@ -26,6 +26,10 @@ envs are seeded ``seed + i + restarts * N``. Past ``max_worker_restarts`` within
 ``restart_window_s`` seconds, `BatcherWorkerError` says so and the Batcher is
 unusable. An exception raised in env or agent code reaches the caller as a
 `BatcherWorkerError` with the worker's traceback; `reset` starts every slot again.
+
+With ``backend="ray"`` the workers are Ray actors (`cadence.agents.ray_backend`), which
+may sit on other machines: the same protocol, seeds and fault policy, but each actor
+returns its rows with its answer and weights go through Ray's object store.
 """
 
 from __future__ import annotations
