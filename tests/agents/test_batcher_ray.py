@@ -153,3 +153,29 @@ def test_past_the_restart_budget_a_dead_ray_actor_is_a_clear_error(tmp_path):
         with pytest.raises(BatcherWorkerError, match="Ray actor is gone.*unusable") as raised:
             batcher.get()
     assert raised.value.died
+
+
+@pytest.mark.slow  # the timeout must outlast an actor's start on a loaded machine
+def test_a_hung_ray_actor_is_killed_and_restarted(tmp_path, caplog):
+    env_args = {"flag_file": str(tmp_path / "fired"), "at_step": 8, "how": "hang"}
+    with caplog.at_level(logging.WARNING, logger="cadence.agents.batcher"):
+        with Batcher(
+            10,
+            1,
+            2,
+            helpers.dying_env,
+            helpers.PolicyAgent,
+            env_args=env_args,
+            backend="ray",
+            timeout_s=20.0,
+        ) as batcher:
+            batcher.reset()
+            batcher.execute()
+            trajectories, running = batcher.get()
+            assert batcher.restarts == [1] and running == 2
+            assert trajectories.trajectories.lengths.tolist() == [0, 0]
+            batcher.execute()
+            after, _ = batcher.get()
+    assert after.trajectories.full()
+    (record,) = [r for r in caplog.records if "restarting it" in r.getMessage()]
+    assert "hung (no answer within 20 s of execute()" in record.getMessage()
