@@ -16,8 +16,13 @@ limit cut it, and the value of what follows bootstraps only through a 1.
 
 Run it as a plain script (no ``if __name__ == "__main__":`` guard is needed):
 
-    python examples/a2c_batcher.py            # an evaluation return of 500 within a minute or two
+    python examples/a2c_batcher.py            # an evaluation return of 475 within a minute or two
     python examples/a2c_batcher.py --quick    # a few seconds, for a smoke test
+
+Measured with the defaults (a slow test checks it): seeds 0, 1 and 2 stopped at an
+evaluation return of 490, 495 and 500 after 123k, 57k and 71k env steps (21-72 s on a
+shared 2-core machine). Where it stops varies a little from run to run: the evaluation
+runs beside training, so which weights it catches depends on timing.
 """
 
 import argparse

@@ -17,8 +17,12 @@ time-limit cut bootstraps as it should.
 
 Run it as a plain script (no ``if __name__ == "__main__":`` guard is needed):
 
-    python examples/recurrent_a2c_batcher.py
+    python examples/recurrent_a2c_batcher.py            # an evaluation return of 400
     python examples/recurrent_a2c_batcher.py --quick    # a few seconds, for a smoke test
+
+Measured with the defaults, stopping at the first evaluation of at least 400: seeds 0,
+1 and 2 stopped at 487, 419 and 451 after 84k, 80k and 64k env steps (53-82 s on a
+shared 2-core machine).
 """
 
 import argparse

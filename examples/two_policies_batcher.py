@@ -100,9 +100,8 @@ for _ in range(args.rounds):
         explored[name].append(explored_fraction[slot].item())
 batcher.close()
 
-print(
-    f"{'policy':<12} {'epsilon':>7} {'stochastic':>10} {'episodes':>8} {'return':>8} {'explored':>8}"
-)
+columns = {"epsilon": 7, "stochastic": 10, "episodes": 8, "return": 8, "explored": 8}
+print(f"{'policy':<12} " + " ".join(f"{name:>{width}}" for name, width in columns.items()))
 for name, epsilon, stochastic in POLICIES:
     mean_return = sum(returns[name]) / len(returns[name])
     mean_explored = sum(explored[name]) / len(explored[name])

@@ -241,8 +241,10 @@ class Batcher:
 
     @property
     def processes(self) -> list[Any]:
-        """The worker processes (worker ``w`` hosts slots ``w * n_envs`` to ``(w + 1) * n_envs - 1``);
-        with Ray, `cadence.agents.ray_backend.RayActor` records (handle, pid, host)."""
+        """The workers: worker ``w`` hosts slots ``w * n_envs`` to ``(w + 1) * n_envs - 1``.
+
+        Local processes; with Ray, `cadence.agents.ray_backend.RayActor` records (the
+        actor's handle, pid and host)."""
         return list(self._pool.processes)
 
     def reset(
