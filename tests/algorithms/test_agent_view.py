@@ -76,9 +76,17 @@ def _time_step(steps, t):
     )
 
 
+@pytest.fixture
+def one_thread():
+    """One torch thread, as a Batcher worker computes (to the last bit), then as before."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.mark.parametrize("name", list(ALGORITHMS))
-def test_an_algorithm_collects_through_the_batcher_as_its_own_rollout_step_would(name):
-    torch.set_num_threads(1)  # as a Batcher worker computes, to the last bit
+def test_an_algorithm_collects_through_the_batcher_as_its_own_rollout_step_would(name, one_thread):
     algorithm, env_name = ALGORITHMS[name]()
     acquisitions = _collect(algorithm, env_name)
 
