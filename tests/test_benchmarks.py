@@ -7,6 +7,7 @@ when someone next measures.
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -60,5 +61,7 @@ def test_batcher_throughput_prints_every_row():
         assert len(row) == 7, row  # a cell per column, "n/a" where one cannot run here
         batcher_1, batcher_2, unroll, gym_async = row[0], row[1], row[3], row[5]
         assert all(cell.endswith(("k", "M")) for cell in (batcher_1, batcher_2, unroll, gym_async))
+        if importlib.util.find_spec("ray") is not None:
+            assert row[2].endswith(("k", "M")), row  # the Ray back end's column
     assert "batcher 2x4 / gym async x8" in out
     assert "SKIP  the bars are set at 16 envs a process" in out

@@ -26,11 +26,14 @@ envs are seeded ``seed + i + restarts * N``. Past ``max_worker_restarts`` within
 ``restart_window_s`` seconds, `BatcherWorkerError` says so and the Batcher is
 unusable. An exception raised in env or agent code reaches the caller as a
 `BatcherWorkerError` with the worker's traceback; `reset` starts every slot again.
+
+With ``backend="ray"`` the workers are Ray actors (`cadence.agents.ray_backend`), which
+may sit on other machines: the same protocol, seeds and fault policy, but each actor
+returns its rows with its answer and weights go through Ray's object store.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import multiprocessing as mp
 import time
@@ -40,12 +43,17 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
+from cadence.agents.acquisition import Acquisition, deadline, read_trajectories, write_rows
 from cadence.agents.agent import Agent
 from cadence.agents.batcher_worker import WorkerRecipe, worker_main
-from cadence.agents.shared import Specs, TrajectoryBlock, WeightsBlock, trajectory_fields
+from cadence.agents.shared import (
+    Specs,
+    TrajectoryBlock,
+    WeightsBlock,
+    row_fields,
+    trajectory_fields,
+)
 from cadence.data.dict_tensor import DictTensor
-from cadence.data.temporal_dict_tensor import TemporalDictTensor
-from cadence.data.time_step import StepType
 from cadence.data.trajectories import Trajectories
 from cadence.envs.environment import PyEnvironment
 from cadence.envs.main_module import MainFree
@@ -54,8 +62,8 @@ from cadence.envs.worker_pool import RestartBudget, WorkerPool
 logger = logging.getLogger(__name__)
 
 Mode = Literal["continuing", "episodic"]
+Backend = Literal["local", "ray"]
 StartMethod = Literal["forkserver", "spawn", "fork"]
-_LAST = int(StepType.LAST)
 
 
 class BatcherWorkerError(RuntimeError):
@@ -108,7 +116,17 @@ class Batcher:
             ``restart_window_s`` seconds (0: a dead worker is an error).
         restart_window_s: the window of ``max_worker_restarts``.
         start_method: how workers start (``"forkserver"``: forked from a server that
-            has imported torch once, without the parent's threads).
+            has imported torch once, without the parent's threads); local back end only.
+        backend: ``"local"``: worker processes on this machine, writing into shared
+            memory. ``"ray"``: Ray actors (`cadence.agents.ray_backend`), which may sit
+            on any node of a Ray cluster: each returns its rows with its answer, and
+            new weights go through Ray's object store. Same seeds, same trajectories
+            as the local back end. If Ray is not initialized, the Batcher calls
+            ``ray.init()``, starting a local Ray instance; to use a cluster, call
+            ``ray.init(address=...)`` before building the Batcher. Needs the ``ray``
+            extra (``pip install 'cadence[ray]'``).
+        ray_actor_options: Ray's options of each actor (``num_cpus``, ``resources``,
+            a scheduling strategy; default one CPU each); ``"ray"`` back end only.
 
     >>> batcher = Batcher(  # doctest: +SKIP
     ...     n_timesteps=20, n_processes=2, n_envs=4, create_env=make_gym_env,
@@ -137,6 +155,8 @@ class Batcher:
         max_worker_restarts: int = 3,
         restart_window_s: float = 600.0,
         start_method: StartMethod = "forkserver",
+        backend: Backend = "local",
+        ray_actor_options: Mapping[str, Any] | None = None,
     ):
         for name, value in (("n_timesteps", n_timesteps), ("n_processes", n_processes)):
             if value < 1:
@@ -145,10 +165,13 @@ class Batcher:
             raise ValueError(f"n_envs must be >= 1, got {n_envs}")
         if mode not in ("continuing", "episodic"):
             raise ValueError(f"mode must be 'continuing' or 'episodic', got {mode!r}")
+        if backend not in ("local", "ray"):
+            raise ValueError(f"backend must be 'local' or 'ray', got {backend!r}")
         self._closed = False
         self._broken: str | None = None
         self.n_timesteps, self.n_processes, self.n_envs = n_timesteps, n_processes, n_envs
         self.mode = mode
+        self.backend = backend
         self._n_slots = n_processes * n_envs
         self._seed = seed
         example = {} if agent_info is None else agent_info.to_dict()
@@ -174,21 +197,23 @@ class Batcher:
         self._weights: WeightsBlock | None = None
         self._version = 0  # of the latest weights (0: those create_agent built)
         self._copy_of: dict[int, int] = {}  # weights version -> the copy holding it
+        self._weights_ref: Any = None  # Ray: the object holding the latest version
+        self._weights_fields: list[Any] | None = None  # Ray: what every update must match
         self._agent_info = DictTensor({}, batch_size=self._n_slots)
         self._env_info = DictTensor({}, batch_size=self._n_slots)
         self._running = np.zeros(self._n_slots, dtype=bool)  # slots that will act next
         self._needs_reset = True
-        self._in_flight: _Acquisition | None = None
-        context = mp.get_context(start_method)
-        if start_method == "forkserver":
-            context.set_forkserver_preload(["cadence.agents.batcher_worker"])
-        self._pool = WorkerPool(context, n_processes, timeout_s)
+        self._in_flight: Acquisition | None = None
         try:
+            self._pool = _make_pool(
+                backend, n_processes, timeout_s, start_method, ray_actor_options
+            )
             for worker in range(n_processes):
                 self._spawn(worker)
             specs = self._gather_specs(range(n_processes))
             fields = trajectory_fields(specs, self._n_slots, n_timesteps)
-            self._block = TrajectoryBlock(fields)
+            self._block = TrajectoryBlock(fields, shared=backend == "local")
+            self._worker_fields = trajectory_fields(specs, n_envs, n_timesteps)
             replies, dead = self._pool.request({w: self._attach_message() for w in self._workers})
             if dead:
                 raise self._unusable(min(dead), f"{self._pool.reap(min(dead))} while it was built")
@@ -216,7 +241,10 @@ class Batcher:
 
     @property
     def processes(self) -> list[Any]:
-        """The worker processes (worker ``w`` hosts slots ``w * n_envs`` to ``(w + 1) * n_envs - 1``)."""
+        """The workers: worker ``w`` hosts slots ``w * n_envs`` to ``(w + 1) * n_envs - 1``.
+
+        Local processes; with Ray, `cadence.agents.ray_backend.RayActor` records (the
+        actor's handle, pid and host)."""
         return list(self._pool.processes)
 
     def reset(
@@ -278,12 +306,12 @@ class Batcher:
             w: ("execute", (self._slice_of(self._agent_info, w) if send_info else None, weights))
             for w in workers
         }
-        self._in_flight = _Acquisition(
+        self._in_flight = Acquisition(
             workers=workers,
             slots=np.flatnonzero(self._running),
             version=self._version,
             agent_info=self._agent_info,
-            deadline=_deadline(self._pool.timeout_s),
+            deadline=deadline(self._pool.timeout_s),
         )
         # A worker that died since the last acquisition writes nothing: its rows read as
         # zero steps, not as the last acquisition's.
@@ -318,6 +346,8 @@ class Batcher:
             remaining = max(0.0, acquisition.deadline - time.monotonic())
         replies, dead = self._pool.gather(acquisition.workers, remaining)
         self._in_flight = None
+        if self.backend == "ray":
+            replies = self._take_rows(replies)
         for worker in sorted(dead):
             how = self._pool.reap(worker)
             if self._pool.hung_for(worker) is not None:
@@ -329,7 +359,9 @@ class Batcher:
             slots = self._slots(worker)
             self._running[slots] = False
             self._running[slots.start + np.asarray(still_running, dtype=np.int64)] = True
-        return self._read(acquisition, cut=dead), int(self._running.sum())
+        cut = [self._slots(w) for w in dead]
+        trajectories = read_trajectories(self._block.arrays, acquisition, self._env_info, cut)
+        return trajectories, int(self._running.sum())
 
     def update(self, weights: Mapping[str, torch.Tensor]) -> int:
         """Gives the workers new weights (e.g. a ``state_dict``), from the next acquisition on.
@@ -346,6 +378,8 @@ class Batcher:
         """
         self._check_usable()
         weights = dict(weights)
+        if self.backend == "ray":
+            return self._put_weights(weights)
         if self._weights is None:
             self._weights = WeightsBlock.for_weights(weights)
         in_use = set()
@@ -384,45 +418,6 @@ class Batcher:
         except Exception:  # noqa: BLE001 - interpreter shutdown may have torn down modules
             pass
 
-    # -- reading an acquisition ----------------------------------------------------------------
-
-    def _read(self, acquisition: _Acquisition, cut: set[int]) -> Trajectories:
-        """Copies the acquisition's rows out of the block, cutting those of dead workers."""
-        rows = acquisition.slots
-        arrays = self._block.arrays
-        lengths = torch.from_numpy(arrays["progress"][rows].copy())
-        longest = int(lengths.max()) if rows.size else 0
-        steps: dict[str, torch.Tensor] = {}
-        state: dict[str, torch.Tensor] = {}
-        for key, array in arrays.items():
-            if key.startswith("agent_state/"):
-                state[key] = torch.from_numpy(array[rows])
-            elif key != "progress":
-                steps[key] = torch.from_numpy(array[rows, :longest])
-        self._mark_cuts(steps, lengths, rows, cut)
-        info = {
-            **state,
-            **acquisition.agent_info[torch.from_numpy(rows)].prepend_key("agent_info/").to_dict(),
-            **self._env_info[torch.from_numpy(rows)].prepend_key("env_info/").to_dict(),
-            "weights_version": torch.full((rows.size,), acquisition.version, dtype=torch.int64),
-        }
-        info_dt = DictTensor(info, batch_size=rows.size)
-        return Trajectories(info_dt, TemporalDictTensor(steps, lengths))
-
-    def _mark_cuts(
-        self, steps: dict[str, torch.Tensor], lengths: torch.Tensor, rows: np.ndarray, cut: set[int]
-    ) -> None:
-        """Ends the last written step of a dead worker's slots as a cut episode (LAST, discount 1)."""
-        for worker in cut:
-            slots = self._slots(worker)
-            for i in np.flatnonzero((rows >= slots.start) & (rows < slots.stop)):
-                t = int(lengths[i]) - 1
-                if t < 0 or steps["_observation/done"][i, t]:
-                    continue  # no step, or one that ended its episode itself
-                steps["_observation/done"][i, t] = True
-                steps["_observation/step_type"][i, t] = _LAST
-                steps["_observation/discount"][i, t] = 1.0
-
     # -- workers -------------------------------------------------------------------------------
 
     @property
@@ -438,7 +433,10 @@ class Batcher:
     def _spawn(self, worker: int) -> None:
         offset = self._restarts[worker] * self._n_slots
         args = (worker, worker * self.n_envs, self._packed_recipe, offset)
-        self._pool.spawn(worker, worker_main, args)
+        if self.backend == "ray":
+            self._pool.spawn(worker, args)
+        else:
+            self._pool.spawn(worker, worker_main, args)
 
     def _gather_specs(self, workers: range | list[int]) -> Specs:
         replies, dead = self._pool.gather(workers, self._pool.timeout_s)
@@ -449,7 +447,21 @@ class Batcher:
         return next(payload for _, payload in replies.values())
 
     def _attach_message(self) -> tuple[str, Any]:
+        if self.backend == "ray":  # a private block of the worker's own rows
+            return ("attach", (None, self._worker_fields))
         return ("attach", (self._block.name, self._block.fields))
+
+    def _take_rows(self, replies: dict[int, Any]) -> dict[int, Any]:
+        """Ray: writes the rows each actor returned into the block; the replies as the
+        local back end's (the slots still running)."""
+        plain = {}
+        for worker, (status, payload) in replies.items():
+            if status == "ok":
+                running, rows = payload
+                write_rows(self._block.arrays, self._slots(worker), rows)
+                payload = running
+            plain[worker] = (status, payload)
+        return plain
 
     def _recover(self, worker: int, how: str, resume: bool) -> None:
         """Replaces dead ``worker`` (within the restart budget, else raises); with ``resume``
@@ -532,7 +544,26 @@ class Batcher:
         ids = self._env_ids(worker)
         return f"{ids[0]}..{ids[-1]}" if len(ids) > 1 else str(ids[0])
 
+    def _put_weights(self, weights: dict[str, torch.Tensor]) -> int:
+        """Ray: puts the new version into the object store, once for every actor."""
+        import ray
+
+        weights = {k: v.detach().cpu().clone() for k, v in weights.items()}
+        fields = row_fields({k: v.unsqueeze(0) for k, v in weights.items()})
+        if self._weights_fields is not None and fields != self._weights_fields:
+            raise ValueError(
+                "Batcher.update takes tensors of the same names, shapes and dtypes every time; "
+                f"first {self._weights_fields}, now {fields}"
+            )
+        self._weights_fields = fields
+        self._weights_ref = ray.put(weights)
+        self._version += 1
+        return self._version
+
     def _weights_message(self) -> tuple[Any, ...] | None:
+        if self.backend == "ray":
+            # In a list, so that Ray passes the reference rather than what it holds.
+            return None if self._weights_ref is None else ([self._weights_ref], self._version)
         if self._weights is None:
             return None
         copy = self._copy_of[self._version]
@@ -564,16 +595,25 @@ class Batcher:
             raise RuntimeError(f"the Batcher is unusable since a worker failed: {self._broken}")
 
 
-@dataclasses.dataclass
-class _Acquisition:
-    """What `execute` started: which workers, which slots, on which weights and parameters."""
+def _make_pool(
+    backend: Backend,
+    n_processes: int,
+    timeout_s: float | None,
+    start_method: StartMethod,
+    ray_actor_options: Mapping[str, Any] | None,
+) -> Any:
+    """The workers' transport: a `WorkerPool` of processes, or a `RayWorkerPool` of actors."""
+    if backend == "ray":
+        try:
+            import ray  # noqa: F401 - only whether it imports
+        except ImportError as error:
+            raise ImportError(
+                f"Batcher(backend='ray') needs Ray ({error}): pip install 'cadence[ray]'"
+            ) from error
+        from cadence.agents.ray_backend import RayWorkerPool
 
-    workers: list[int]
-    slots: np.ndarray
-    version: int
-    agent_info: DictTensor
-    deadline: float | None  # a `time.monotonic` time; None: no deadline
-
-
-def _deadline(timeout_s: float | None) -> float | None:
-    return None if timeout_s is None else time.monotonic() + timeout_s
+        return RayWorkerPool(n_processes, timeout_s, ray_actor_options)
+    context = mp.get_context(start_method)
+    if start_method == "forkserver":
+        context.set_forkserver_preload(["cadence.agents.batcher_worker"])
+    return WorkerPool(context, n_processes, timeout_s)

@@ -43,6 +43,7 @@ from cadence.envs.main_module import MainFree
 
 _FIRST, _LAST = int(StepType.FIRST), int(StepType.LAST)
 _CPU = torch.device("cpu")
+_STEP_ROOTS = ("observation", "action", "_observation")
 
 Reply = tuple[str, Any]
 
@@ -117,6 +118,9 @@ class Acquirer:
         self.envs: list[PyEnvironment] = []
         for k in range(n):
             self.envs.append(recipe.create_env(seed=seed + start + k, **recipe.env_args))
+        # Every worker builds the same agent, whatever its process had drawn before (a
+        # Ray worker process may have served others): weights it initializes agree.
+        torch.manual_seed(seed)
         self.agent = recipe.create_agent(**recipe.agent_args)
         first = self.envs[0]
         self._steps = TimeStepBuffer(
@@ -156,10 +160,25 @@ class Acquirer:
 
     # -- requests ------------------------------------------------------------------------------
 
-    def _attach(self, name: str, fields: list[Any]) -> None:
-        self.block = TrajectoryBlock(fields, name)
-        rows = slice(self.start, self.start + self.recipe.n_envs)
+    def _attach(self, name: str | None, fields: list[Any]) -> None:
+        """Attaches to the shared block ``name`` (its rows of the whole batch), or with
+        ``None`` makes a private block of its own ``n_envs`` rows (`rows_written` reads it)."""
+        if name is None:
+            self.block = TrajectoryBlock(fields, shared=False)
+            rows = slice(None)
+        else:
+            self.block = TrajectoryBlock(fields, name)
+            rows = slice(self.start, self.start + self.recipe.n_envs)
         self.views = {key: array[rows] for key, array in self.block.arrays.items()}
+
+    def rows_written(self) -> dict[str, np.ndarray]:
+        """This worker's rows of the last acquisition, ``[n_envs, T', ...]`` per step key
+        (``T'`` the longest segment), ``[n_envs, ...]`` for the state and ``progress``."""
+        longest = int(self.views["progress"].max(initial=0))
+        return {
+            key: view[:, :longest] if key.split("/")[0] in _STEP_ROOTS else view.copy()
+            for key, view in self.views.items()
+        }
 
     def _reset(self, agent_info: dict[str, torch.Tensor] | None) -> None:
         n = self.recipe.n_envs
@@ -245,9 +264,7 @@ class Acquirer:
         return observation[torch.from_numpy(rows)]
 
     def _history(self, rows: np.ndarray, t: int) -> TemporalDictTensor:
-        keys = [
-            k for k in self.views if k.split("/")[0] in ("observation", "action", "_observation")
-        ]
+        keys = [k for k in self.views if k.split("/")[0] in _STEP_ROOTS]
         values = {k: torch.from_numpy(self.views[k][rows, :t]) for k in keys}
         return TemporalDictTensor(values, torch.full((rows.size,), t, dtype=torch.int64))
 

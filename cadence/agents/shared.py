@@ -70,21 +70,31 @@ class TrajectoryBlock:
     Args:
         fields: from `trajectory_fields`.
         name: the block to attach to; ``None`` creates one.
+        shared: ``False``: a private block in this process's own memory (the Ray back
+            end's, whose workers may sit on other machines and send their rows instead).
     """
 
-    def __init__(self, fields: list[Field], name: str | None = None):
+    def __init__(self, fields: list[Field], name: str | None = None, shared: bool = True):
         self.fields = fields
         layout = ArrayLayout(fields)
-        self._shm = SharedMemory(name=name, create=name is None, size=layout.nbytes)
-        self.arrays: dict[str, np.ndarray] = layout.views(self._shm.buf)
+        self._shm = None
+        if shared:
+            self._shm = SharedMemory(name=name, create=name is None, size=layout.nbytes)
+            memory = self._shm.buf
+        else:
+            memory = bytearray(layout.nbytes)
+        self.arrays: dict[str, np.ndarray] = layout.views(memory)
 
     @property
-    def name(self) -> str:
-        return self._shm.name
+    def name(self) -> str | None:
+        """The shared memory's name (``None`` for a private block)."""
+        return None if self._shm is None else self._shm.name
 
     def close(self, unlink: bool = False) -> None:
         """Drops the views and unmaps the block (``unlink``: frees it, the creator's job)."""
         self.arrays = {}
+        if self._shm is None:
+            return
         try:
             self._shm.close()
         except BufferError:  # a view still referenced elsewhere; the mapping goes at exit

@@ -10,6 +10,7 @@ from cadence._lazy import lazy_exports
 __all__ = [
     "AlgStep",
     "Algorithm",
+    "AlgorithmAgent",
     "AlgorithmRegistration",
     "IterationResult",
     "LossInfo",
@@ -30,6 +31,7 @@ __getattr__, __dir__ = lazy_exports(
     {
         "AlgStep": "algorithm",
         "Algorithm": "algorithm",
+        "AlgorithmAgent": "agent_view",
         "AlgorithmRegistration": "registry",
         "IterationResult": "scheme",
         "LossInfo": "algorithm",

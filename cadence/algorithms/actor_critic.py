@@ -23,6 +23,7 @@ from cadence.algorithms.actor_critic_network import (
     ActorCriticNetwork,
     RecurrentActorCriticNetwork,
 )
+from cadence.algorithms.agent_view import AlgorithmAgent
 from cadence.algorithms.algorithm import Algorithm, AlgStep, LossInfo
 from cadence.algorithms.returns import generalized_advantage_estimation
 from cadence.data.experience import Experience
@@ -114,6 +115,11 @@ class ActorCriticAlgorithm(Algorithm):
             action = _where_rows(agent_info["deterministic"], distribution.mode, action)
         info = {"action": action, "log_prob": distribution.log_prob(action)}
         return AlgStep(output=self._to_env(action), state=state, info=info)
+
+    def as_agent(self) -> AlgorithmAgent:
+        """This policy as an rlstructures `Agent`, for the `cadence.agents.Batcher`: each
+        step is a `rollout_step`, a recurrent state travels as ``agent_state``."""
+        return AlgorithmAgent(self)
 
     def _policy(
         self, observation: Nest, state: Nest

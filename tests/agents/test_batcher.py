@@ -4,6 +4,8 @@ whatever the split into processes, and weight updates."""
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 import time
 
 import batcher_helpers as helpers
@@ -228,3 +230,10 @@ def test_agent_info_and_env_info_have_a_row_per_slot_or_the_examples_first():
         assert defaults.info["agent_info/stochastic"].tolist() == [True] * 4
         assert defaults.info["agent_info/epsilon"].tolist() == [0.0] * 4
     assert math.isfinite(trajectories.trajectories["action/log_prob"].sum())
+
+
+def test_importing_cadence_and_the_batcher_leaves_ray_unimported():
+    code = "import sys, cadence, cadence.agents.batcher; print('ray' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "False"

@@ -28,6 +28,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from cadence.algorithms.agent_view import AlgorithmAgent
 from cadence.algorithms.algorithm import Algorithm, AlgStep, LossInfo, UpdateResult
 from cadence.algorithms.sac import loss as sac_loss
 from cadence.algorithms.sac.compiled import compile_with_fallback
@@ -133,7 +134,19 @@ class SACAlgorithm(Algorithm):
         return AlgStep(output=self.actor(time_step.observation).mode, state=state)
 
     def rollout_step(self, time_step: TimeStep, state: Nest, agent_info: Nest = ()) -> AlgStep:
-        return AlgStep(output=self.actor(time_step.observation).sample(), state=state, info={})
+        """A sampled action; ``agent_info["deterministic"]`` (``[B]`` bool), where given,
+        makes those slots act with the policy's mode instead."""
+        distribution = self.actor(time_step.observation)
+        action = distribution.sample()
+        if "deterministic" in agent_info:
+            deterministic = agent_info["deterministic"]
+            where = deterministic.reshape(deterministic.shape + (1,) * (action.dim() - 1))
+            action = torch.where(where, distribution.mode, action)
+        return AlgStep(output=action, state=state, info={})
+
+    def as_agent(self) -> AlgorithmAgent:
+        """This policy as an rlstructures `Agent`, for the `cadence.agents.Batcher`."""
+        return AlgorithmAgent(self)
 
     # ---------------------------------------------------------------- training
     @torch.no_grad()
