@@ -118,7 +118,7 @@ def _add_train(commands: Any) -> None:
         action="store_true",
         help="continue the run in the directory although its config.yaml differs (e.g. a "
         "finished run given a larger trainer.num_env_steps); recorded in config_changes.jsonl. "
-        "The algorithm, network, env name, num_envs, backend and seed cannot change",
+        "The algorithm, network, env name, num_envs, backend, num_ranks and seed cannot change",
     )
     command.add_argument(
         "--nproc",
