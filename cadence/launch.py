@@ -3,7 +3,9 @@ machine, as ``torchrun --standalone --nproc-per-node N`` would (docs/ddp.md).
 
 The ranks are ``python -m cadence.launch RUN_DIR`` processes with ``torchrun``'s
 environment (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``,
-``MASTER_ADDR``, ``MASTER_PORT`` on a free local port); each reads the run's
+``MASTER_ADDR``, ``MASTER_PORT``), and, as under ``torchrun``, the group's rendezvous
+store lives in this process rather than in rank 0's (`GroupStore`), so that no rank loses
+it while the others are still shutting down. Each reads the run's
 ``config.yaml``, which this process checks and writes first (so a refused config or a
 finished run is reported here, before any rank starts), and trains its rank with
 `cadence.trainer.run.train`.
@@ -20,7 +22,6 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -57,20 +58,16 @@ def launch_ranks(config: Any, resume_with_changes: bool = False) -> str | None:
     if not prepare_run(config, resume_with_changes):
         return None
     num_ranks = config.trainer.num_ranks
-    with tempfile.TemporaryDirectory(prefix="cadence-launch-") as scratch:
+    with (
+        tempfile.TemporaryDirectory(prefix="cadence-launch-") as scratch,
+        GroupStore(num_ranks, config.trainer.collective_timeout_s) as store,
+    ):
         outcome_file = Path(scratch) / "outcome"
-        environment = {
-            **os.environ,
-            "MASTER_ADDR": "127.0.0.1",
-            "MASTER_PORT": str(free_port()),
-            "WORLD_SIZE": str(num_ranks),
-            "LOCAL_WORLD_SIZE": str(num_ranks),
-        }
         command = [sys.executable, "-m", "cadence.launch", config.root_dir, str(outcome_file)]
         ranks = [
             subprocess.Popen(
                 command,
-                env={**environment, "RANK": str(rank), "LOCAL_RANK": str(rank)},
+                env=store.rank_environment(rank),
                 # Their own process group: a Ctrl-C in the terminal reaches them once, from here.
                 process_group=0,
             )
@@ -87,11 +84,50 @@ def launch_ranks(config: Any, resume_with_changes: bool = False) -> str | None:
         return outcome_file.read_text().strip() if outcome_file.exists() else None
 
 
-def free_port() -> int:
-    """A TCP port free on this machine now (for the group's rendezvous)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+class GroupStore:
+    """The rendezvous store of a group of local ranks, kept by the process that starts
+    them (as ``torchrun``'s agent keeps it), with the environment each rank needs.
+
+    Args:
+        num_ranks: the ranks of the group.
+        timeout_s: how long a rank waits for the others to join.
+    """
+
+    def __init__(self, num_ranks: int, timeout_s: float = 600.0) -> None:
+        self.num_ranks = num_ranks
+        self.timeout_s = timeout_s
+        self._store: Any = None
+
+    def __enter__(self) -> GroupStore:
+        import datetime
+
+        from torch.distributed import TCPStore
+
+        self._store = TCPStore(
+            "127.0.0.1",
+            0,  # a free port, chosen by the store
+            self.num_ranks,
+            is_master=True,
+            timeout=datetime.timedelta(seconds=self.timeout_s),
+            wait_for_workers=False,
+        )
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._store = None
+
+    def rank_environment(self, rank: int) -> dict[str, str]:
+        """``os.environ`` plus what rank ``rank`` needs to join the group."""
+        return {
+            **os.environ,
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(self._store.port),
+            "TORCHELASTIC_USE_AGENT_STORE": "True",
+            "RANK": str(rank),
+            "LOCAL_RANK": str(rank),
+            "WORLD_SIZE": str(self.num_ranks),
+            "LOCAL_WORLD_SIZE": str(self.num_ranks),
+        }
 
 
 def _wait(ranks: list[subprocess.Popen]) -> tuple[list[int], int | None]:

@@ -4,7 +4,6 @@ import pytest
 
 from cadence.cli import _num_ranks
 from cadence.config import ConfigError
-from cadence.launch import free_port
 
 
 def test_outside_torchrun_nproc_or_the_config_gives_the_ranks(monkeypatch):
@@ -25,7 +24,3 @@ def test_under_torchrun_the_config_takes_the_world_size_or_is_refused(monkeypatc
         _num_ranks(4, None)
     with pytest.raises(ConfigError, match="under torchrun leave it out"):
         _num_ranks(1, 2)
-
-
-def test_free_port_is_a_port():
-    assert 0 < free_port() < 65536

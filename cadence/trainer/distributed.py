@@ -166,7 +166,9 @@ def start_ranks(num_ranks: int, device: str, timeout_s: float) -> Iterator[Ranks
     dist.init_process_group("nccl" if cuda else "gloo", timeout=timeout)
     try:
         control = dist.new_group(backend="gloo", timeout=timeout) if cuda else None
-        yield Ranks(rank, world_size, local_rank, control)
+        ranks = Ranks(rank, world_size, local_rank, control)
+        yield ranks
+        ranks.barrier()  # all done with the group before any rank leaves it
     finally:
         dist.destroy_process_group()
 

@@ -2,14 +2,13 @@
 ranks with different numbers of samples the statistics of all samples pooled."""
 
 import json
-import os
 import subprocess
 import sys
 
 import torch
 
 from cadence.data import distributed
-from cadence.launch import free_port
+from cadence.launch import GroupStore
 from cadence.transforms.running_stats import RunningMeanStd
 
 
@@ -61,27 +60,21 @@ dist.destroy_process_group()
 
 
 def test_over_two_gloo_ranks_the_statistics_are_those_of_all_samples():
-    port = str(free_port())
-    processes = [
-        subprocess.Popen(
-            [sys.executable, "-c", _RANK_SCRIPT],
-            env={
-                **os.environ,
-                "RANK": str(rank),
-                "WORLD_SIZE": "2",
-                "MASTER_ADDR": "127.0.0.1",
-                "MASTER_PORT": port,
-            },
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-        )
-        for rank in range(2)
-    ]
-    results = []
-    for process in processes:
-        out, err = process.communicate(timeout=120)
-        assert process.returncode == 0, err.decode()[-2000:]
-        results.append(json.loads(out))
+    with GroupStore(2, timeout_s=120) as store:
+        processes = [
+            subprocess.Popen(
+                [sys.executable, "-c", _RANK_SCRIPT],
+                env=store.rank_environment(rank),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+            )
+            for rank in range(2)
+        ]
+        results = []
+        for process in processes:
+            out, err = process.communicate(timeout=120)
+            assert process.returncode == 0, err.decode()[-2000:]
+            results.append(json.loads(out))
     parts = [torch.randn(5 + 3 * r, generator=torch.Generator().manual_seed(r)) for r in range(2)]
     pooled = torch.cat(parts)
     reference = RunningMeanStd((1,))

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from cadence.config import load_config
-from cadence.launch import free_port
+from cadence.launch import GroupStore
 from cadence.testing.resume import (
     assert_equal_nests,
     cli_train_command,
@@ -72,17 +72,7 @@ def _config_file(tmp_path: Path, name: str, num_ranks: int, num_envs: int) -> Pa
     return path
 
 
-def _start(config_file: Path, rank: int, world_size: int, port: int) -> subprocess.Popen:
-    env = dict(os.environ)
-    if world_size > 1:
-        env.update(
-            RANK=str(rank),
-            LOCAL_RANK=str(rank),
-            WORLD_SIZE=str(world_size),
-            LOCAL_WORLD_SIZE=str(world_size),
-            MASTER_ADDR="127.0.0.1",
-            MASTER_PORT=str(port),
-        )
+def _start(config_file: Path, env: dict[str, str]) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-c", _RANK_SCRIPT, str(config_file)],
         env=env,
@@ -103,10 +93,11 @@ def _rank_state(run_dir: Path, rank: int) -> dict:
 
 
 def test_two_gloo_ranks_of_e_envs_train_ppo_as_one_process_of_2e_envs(tmp_path):
-    port = free_port()
-    group = [_start(_config_file(tmp_path, "group", 2, 4), r, 2, port) for r in range(2)]
-    single = _start(_config_file(tmp_path, "single", 1, 8), 0, 1, port)
-    _wait_all([*group, single])
+    with GroupStore(2, timeout_s=120) as store:
+        group_config = _config_file(tmp_path, "group", 2, 4)
+        group = [_start(group_config, store.rank_environment(r)) for r in range(2)]
+        single = _start(_config_file(tmp_path, "single", 1, 8), dict(os.environ))
+        _wait_all([*group, single])
     got, want = final_state(tmp_path / "group"), final_state(tmp_path / "single")
     assert got["counters"]["env_steps"] == want["counters"]["env_steps"] == ITERATIONS * UNROLL * 8
     assert got["counters"]["num_episodes"] == want["counters"]["num_episodes"] > 0
