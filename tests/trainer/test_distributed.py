@@ -202,3 +202,61 @@ def test_a_rank_that_dies_stops_the_group_with_an_error(tmp_path):
     _, err = launcher.communicate(timeout=200)
     assert launcher.returncode == 1
     assert "rank 1 was killed by SIGKILL" in err.decode()
+
+
+def _rank1_with_replay(run_dir: Path) -> dict:
+    """Rank 1's part of the latest checkpoint, its replay buffer read from its chunk files."""
+    from cadence.replay.persistence import snapshot_state
+    from cadence.trainer.checkpoint import CheckpointManager
+
+    manager = CheckpointManager(run_dir / "checkpoints")
+    path = manager.latest()
+    files = manager.verify(path)
+    state = torch.load(path / "rank_1" / STATE_FILE, weights_only=True)
+    prefix = "rank_1/data/"
+    digests = {k.removeprefix(prefix): v for k, v in files.items() if k.startswith(prefix)}
+    state["scheme"]["replay_buffer"] = snapshot_state(path / "rank_1" / "data", digests)
+    return state
+
+
+@pytest.mark.slow
+def test_an_off_policy_group_keeps_a_replay_buffer_per_rank_and_resumes_exactly(tmp_path):
+    overrides = [
+        "trainer.num_env_steps=8192",  # 16 iterations of 2 ranks x 8 envs x 32 steps
+        "trainer.checkpoint_interval=4",
+        "trainer.eval_interval=4",
+        "trainer.num_eval_episodes=2",
+        "trainer.progress_bar=off",
+    ]
+
+    def command(root: Path) -> list[str]:
+        return [*cli_train_command("dqn_cartpole", root, overrides), "--nproc", "2"]
+
+    reference = tmp_path / "uninterrupted"
+    subprocess.run(command(reference), check=True, capture_output=True, timeout=600)
+    root = tmp_path / "preempted"
+    launcher = subprocess.Popen(command(root), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 300
+    while len(read_metrics(root)) < 6:
+        assert launcher.poll() is None, launcher.communicate()[1].decode()[-3000:]
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    os.kill(_rank_pids(launcher)[0], signal.SIGUSR1)
+    _, err = launcher.communicate(timeout=300)
+    assert launcher.returncode == 0, err.decode()[-3000:]
+    assert not (root / "COMPLETE").exists()
+    assert (root / "replay_rank_1").is_dir()  # rank 1 streams its own buffer's chunks
+    subprocess.run(command(root), check=True, capture_output=True, timeout=600)
+    assert comparable_metrics(read_metrics(root)) == comparable_metrics(read_metrics(reference))
+    state, want = final_state(root), final_state(reference)
+    assert_equal_nests(state["algorithm"], want["algorithm"], "algorithm")
+    assert_equal_nests(state["scheme"], want["scheme"], "rank 0's replay")
+    rank1, rank1_want = _rank1_with_replay(root), _rank1_with_replay(reference)
+    assert_equal_nests(rank1["scheme"], rank1_want["scheme"], "rank 1's replay")
+    assert_equal_nests(rank1["algorithm"], state["algorithm"], "rank 1's networks vs rank 0's")
+    # The two ranks' buffers hold different envs' experience.
+    observations = [
+        part["scheme"]["replay_buffer"]["storage"]["fields"]["time_step/observation"]
+        for part in (rank1, state)
+    ]
+    assert not torch.equal(*observations)
