@@ -28,6 +28,7 @@ import cadence
 from cadence.config import ConfigError, list_configs
 from cadence.envs.errors import EnvBuildError
 from cadence.export.errors import ExportError
+from cadence.launch import RankFailedError
 from cadence.trainer.errors import (
     CheckpointError,
     NonFiniteUpdateError,
@@ -69,7 +70,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ExportError as error:  # a policy that cannot be exported, a missing package
         print(f"cadence {args.command}: {error}", file=sys.stderr)
         return 2
-    except (FileNotFoundError, NonFiniteUpdateError, RunStorageError) as error:
+    except (FileNotFoundError, NonFiniteUpdateError, RunStorageError, RankFailedError) as error:
         print(f"cadence {args.command}: {error}", file=sys.stderr)
         return 1
 
@@ -123,7 +124,14 @@ def _add_train(commands: Any) -> None:
         action="store_true",
         help="continue the run in the directory although its config.yaml differs (e.g. a "
         "finished run given a larger trainer.num_env_steps); recorded in config_changes.jsonl. "
-        "The algorithm, network, env name, num_envs, backend and seed cannot change",
+        "The algorithm, network, env name, num_envs, backend, num_ranks and seed cannot change",
+    )
+    command.add_argument(
+        "--nproc",
+        type=_positive_int,
+        metavar="N",
+        help="train with N learner processes on this machine (trainer.num_ranks=N; as "
+        "torchrun --nproc-per-node N -m cadence train does; see docs/ddp.md)",
     )
     command.add_argument(
         "-h", "--help", action="store_true", help="show this help (and NAME's keys)"
@@ -374,12 +382,45 @@ def run_train(args: argparse.Namespace) -> int:
         print("cadence train: NAME is required (see `cadence list`)", file=sys.stderr)
         return 2
     config = load_config(args.name, args.overrides, root_dir=args.root_dir)
+    num_ranks = _num_ranks(config.trainer.num_ranks, args.nproc)
+    if num_ranks != config.trainer.num_ranks:
+        overrides = [*args.overrides, f"trainer.num_ranks={num_ranks}"]
+        config = load_config(args.name, overrides, root_dir=args.root_dir)
     _log_to_terminal()
-    from cadence.trainer.run import train  # torch: imported only to train
+    if os.environ.get("RANK", "0") != "0":  # a torchrun rank other than 0: warnings only
+        logging.getLogger().setLevel(logging.WARNING)
+    if num_ranks > 1 and "WORLD_SIZE" not in os.environ:
+        from cadence.launch import launch_ranks  # starts the ranks, as torchrun would
 
-    outcome = train(config, resume_with_changes=args.resume_with_changes)
-    print(f"{config.root_dir}: {_OUTCOME_MESSAGES.get(outcome, outcome)}")
+        outcome = launch_ranks(config, resume_with_changes=args.resume_with_changes)
+    else:
+        from cadence.trainer.run import train  # torch: imported only to train
+
+        outcome = train(config, resume_with_changes=args.resume_with_changes)
+    if os.environ.get("RANK", "0") == "0":
+        print(f"{config.root_dir}: {_OUTCOME_MESSAGES.get(outcome, outcome)}")
     return 0
+
+
+def _num_ranks(configured: int, nproc: int | None) -> int:
+    """The ranks to train with: ``--nproc``, or torchrun's world size, or the config's.
+
+    Under torchrun a config left at one rank takes the world size; a config (or
+    ``--nproc``) that asks for another number than torchrun started is refused.
+    """
+    world_size = os.environ.get("WORLD_SIZE")
+    if world_size is not None:
+        if nproc is not None:
+            raise ConfigError("--nproc starts the ranks itself; under torchrun leave it out")
+        if configured not in (1, int(world_size)):
+            raise ConfigError(
+                f"trainer.num_ranks={configured} but torchrun started {world_size} ranks "
+                f"(WORLD_SIZE); start {configured} or leave trainer.num_ranks out"
+            )
+        return int(world_size)
+    if nproc is not None and configured not in (1, nproc):
+        raise ConfigError(f"--nproc {nproc} but trainer.num_ranks={configured}; give one of them")
+    return nproc if nproc is not None else configured
 
 
 def run_sweep(args: argparse.Namespace) -> int:

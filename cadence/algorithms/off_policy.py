@@ -25,6 +25,7 @@ import torch
 from cadence.algorithms.algorithm import Algorithm, AlgStep, UpdateResult
 from cadence.algorithms.off_policy_config import OffPolicyConfig
 from cadence.algorithms.scheme import IterationResult, UpdateTotals
+from cadence.data import distributed
 from cadence.data.experience import Experience
 from cadence.data.nest import Nest
 from cadence.data.specs import Spec
@@ -145,7 +146,10 @@ class OffPolicyScheme:
         self.algorithm.eval()
         collecting = self._env_steps < self.config.initial_collect_steps
         experience, episodes = self.source.unroll(self._random_policy if collecting else None)
-        self._env_steps += self.source.num_env_steps_per_unroll
+        # The group's steps (every rank unrolls alike): initial_collect_steps and the
+        # priority schedule count them as one process of all the ranks' envs would.
+        group_steps = self.source.num_env_steps_per_unroll * distributed.world_size()
+        self._env_steps += group_steps
         self.replay_buffer.add_experience(experience)
         totals = UpdateTotals(self.algorithm.skip_nonfinite_updates)
         if self._env_steps >= self.config.initial_collect_steps:
@@ -153,7 +157,7 @@ class OffPolicyScheme:
             for sample in self._minibatches():
                 totals.add(self._update(sample))
             if isinstance(self.replay_buffer.sampler, PrioritizedSampler):
-                self.replay_buffer.sampler.advance(self.source.num_env_steps_per_unroll)
+                self.replay_buffer.sampler.advance(group_steps)
         return totals.result(episodes)
 
     def state_dict(self) -> dict[str, Any]:

@@ -10,6 +10,7 @@ import torch
 
 from cadence.algorithms.algorithm import Algorithm, Batch
 from cadence.algorithms.scheme import IterationResult, UpdateTotals
+from cadence.data import distributed
 from cadence.data.experience import Experience
 from cadence.data.nest import flatten, map_structure
 
@@ -31,6 +32,12 @@ class OnPolicyScheme:
     shuffles that dim and cuts it into minibatches of the algorithm's ``mini_batch_size``
     (all of it when None), each one `Algorithm.update`; after each pass,
     `Algorithm.stop_epochs` sees that pass's mean metrics and may end the passes early.
+
+    Under several ranks (docs/ddp.md), ``mini_batch_size`` counts the samples of all
+    ranks, as in one process of all their envs: each pass has ``ceil(total /
+    mini_batch_size)`` minibatches on every rank (each rank cutting its own samples into
+    that many nearly equal parts), so that every rank steps the same number of times
+    whatever its number of samples; `Algorithm.stop_epochs` sees the means over all ranks.
 
     Args:
         algorithm: the algorithm.
@@ -74,6 +81,8 @@ class OnPolicyScheme:
         pass
 
     def _update(self, batch: Batch) -> UpdateTotals:
+        if distributed.is_distributed():
+            return self._update_across_ranks(batch)
         algorithm = self.algorithm
         first_leaf = flatten(batch)[0]
         num_samples = int(first_leaf.shape[0])
@@ -87,6 +96,26 @@ class OnPolicyScheme:
                 epoch.add(algorithm.update(_select(batch, indices)))
             totals.merge(epoch)
             if algorithm.stop_epochs(epoch.means()):
+                break
+        return totals
+
+    def _update_across_ranks(self, batch: Batch) -> UpdateTotals:
+        algorithm = self.algorithm
+        first_leaf = flatten(batch)[0]
+        device = first_leaf.device
+        num_samples = int(first_leaf.shape[0])
+        counts = distributed.counts_over_ranks(num_samples, device)
+        total = sum(counts)
+        mini_batch_size = algorithm.mini_batch_size or total
+        num_minibatches = max(1, min(-(-total // mini_batch_size), min(counts)))
+        totals = UpdateTotals(algorithm.skip_nonfinite_updates)
+        for _ in range(algorithm.num_updates_per_train_iter):
+            epoch = UpdateTotals(algorithm.skip_nonfinite_updates)
+            permutation = torch.randperm(num_samples, device=device)
+            for indices in permutation.tensor_split(num_minibatches):
+                epoch.add(algorithm.update(_select(batch, indices)))
+            totals.merge(epoch)
+            if algorithm.stop_epochs(distributed.mean_over_ranks(dict(epoch.means()), device)):
                 break
         return totals
 

@@ -78,18 +78,58 @@ class CheckpointManager:
             OSError: the checkpoint could not be written (e.g. a full disk); the
                 checkpoints published before are untouched.
         """
-        self.directory.mkdir(parents=True, exist_ok=True)
-        final = self.directory / f"{iteration:08d}"
-        staging = self.directory / f".{final.name}.tmp"
-        shutil.rmtree(staging, ignore_errors=True)
+        staging = self.staging_path(iteration)
+        self.prepare_staging(staging)
         try:
-            staging.mkdir()
-            known = dict(write_files(staging)) if write_files is not None else {}
-            torch.save(state, staging / STATE_FILE)
-            _fsync_file(staging / STATE_FILE)
+            known = self.write_part(staging, state, write_files)
+        except BaseException:
+            self.discard_staging(staging)
+            raise
+        return self.publish(iteration, staging, known, eval_return)
+
+    # The stages of `save`, which `cadence.trainer.distributed` runs with every rank
+    # writing its part into rank 0's staging directory.
+    def staging_path(self, iteration: int) -> Path:
+        """The hidden directory checkpoint ``iteration`` is written in before publishing."""
+        return self.directory / f".{iteration:08d}.tmp"
+
+    def prepare_staging(self, staging: Path) -> None:
+        """Makes ``staging`` a new, empty directory (what a killed save left is removed)."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir()
+
+    def write_part(
+        self,
+        part: Path,
+        state: dict[str, Any],
+        write_files: Callable[[Path], Mapping[str, str]] | None = None,
+    ) -> dict[str, str]:
+        """Writes ``write_files``' bulk files, then ``state`` as ``state.pt``, fsynced,
+        into ``part``; returns the digests ``write_files`` knows (relative to ``part``)."""
+        part.mkdir(parents=True, exist_ok=True)
+        known = dict(write_files(part)) if write_files is not None else {}
+        torch.save(state, part / STATE_FILE)
+        _fsync_file(part / STATE_FILE)
+        return known
+
+    def discard_staging(self, staging: Path) -> None:
+        shutil.rmtree(staging, ignore_errors=True)
+
+    def publish(
+        self,
+        iteration: int,
+        staging: Path,
+        known: Mapping[str, str] | None = None,
+        eval_return: float | None = None,
+    ) -> Path:
+        """Writes the manifest of everything in ``staging``, renames it into place as
+        checkpoint ``iteration``, moves ``LATEST`` to it, then prunes."""
+        final = self.directory / f"{iteration:08d}"
+        try:
             digest = _write_manifest(staging, known, eval_return)
         except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
+            self.discard_staging(staging)
             raise
         # A directory of this iteration may exist (a run killed after publishing it but
         # before LATEST named it): moved aside, and removed only once LATEST has moved.

@@ -6,7 +6,7 @@ from typing import Literal
 
 import attrs
 from attrs import field
-from attrs.validators import ge, in_
+from attrs.validators import ge, gt, in_
 
 
 @attrs.define(kw_only=True)
@@ -78,6 +78,24 @@ class TrainerConfig:
     )
     deterministic: bool = field(
         default=True, metadata={"doc": "Use deterministic torch algorithms (exact resume on CPU)."}
+    )
+    num_ranks: int = field(
+        default=1,
+        validator=ge(1),
+        metadata={
+            "doc": "Learner processes training together (torch.distributed, docs/ddp.md), "
+            "each with env.num_envs envs; num_env_steps counts all of them. Above 1, "
+            "`cadence train` starts them (as --nproc does); under torchrun it is the world "
+            "size."
+        },
+    )
+    collective_timeout_s: float = field(
+        default=600.0,
+        validator=gt(0),
+        metadata={
+            "doc": "With num_ranks > 1: seconds a rank waits in a collective (gradients, "
+            "checkpoint, stop flag) for the others before it fails, e.g. when one died."
+        },
     )
     skip_nonfinite_updates: bool = field(
         default=False,

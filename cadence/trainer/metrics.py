@@ -64,6 +64,19 @@ class MetricsWriter:
         self._tb.close()
 
 
+class NullMetricsWriter:
+    """What ranks other than rank 0 log to: nothing (rank 0 writes the group's metrics)."""
+
+    def write(self, counters: dict[str, float], metrics: dict[str, float]) -> None:
+        pass
+
+    def write_videos(self, env_steps: int, videos: dict[str, Any]) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
     """The log points of a run, in order."""
     path = Path(run_dir) / "metrics.jsonl"

@@ -15,6 +15,15 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+def rank_seed(seed: int, rank: int) -> int:
+    """The seed of rank ``rank``'s random numbers in a group trained from ``seed`` (rank 0's
+    is ``seed`` itself, so one rank draws as a one-process run does); unrelated to the
+    seeds of other runs and ranks."""
+    if rank == 0:
+        return seed
+    return int(np.random.SeedSequence([seed, rank]).generate_state(1)[0])  # numpy takes 32 bits
+
+
 def rng_state() -> dict[str, Any]:
     """Python, numpy and torch RNG states, in types ``torch.load(weights_only=True)`` accepts."""
     name, keys, position, has_gauss, cached = np.random.get_state()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
@@ -15,12 +16,14 @@ from cadence.algorithms.off_policy_config import off_policy_config
 from cadence.algorithms.on_policy import OnPolicyScheme
 from cadence.algorithms.scheme import TrainingScheme
 from cadence.collect.unroll import Collector
+from cadence.data import distributed
 from cadence.envs.environment import Environment
 from cadence.envs.make import check_env, make_env
 from cadence.envs.worker_pool import available_cores
 from cadence.replay.buffer import ReplayBuffer
 from cadence.trainer.checkpoint import CheckpointManager, latest_iteration
-from cadence.trainer.rng import seed_everything
+from cadence.trainer.distributed import Ranks, rank_device, start_ranks
+from cadence.trainer.rng import rank_seed, seed_everything
 from cadence.trainer.run_config import CHANGES_FILE, check_resume_config
 from cadence.trainer.snapshot import write_snapshot
 from cadence.trainer.trainer import EvaluationHook, Outcome, Trainer
@@ -59,7 +62,42 @@ def train(
             was written.
         CheckpointError: no checkpoint of the run verifies; nothing was written.
         NonFiniteUpdateError: an update met a NaN or infinite loss or gradient.
+        ValueError: ``trainer.num_ranks`` is not the number of ranks started (one, outside
+            ``torchrun``: `cadence.launch.launch_ranks` starts them).
+
+    With ``trainer.num_ranks`` > 1 this runs one rank of the group that ``torchrun`` (or
+    `cadence.launch`) started (docs/ddp.md): rank 0 checks and prepares the run
+    directory, then every rank trains.
     """
+    trainer_config = config.trainer
+    with start_ranks(
+        trainer_config.num_ranks, trainer_config.device, trainer_config.collective_timeout_s
+    ) as ranks:
+        if ranks.world_size > 1 and on_evaluation is not None:
+            raise ValueError("on_evaluation pauses one process's run; it takes one rank")
+        ready: bool | BaseException | None = None
+        if ranks.is_writer:
+            try:
+                ready = prepare_run(config, resume_with_changes)
+            except Exception as error:  # noqa: BLE001 - every rank stops with it
+                if ranks.world_size == 1:
+                    raise
+                ready = error
+        ready = ranks.broadcast(ready)
+        if isinstance(ready, BaseException):
+            raise ready
+        if not ready:
+            return None
+        trainer = build_trainer(config, Path(config.root_dir), on_evaluation, ranks)
+        try:
+            return trainer.run()
+        finally:
+            trainer.collector.env.close()
+
+
+def prepare_run(config: Any, resume_with_changes: bool = False) -> bool:
+    """Checks a start of ``config.root_dir`` (see `train`) and writes a new run's
+    ``config.yaml`` and snapshot; returns False when the run is already complete."""
     run_dir = Path(config.root_dir)
     checkpoints = CheckpointManager(run_dir / "checkpoints")
     if checkpoints.has_checkpoints():
@@ -69,30 +107,38 @@ def train(
             (run_dir / "COMPLETE").unlink(missing_ok=True)  # e.g. a larger budget
     if (run_dir / "COMPLETE").exists():
         logger.info("%s is already complete; nothing to do", run_dir)
-        return None
+        return False
     check_training_env(config)
     run_dir.mkdir(parents=True, exist_ok=True)
     if not checkpoints.has_checkpoints():
         (run_dir / "config.yaml").write_text(config.to_yaml())
         write_snapshot(run_dir / "snapshot.tar.gz")
-    trainer = build_trainer(config, run_dir, on_evaluation)
-    try:
-        return trainer.run()
-    finally:
-        trainer.collector.env.close()
+    return True
 
 
 def build_trainer(
-    config: Any, run_dir: Path, on_evaluation: EvaluationHook | None = None
+    config: Any,
+    run_dir: Path,
+    on_evaluation: EvaluationHook | None = None,
+    ranks: Ranks | None = None,
 ) -> Trainer:
-    """Builds the environments, the algorithm and the trainer of ``config``."""
+    """Builds the environments, the algorithm and the trainer of ``config``.
+
+    Under several ranks (``ranks``), env j of rank r is seeded ``seed + r * num_envs + j``
+    and its evaluation envs ``seed + (r + 1) * eval_seed_offset + ...``; every rank
+    builds the same initial networks (then rank 0's are broadcast), installs the
+    gradient averaging, and draws its own random numbers from then on.
+    """
+    ranks = ranks if ranks is not None else Ranks.single()
     trainer_config = config.trainer
     _configure_torch(trainer_config)
     seed_everything(config.seed)
-    device = torch.device(trainer_config.device)
+    device = torch.device(rank_device(trainer_config.device, ranks))
     _check_transformers_fit(config)
-    env = make_training_env(config, config.env.num_envs, config.seed)
+    num_envs = config.env.num_envs
+    env = make_training_env(config, num_envs, config.seed + ranks.rank * num_envs)
     _share_cores_with_env_workers(trainer_config, env)
+    _share_cores_with_ranks(trainer_config, ranks)
     replay_buffer = make_training_replay_buffer(config, env.batch_size, device)
     transformer = make_data_transformer(
         config.data_transformers, env.observation_spec, replay_buffer
@@ -106,6 +152,8 @@ def build_trainer(
     algorithm.to(device)
     if transformer is not None:
         transformer.to(device)
+    if ranks.world_size > 1:
+        _join_group(algorithm, config.seed, ranks)
     collector = Collector(
         env,
         algorithm,
@@ -126,9 +174,32 @@ def build_trainer(
         make_scheme(config, algorithm, collector, env, replay_buffer),
         make_eval_env,
         run_dir,
-        eval_seed=config.seed + trainer_config.eval_seed_offset,
+        eval_seed=config.seed + trainer_config.eval_seed_offset * (ranks.rank + 1),
         on_evaluation=on_evaluation,
+        ranks=ranks,
     )
+
+
+def _join_group(algorithm: Algorithm, seed: int, ranks: Ranks) -> None:
+    """Starts every rank from rank 0's networks, averages the gradients across ranks, and
+    gives each rank other than 0 its own random numbers (exploration, minibatches)."""
+    import torch.distributed as dist
+
+    with torch.no_grad():
+        for tensor in [*algorithm.parameters(), *algorithm.buffers()]:
+            dist.broadcast(tensor, src=0)
+    algorithm.set_gradient_sync(distributed.average_gradients)
+    if ranks.rank != 0:
+        seed_everything(rank_seed(seed, ranks.rank))
+
+
+def _share_cores_with_ranks(trainer_config: Any, ranks: Ranks) -> None:
+    """With ``num_threads`` 0 and several ranks on this machine, gives each rank its share
+    of the cores (each would otherwise start a thread per core, and they would contend)."""
+    local_ranks = int(os.environ.get("LOCAL_WORLD_SIZE", ranks.world_size))
+    if trainer_config.num_threads > 0 or local_ranks <= 1:
+        return
+    torch.set_num_threads(max(1, min(torch.get_num_threads(), available_cores() // local_ranks)))
 
 
 def make_scheme(
@@ -149,7 +220,10 @@ def make_scheme(
     if replay_buffer is None:
         replay_buffer = make_training_replay_buffer(config, env.batch_size, collector.device)
     check_first_window(
-        off_policy, collector.unroll_length, collector.num_env_steps_per_unroll, env.batch_size
+        off_policy,
+        collector.unroll_length,
+        collector.num_env_steps_per_unroll * distributed.world_size(),  # every rank unrolls
+        env.batch_size,
     )
     transformer = collector.transformer
     transform = None if transformer is None else transformer.transform_sample

@@ -10,7 +10,7 @@ finished run's budget (``trainer.num_env_steps``) is such a change.
 Some keys cannot change even then, because the checkpoint could not hold the same
 run afterwards: the algorithm, the network (parameter shapes), the environment id,
 the number of environments and the back end (env states are back-end specific),
-the seed and the name.
+the number of ranks (each has its part of the checkpoint), the seed and the name.
 """
 
 from __future__ import annotations
@@ -23,7 +23,15 @@ import yaml
 
 from cadence.trainer.errors import RunConfigMismatchError
 
-FIXED_KEYS = ("name", "seed", "algorithm.name", "env.name", "env.num_envs", "env.backend")
+FIXED_KEYS = (
+    "name",
+    "seed",
+    "algorithm.name",
+    "env.name",
+    "env.num_envs",
+    "env.backend",
+    "trainer.num_ranks",
+)
 FIXED_SECTIONS = ("network.",)
 IGNORED_KEYS = ("root_dir", "description")
 

@@ -22,9 +22,10 @@ from cadence.envs.errors import EnvStateMismatchError
 from cadence.replay.chunk_writer import ChunkWriteError
 from cadence.trainer.checkpoint import CheckpointManager
 from cadence.trainer.config import TrainerConfig
+from cadence.trainer.distributed import Ranks, load_checkpoint_of_ranks, save_checkpoint_of_ranks
 from cadence.trainer.errors import NonFiniteUpdateError, RunStorageError
 from cadence.trainer.evaluation import evaluate_episodes
-from cadence.trainer.metrics import MetricsWriter
+from cadence.trainer.metrics import MetricsWriter, NullMetricsWriter
 from cadence.trainer.preemption import PreemptionGuard
 from cadence.trainer.progress import ProgressBar
 from cadence.trainer.rng import rng_state, set_rng_state
@@ -55,6 +56,10 @@ class Trainer:
             pre-emption does: it checkpoints, returns ``"paused"`` and writes no
             ``COMPLETE``, so the next start resumes (``cadence sweep`` steps seeds in
             lockstep with it). An evaluation that ends the budget completes the run.
+        ranks: this process's place in a group of learner processes (docs/ddp.md);
+            None for one process. Every rank runs this loop on its own environments: the
+            counters, metrics, evaluations and pre-emption are those of the whole group,
+            and only rank 0 writes the run directory.
     """
 
     def __init__(
@@ -67,8 +72,10 @@ class Trainer:
         run_dir: Path,
         eval_seed: int,
         on_evaluation: EvaluationHook | None = None,
+        ranks: Ranks | None = None,
     ):
         self.config = config
+        self.ranks = ranks if ranks is not None else Ranks.single()
         self.on_evaluation = on_evaluation
         self.algorithm = algorithm
         self.collector = collector
@@ -98,7 +105,8 @@ class Trainer:
     # ----------------------------------------------------------------- the loop
     def run(self) -> Outcome:
         """Trains (resuming from the latest checkpoint if any) and returns how it ended."""
-        self.scheme.persist(self.run_dir / "replay")
+        part = self.ranks.part
+        self.scheme.persist(self.run_dir / (f"replay_{part}" if part else "replay"))
         try:
             outcome = self._run()
         except BaseException:
@@ -115,14 +123,18 @@ class Trainer:
         resumed = self.restore()
         self._wall_time_at_start = self.counters["wall_time"]
         self._session_start = time.perf_counter()
-        writer = MetricsWriter(self.run_dir, self.counters["iteration"], self.counters["env_steps"])
+        writer = (
+            MetricsWriter(self.run_dir, self.counters["iteration"], self.counters["env_steps"])
+            if self.ranks.is_writer
+            else NullMetricsWriter()
+        )
         outcome: Outcome = "complete"
         try:
             with (
                 PreemptionGuard() as preemption,
                 ProgressBar(
                     self.config.num_env_steps,
-                    self.config.progress_bar,
+                    self.config.progress_bar if self.ranks.is_writer else "off",
                     interval_s=self.config.progress_interval_s,
                 ) as bar,
             ):
@@ -131,7 +143,9 @@ class Trainer:
                 while self.counters["env_steps"] < self.config.num_env_steps:
                     outcome = self._iteration(writer, bar)
                     budget_left = self.counters["env_steps"] < self.config.num_env_steps
-                    if outcome in ("complete", "paused") and preemption.requested and budget_left:
+                    # A signal to any rank stops every rank at this same iteration.
+                    requested = self.ranks.any(preemption.requested)
+                    if outcome in ("complete", "paused") and requested and budget_left:
                         outcome = "preempted"
                     if outcome != "complete":
                         break
@@ -141,23 +155,24 @@ class Trainer:
                 self.save()
         finally:
             writer.close()
-        if outcome not in ("preempted", "paused"):
+        if outcome not in ("preempted", "paused") and self.ranks.is_writer:
             (self.run_dir / "COMPLETE").write_text(f"{outcome}\n")
         return outcome
 
-    def _iteration(self, writer: MetricsWriter, bar: ProgressBar) -> Outcome:
+    def _iteration(self, writer: MetricsWriter | NullMetricsWriter, bar: ProgressBar) -> Outcome:
         start = time.perf_counter()
         self.algorithm.set_progress(self.counters["env_steps"] / self.config.num_env_steps)
         try:
             result = self.scheme.train_iter()
         except ChunkWriteError as error:  # e.g. a full disk
             raise self._storage_error("the replay buffer's files", error) from error
+        result = self.ranks.combine(result)
         losses, episodes = result.metrics, result.episodes
         elapsed = time.perf_counter() - start
         counters = self.counters
         self._check_finite(result)
         counters["iteration"] += 1
-        counters["env_steps"] += self.collector.num_env_steps_per_unroll
+        counters["env_steps"] += self._env_steps_per_unroll
         counters["num_episodes"] += int(episodes["return"].numel())
         counters["train_time"] += elapsed
         self._accumulate(losses, episodes, elapsed)
@@ -261,11 +276,11 @@ class Trainer:
             pending.setdefault(f"episodes/{key}", []).append(values.double().cpu())
         pending.setdefault("perf/time", []).append(torch.tensor([elapsed], dtype=torch.float64))
 
-    def _log(self, writer: MetricsWriter) -> None:
+    def _log(self, writer: MetricsWriter | NullMetricsWriter) -> None:
         metrics: dict[str, float] = {}
         pending, self._pending = self._pending, {}
         time_spent = float(torch.cat(pending.pop("perf/time", [torch.zeros(1)])).sum())
-        steps = len(pending.get("train/num_updates", [])) * self.collector.num_env_steps_per_unroll
+        steps = len(pending.get("train/num_updates", [])) * self._env_steps_per_unroll
         if time_spent > 0:
             metrics["perf/env_steps_per_s"] = steps / time_spent
         for key, values in pending.items():
@@ -295,7 +310,7 @@ class Trainer:
         }
 
     # ------------------------------------------------------------ evaluation
-    def _evaluate(self, writer: MetricsWriter | None) -> bool:
+    def _evaluate(self, writer: MetricsWriter | NullMetricsWriter | None) -> bool:
         env = self.make_eval_env(self.eval_seed + self.counters["iteration"])
         try:
             with torch.random.fork_rng(devices=[]):
@@ -304,11 +319,12 @@ class Trainer:
                 )
         finally:
             env.close()
+        episodes = self.ranks.gather_episodes(episodes)
         self.last_eval = {}
         for key, values in episodes.items():
             self.last_eval.update(_episode_metrics("eval", key, values.double().cpu()))
         self._eval_iteration = self.counters["iteration"]
-        self._videos = self.algorithm.summaries()
+        self._videos = self.algorithm.summaries() if self.ranks.is_writer else {}
         logger.info(
             "iteration %d: eval return %.2f",
             self.counters["iteration"],
@@ -337,13 +353,19 @@ class Trainer:
             return {f"{_SCHEME_DATA}/{name}": digest for name, digest in files.items()}
 
         evaluated = self.last_eval_is_current() and "eval/episode_return" in self.last_eval
+        eval_return = self.last_eval["eval/episode_return"] if evaluated else None
         try:
-            self.checkpoints.save(
-                self.counters["iteration"],
-                state,
-                write_files,
-                eval_return=self.last_eval["eval/episode_return"] if evaluated else None,
-            )
+            if self.ranks.world_size == 1:
+                self.checkpoints.save(self.counters["iteration"], state, write_files, eval_return)
+            else:
+                save_checkpoint_of_ranks(
+                    self.checkpoints,
+                    self.ranks,
+                    self.counters["iteration"],
+                    state,
+                    write_files,
+                    eval_return,
+                )
         except OSError as error:
             raise self._storage_error(
                 f"the checkpoint of iteration {self.counters['iteration']}", error
@@ -368,16 +390,24 @@ class Trainer:
 
     def restore(self) -> bool:
         """Loads the latest checkpoint if there is one; returns whether it did."""
-        if not self.checkpoints.has_checkpoints():
-            return False
-        path, state = self.checkpoints.load_verified(map_location=self.collector.device)
+        if self.ranks.world_size == 1:
+            if not self.checkpoints.has_checkpoints():
+                return False
+            path, state = self.checkpoints.load_verified(map_location=self.collector.device)
+            files = self.checkpoints.manifest_files(path)
+            part = path
+        else:
+            loaded = load_checkpoint_of_ranks(self.checkpoints, self.ranks, self.collector.device)
+            if loaded is None:
+                return False
+            path, state, files = loaded
+            part = path / self.ranks.part
         self._saved_iteration = int(state["counters"]["iteration"])
         self.algorithm.load_state_dict(state["algorithm"])
-        files = self.checkpoints.manifest_files(path)
         prefix = f"{_SCHEME_DATA}/"
         self.scheme.read_checkpoint(
             state["scheme"],
-            path / _SCHEME_DATA,
+            part / _SCHEME_DATA,
             {k.removeprefix(prefix): v for k, v in files.items() if k.startswith(prefix)},
         )
         if self.collector.transformer is not None:
@@ -440,8 +470,13 @@ class Trainer:
     def _every(self, interval: int) -> bool:
         return interval > 0 and self.counters["iteration"] % interval == 0
 
+    @property
+    def _env_steps_per_unroll(self) -> int:
+        """Env steps of one iteration of the whole group (every rank unrolls)."""
+        return self.collector.num_env_steps_per_unroll * self.ranks.world_size
+
     def _steps_per_s(self, elapsed: float) -> float | None:
-        return self.collector.num_env_steps_per_unroll / elapsed if elapsed > 0 else None
+        return self._env_steps_per_unroll / elapsed if elapsed > 0 else None
 
     def _latest_return(self) -> float | None:
         return self._latest_rollout_return

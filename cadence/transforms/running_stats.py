@@ -7,6 +7,8 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from cadence.data import distributed
+
 
 class RunningMeanStd(nn.Module):
     """Element-wise running mean and (population) variance, merged batch by batch.
@@ -15,6 +17,11 @@ class RunningMeanStd(nn.Module):
     in float64, so the result equals the statistics of all samples at once up to
     rounding, whatever the batch sizes. The statistics are torch buffers: they are
     in ``state_dict`` and restore exactly.
+
+    Under several ranks (docs/ddp.md) each `update` merges the batch of every rank (its
+    moments summed across ranks), so that all ranks hold the same statistics, those of
+    one process seeing all their samples; every rank must then call `update` at the same
+    points (the rollout does, in lockstep).
 
     Args:
         shape: the shape of one sample (no batch dims).
@@ -42,10 +49,15 @@ class RunningMeanStd(nn.Module):
         """Merges ``samples`` ``[N, *shape]`` into the statistics (no-op for ``N == 0``)."""
         samples = samples.to(self.mean.device, torch.float64)
         num = samples.shape[0]
+        if distributed.is_distributed():
+            num, batch_mean, batch_var = _moments_over_ranks(samples)
+        elif num == 0:
+            return
+        else:
+            batch_mean = samples.mean(0)
+            batch_var = samples.var(0, unbiased=False)
         if num == 0:
             return
-        batch_mean = samples.mean(0)
-        batch_var = samples.var(0, unbiased=False)
         total = self.count + num
         delta = batch_mean - self.mean
         m2 = self.var * self.count + batch_var * num + delta.square() * self.count * num / total
@@ -56,3 +68,17 @@ class RunningMeanStd(nn.Module):
     def std(self, epsilon: float) -> torch.Tensor:
         """``sqrt(var + epsilon)``, float64."""
         return (self.var + epsilon).sqrt()
+
+
+def _moments_over_ranks(samples: torch.Tensor) -> tuple[int, torch.Tensor, torch.Tensor]:
+    """The count, mean and population variance of all ranks' ``samples`` ``[N, *shape]``
+    (two collectives: the sums, then the squared deviations from the mean)."""
+    shape = samples.shape[1:]
+    sums = torch.cat([samples.new_tensor([samples.shape[0]]), samples.sum(0).reshape(-1)])
+    distributed.all_reduce_sum(sums)
+    num = int(sums[0].item())
+    if num == 0:
+        return 0, sums[1:].reshape(shape), sums[1:].reshape(shape)
+    batch_mean = (sums[1:] / num).reshape(shape)
+    squares = distributed.all_reduce_sum((samples - batch_mean).square().sum(0))
+    return num, batch_mean, squares / num

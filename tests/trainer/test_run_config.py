@@ -76,3 +76,11 @@ def test_the_budget_is_not_part_of_the_default_run_directory(tmp_path, monkeypat
     long = load_config("ppo_cartpole", ["trainer.num_env_steps=2000"])
     other = load_config("ppo_cartpole", ["algorithm.learning_rate=1e-3"])
     assert short.root_dir == long.root_dir != other.root_dir
+
+
+def test_the_number_of_ranks_cannot_change_even_when_asked(finished):
+    from cadence.trainer.run import prepare_run  # what `cadence train --nproc` checks first
+
+    config = _config(finished, "trainer.num_env_steps=256", "trainer.num_ranks=2")
+    with pytest.raises(RunConfigMismatchError, match="trainer.num_ranks cannot change"):
+        prepare_run(config, resume_with_changes=True)

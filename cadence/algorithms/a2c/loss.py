@@ -6,6 +6,7 @@ import torch
 
 from cadence.algorithms.a2c.config import A2CConfig
 from cadence.algorithms.algorithm import LossInfo
+from cadence.data import distributed
 
 
 class A2CLoss:
@@ -13,6 +14,9 @@ class A2CLoss:
 
     ``info`` holds ``[N]`` tensors: ``log_prob``, ``advantage``, ``return``,
     ``value`` and ``entropy``.
+
+    Under several ranks (docs/ddp.md) every mean, and the advantage's mean and std, is
+    over all ranks' samples (`cadence.data.distributed`).
     """
 
     def __init__(self, config: A2CConfig):
@@ -21,11 +25,14 @@ class A2CLoss:
     def __call__(self, info: dict[str, torch.Tensor]) -> LossInfo:
         config = self.config
         advantage = info["advantage"]
-        if config.normalize_advantages and advantage.numel() > 1:
-            advantage = (advantage - advantage.mean()) / (advantage.std() + 1e-8)
-        policy_loss = -(advantage * info["log_prob"]).mean()
-        value_loss = ((info["return"] - info["value"]) ** 2).mean()
-        entropy = info["entropy"].mean()
+        count = distributed.sample_count(advantage)  # None in one process
+        num_samples = advantage.numel() if count is None else count
+        if config.normalize_advantages and num_samples > 1:
+            advantage_mean, advantage_std = distributed.mean_std(advantage, count)
+            advantage = (advantage - advantage_mean) / (advantage_std + 1e-8)
+        policy_loss = -distributed.mean(advantage * info["log_prob"], count)
+        value_loss = distributed.mean((info["return"] - info["value"]) ** 2, count)
+        entropy = distributed.mean(info["entropy"], count)
         terms = {
             "loss/policy": policy_loss,
             "loss/value": config.vf_coef * value_loss,

@@ -6,6 +6,7 @@ import torch
 
 from cadence.algorithms.algorithm import LossInfo
 from cadence.algorithms.ppo.config import PPOConfig
+from cadence.data import distributed
 
 
 class PPOLoss:
@@ -13,6 +14,9 @@ class PPOLoss:
 
     ``info`` holds ``[N]`` tensors: ``log_prob`` (current policy), ``old_log_prob``,
     ``advantage``, ``return``, ``value`` (current), ``old_value`` and ``entropy``.
+
+    Under several ranks (docs/ddp.md) every mean, and the advantage's mean and std, is
+    over all ranks' samples of the minibatch (`cadence.data.distributed`).
     """
 
     def __init__(self, config: PPOConfig):
@@ -21,14 +25,19 @@ class PPOLoss:
     def __call__(self, info: dict[str, torch.Tensor]) -> LossInfo:
         config = self.config
         advantage = info["advantage"]
-        if config.normalize_advantages and advantage.numel() > 1:
-            advantage = (advantage - advantage.mean()) / (advantage.std() + 1e-8)
+        count = distributed.sample_count(advantage)  # None in one process
+        num_samples = advantage.numel() if count is None else count
+        if config.normalize_advantages and num_samples > 1:
+            advantage_mean, advantage_std = distributed.mean_std(advantage, count)
+            advantage = (advantage - advantage_mean) / (advantage_std + 1e-8)
         log_ratio = info["log_prob"] - info["old_log_prob"]
         ratio = log_ratio.exp()
         clipped_ratio = ratio.clamp(1 - config.clip_coef, 1 + config.clip_coef)
-        policy_loss = torch.maximum(-advantage * ratio, -advantage * clipped_ratio).mean()
-        value_loss = self._value_loss(info)
-        entropy = info["entropy"].mean()
+        policy_loss = distributed.mean(
+            torch.maximum(-advantage * ratio, -advantage * clipped_ratio), count
+        )
+        value_loss = self._value_loss(info, count)
+        entropy = distributed.mean(info["entropy"], count)
         terms = {
             "loss/policy": policy_loss,
             "loss/value": config.vf_coef * value_loss,
@@ -38,19 +47,23 @@ class PPOLoss:
             extra = {
                 "train/entropy": entropy,
                 # The low-variance KL estimator of http://joschu.net/blog/kl-approx.html.
-                "train/approx_kl": ((ratio - 1) - log_ratio).mean(),
-                "train/clip_fraction": ((ratio - 1).abs() > config.clip_coef).float().mean(),
+                "train/approx_kl": distributed.mean((ratio - 1) - log_ratio, count),
+                "train/clip_fraction": distributed.mean(
+                    ((ratio - 1).abs() > config.clip_coef).float(), count
+                ),
                 "train/value_error": value_loss,
             }
         return LossInfo(sum(terms.values()), {**terms, **extra})
 
-    def _value_loss(self, info: dict[str, torch.Tensor]) -> torch.Tensor:
+    def _value_loss(self, info: dict[str, torch.Tensor], count: int | None) -> torch.Tensor:
         value, target = info["value"], info["return"]
         unclipped = (value - target) ** 2
         if not self.config.clip_value_loss:
-            return 0.5 * unclipped.mean()
+            return 0.5 * distributed.mean(unclipped, count)
         old_value = info["old_value"]
         clipped_value = old_value + (value - old_value).clamp(
             -self.config.clip_coef, self.config.clip_coef
         )
-        return 0.5 * torch.maximum(unclipped, (clipped_value - target) ** 2).mean()
+        return 0.5 * distributed.mean(
+            torch.maximum(unclipped, (clipped_value - target) ** 2), count
+        )
