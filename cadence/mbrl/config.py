@@ -96,6 +96,16 @@ class WorldModelConfig:
     free_nats_z: float = field(
         default=0.0, validator=ge(0), metadata={"doc": "Free nats of KL_z, per sample."}
     )
+    reward_weight: float = field(
+        default=1.0,
+        validator=ge(0),
+        metadata={
+            "doc": "Weight of the reward NLL (the reference's reward loss weight, 1). Above 1 "
+            "for small vector observations, whose reconstruction alone asks the latent for "
+            "little precision: the reward then decides how precisely x must track what it "
+            "controls, and y what it does not."
+        },
+    )
     kl_alpha: float = field(
         default=1.0, validator=ge(0), metadata={"doc": "alpha: the weight of all KL terms."}
     )

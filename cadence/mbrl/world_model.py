@@ -3,13 +3,13 @@ head, and the Denoised MDP loss.
 
 Loss per sequence step, averaged over the minibatch (Wang et al. 2022, eq. 7):
 
-    -log p(o_t | x, y, z) - log p(r_t | x, y) + alpha * sum_g beta_g * max(KL_g, free_nats_g)
+    -log p(o_t | x, y, z) - w_r log p(r_t | x, y) + alpha * sum_g beta_g * max(KL_g, free_nats_g)
 
 with unit-variance Gaussian likelihoods (so each NLL is half the squared error summed over
 the observation's elements, up to a constant), the reward ``r_hat = f_x(x) + f_y(y)`` (z
 never reaches it), analytic KLs between diagonal Gaussians summed over each group's state
-and clamped to the group's free nats per sample. The reward of an episode's FIRST step
-belongs to no action and is not predicted.
+and clamped to the group's free nats per sample; ``w_r`` is ``reward_weight`` (1). The
+reward of an episode's FIRST step belongs to no action and is not predicted.
 
 Observations: a vector ``[*B, D]`` (MLP encoder and decoder) or a channel-first image
 ``[*B, C, 64, 64]`` stored as uint8 and scaled to [-0.5, 0.5] only here (four 4x4 stride-2
@@ -210,7 +210,7 @@ class WorldModel(nn.Module):
         valid = (~first).float()
         reward_nll = (reward_error * valid).sum() / valid.sum().clamp(min=1)
         terms = {"loss/observation_nll": observation_nll, "loss/reward_nll": reward_nll}
-        loss = observation_nll + reward_nll
+        loss = observation_nll + config.reward_weight * reward_nll
         for g in self.rssm.groups:
             kl, kl_loss = kl_term(
                 observed.posteriors[g],

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import attrs
 import pytest
 import torch
 
@@ -143,6 +144,25 @@ def test_kl_balancing_splits_the_gradient_between_prior_and_posterior():
     loss.backward()
     torch.testing.assert_close(posterior_mean.grad, torch.tensor([[0.2 * 2.0]]))
     torch.testing.assert_close(prior_mean.grad, torch.tensor([[-0.8 * 2.0]]))
+
+
+def test_reward_weight_scales_the_reward_nll_in_the_loss_and_nothing_else():
+    observation = torch.randn(2, 3, *OBS.shape)
+    prev_action = torch.rand(2, 3, *ACT.shape) * 4 - 2
+    reward = torch.randn(2, 3)
+    first = torch.tensor([[True, False, False]] * 2)
+    losses = {}
+    for weight in (1.0, 10.0):
+        model = _denoised().world_model
+        model.config = WorldModelConfig(**{**attrs.asdict(model.config), "reward_weight": weight})
+        torch.manual_seed(1)  # the same posterior noise in both
+        losses[weight] = model.loss(observation, prev_action, reward, first)
+    terms_1, terms_10 = losses[1.0].terms, losses[10.0].terms
+    for name, value in terms_1.items():
+        torch.testing.assert_close(terms_10[name], value)  # the terms are logged unweighted
+    extra = 9.0 * terms_1["loss/reward_nll"]
+    assert extra.item() > 0
+    torch.testing.assert_close(losses[10.0].loss, losses[1.0].loss + extra)
 
 
 def test_lambda_returns_by_hand():
