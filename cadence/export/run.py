@@ -23,14 +23,12 @@ import torch
 
 from cadence.data.nest import flatten_with_paths
 from cadence.data.specs import BoundedTensorSpec, DiscreteTensorSpec, Spec
-from cadence.envs.make import make_env
-from cadence.envs.wrapper_config import gym_wrappers
 from cadence.export.action_wrappers import FoldedActionWrappers, fold_action_wrappers
 from cadence.export.errors import require_onnx_exporter
 from cadence.export.graph import PolicyGraph
 from cadence.export.writers import ONNX_OPSET, ExportFormat, write_onnx, write_torchscript
 from cadence.mbrl.algorithm import ModelBasedAlgorithm
-from cadence.trainer.play import PLAY_SEED_OFFSET, load_policy_checkpoint
+from cadence.trainer.play import load_policy_checkpoint, make_policy_env
 from cadence.trainer.run import check_training_env
 
 logger = logging.getLogger(__name__)
@@ -126,15 +124,7 @@ def load_policy_graph(config: Any, run_dir: Path, checkpoint: str = "latest") ->
         EnvBuildError: the run's environment cannot be built here.
     """
     check_training_env(config)
-    env = make_env(
-        config.env.name,
-        1,
-        "serial" if config.env.backend == "parallel" else config.env.backend,
-        config.seed + PLAY_SEED_OFFSET,
-        max_episode_steps=config.env.max_episode_steps,
-        gym_wrappers=gym_wrappers(config.env.all_wrappers),
-        env_kwargs=dict(config.env.env_kwargs or {}),
-    )
+    env = make_policy_env(config, 1)
     try:
         path, algorithm, transformer = load_policy_checkpoint(config, run_dir, env, checkpoint)
         observation_spec, action_spec = env.observation_spec, env.action_spec

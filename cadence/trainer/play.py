@@ -108,6 +108,23 @@ def play(
     return PlayResult(returns, lengths, len(frames))
 
 
+def make_policy_env(config: Any, num_envs: int) -> Environment:
+    """The run's environments, ``num_envs`` of them, to act in with its policy.
+
+    As training built them, but in-process (a parallel run's back end becomes serial) and
+    seeded at ``seed + PLAY_SEED_OFFSET`` so they never repeat training episodes.
+    """
+    return make_env(
+        config.env.name,
+        num_envs,
+        "serial" if config.env.backend == "parallel" else config.env.backend,
+        config.seed + PLAY_SEED_OFFSET,
+        max_episode_steps=config.env.max_episode_steps,
+        gym_wrappers=gym_wrappers(config.env.all_wrappers),
+        env_kwargs=dict(config.env.env_kwargs or {}),
+    )
+
+
 def evaluate(
     config: Any, run_dir: Path, episodes: int = 10, checkpoint: str = "latest"
 ) -> dict[str, float]:
@@ -118,15 +135,7 @@ def evaluate(
             does not import from this working directory).
     """
     check_training_env(config)
-    env = make_env(
-        config.env.name,
-        episodes,
-        "serial" if config.env.backend == "parallel" else config.env.backend,
-        config.seed + PLAY_SEED_OFFSET,
-        max_episode_steps=config.env.max_episode_steps,
-        gym_wrappers=gym_wrappers(config.env.all_wrappers),
-        env_kwargs=dict(config.env.env_kwargs or {}),
-    )
+    env = make_policy_env(config, episodes)
     try:
         algorithm, transformer = load_policy(config, run_dir, env, checkpoint)
         results = evaluate_episodes(algorithm, env, transformer=transformer)
