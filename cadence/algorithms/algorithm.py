@@ -18,6 +18,12 @@ An algorithm is an ``nn.Module`` with
   so one update has the shape of one compiled graph;
 - `optimizers`, checkpointed with the parameters.
 
+With ``set_compile`` the update runs as one compiled graph per minibatch shape
+(`cadence.algorithms.compiled`): an algorithm's `update` passes the pure part of its work
+(everything but Python bookkeeping such as counters) through `in_graph`, and `minimize`
+written once serves both: eager it calls ``backward`` and the optimizers, in a graph it
+takes ``torch.autograd.grad`` and steps the optimizer in the graph.
+
 The default `update` is the minibatch pipeline ``train_step -> calc_loss -> minimize ->
 after_update``; an algorithm with several losses or optimizers writes its own from the
 same parts (`minimize`, `update_result`).
@@ -32,6 +38,7 @@ from typing import Any, NamedTuple
 import torch
 from torch import nn
 
+from cadence.algorithms.compiled import UpdateCompiler, clip_grads
 from cadence.data.nest import Nest, map_structure
 from cadence.data.time_step import StepType, TimeStep
 
@@ -103,6 +110,39 @@ class Algorithm(nn.Module, abc.ABC):
     def __init__(self) -> None:
         super().__init__()
         self._gradient_sync: GradientSync | None = None
+        self._compiler: UpdateCompiler | None = None
+
+    # -------------------------------------------------------------- compiling
+    @property
+    def compile_mode(self) -> str:
+        """The update's compile mode (`set_compile`); ``"off"``: eager."""
+        return "off" if self._compiler is None else self._compiler.mode
+
+    def set_compile(self, mode: str) -> None:
+        """Runs the update compiled (`cadence.algorithms.compiled.COMPILE_MODES`)."""
+        if mode == "off":
+            self._compiler = None
+            return
+        choices = self._compiler.choices if self._compiler is not None else None
+        self._compiler = UpdateCompiler(
+            mode, lambda: self.optimizers().values(), lambda: self.training, choices
+        )
+
+    @property
+    def compiler(self) -> UpdateCompiler | None:
+        """The `UpdateCompiler` of a compiled update (None: eager)."""
+        return self._compiler
+
+    def in_graph(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)``: compiled when the update is (`set_compile`), else eagerly.
+
+        ``fn`` is the pure part of an update: tensors in, tensors out, every Python value
+        it reads fixed between calls (a non-tensor argument is part of the graph's key).
+        Under a gradient-sync hook (several ranks) it runs eagerly.
+        """
+        if self._compiler is None or self._gradient_sync is not None:
+            return fn(*args)
+        return self._compiler(fn, *args)
 
     # ------------------------------------------------------------------ acting
     def initial_state(self, batch_size: int) -> Nest:
@@ -132,7 +172,12 @@ class Algorithm(nn.Module, abc.ABC):
         raise NotImplementedError(f"{type(self).__name__} does not define calc_loss")
 
     def update(self, batch: Batch) -> UpdateResult:
-        """One minibatch: ``train_step -> calc_loss -> minimize -> after_update``."""
+        """One minibatch: ``train_step -> calc_loss -> minimize -> after_update``, in
+        one graph when compiled."""
+        return self.in_graph(self.update_step, batch)
+
+    def update_step(self, batch: Batch) -> UpdateResult:
+        """The default `update`'s work."""
         step = self.train_step(batch, batch.get("initial_state", ()))
         loss_info = self.calc_loss(step.info)
         grad_norm = self.minimize(loss_info.loss)
@@ -186,6 +231,8 @@ class Algorithm(nn.Module, abc.ABC):
             The largest gradient norm before clipping (0-d), or None without clipping.
         """
         optimizers = list(self.optimizers().values()) if optimizers is None else optimizers
+        if torch.compiler.is_compiling():
+            return self._graph_minimize(loss, optimizers)
         for optimizer in optimizers:
             optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -196,6 +243,44 @@ class Algorithm(nn.Module, abc.ABC):
                 return grad_norm
         for optimizer in optimizers:
             optimizer.step()
+        return grad_norm
+
+    def _graph_minimize(
+        self, loss: torch.Tensor, optimizers: Sequence[torch.optim.Optimizer]
+    ) -> torch.Tensor | None:
+        """`minimize` inside a compiled graph: the same arithmetic without ``.grad``.
+
+        A non-finite update (with `skip_nonfinite_updates`) leaves every parameter and
+        optimizer state as it was, selected in the graph rather than branched on.
+        """
+        compiler = self._compiler
+        assert compiler is not None, "a graph's minimize runs under set_compile"
+        steppers = [compiler.graph_optimizer(optimizer) for optimizer in optimizers]
+        params = [p for stepper in steppers for p in stepper.params]
+        # None for a parameter the loss does not reach: an eager optimizer skips it, and
+        # so does the graph's.
+        grads = list(torch.autograd.grad(loss, params, allow_unused=True))
+        clipped, norms, start = [], [], 0
+        for stepper in steppers:
+            group_grads = grads[start : start + len(stepper.params)]
+            present = [g for g in group_grads if g is not None]
+            present, norm = clip_grads(present, self.max_grad_norm)
+            present_iter = iter(present)
+            clipped.append([None if g is None else next(present_iter) for g in group_grads])
+            norms.append(norm)
+            start += len(stepper.params)
+        grad_norm = None if self.max_grad_norm is None else torch.stack(norms).max()
+        apply = None
+        if self.skip_nonfinite_updates:
+            total = grad_norm
+            if total is None:
+                present = [g for g in grads if g is not None]
+                total = torch.linalg.vector_norm(torch.stack([g.norm() for g in present]))
+            apply = torch.isfinite(loss.detach()) & torch.isfinite(total)
+            grad_norm = total
+        with torch.no_grad():
+            for stepper, group_grads in zip(steppers, clipped, strict=True):
+                stepper.step(group_grads, apply)
         return grad_norm
 
     def finite_or_dropped(
@@ -259,16 +344,24 @@ class Algorithm(nn.Module, abc.ABC):
 
     # ------------------------------------------------------------------- state
     def state_dict(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
-        """Network parameters and buffers, plus every optimizer's state under ``optim/``."""
+        """Network parameters and buffers, every optimizer's state under ``optim/``, and
+        under ``compile/choices`` what ``compile=auto`` chose (when it chose)."""
         state = super().state_dict(*args, **kwargs)
         for name, optimizer in self.optimizers().items():
             state[f"optim/{name}"] = optimizer.state_dict()
+        if self._compiler is not None and self._compiler.choices:
+            state["compile/choices"] = dict(self._compiler.choices)
         return state
 
     def load_state_dict(self, state_dict: dict[str, Any], strict: bool = True) -> Any:
         state_dict = dict(state_dict)
+        choices = state_dict.pop("compile/choices", None)
+        if choices and self._compiler is not None and self._compiler.mode == "auto":
+            self._compiler.choices.update(choices)
         for name, optimizer in self.optimizers().items():
             optimizer.load_state_dict(state_dict.pop(f"optim/{name}"))
+        if self._compiler is not None:
+            self._compiler.reattach()
         return super().load_state_dict(state_dict, strict=strict)
 
 

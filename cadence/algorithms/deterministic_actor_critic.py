@@ -237,22 +237,27 @@ class DeterministicActorCritic(Algorithm):
         return functional_call(critic.mlp, member, (inputs,))[0].squeeze(-1)
 
     def update(self, batch: dict[str, Any]) -> UpdateResult:
-        """One critic step; every ``policy_delay``-th call also an actor step and `after_update`.
+        """One critic step; every ``policy_delay``-th call also an actor step and `after_update`
+        (two graphs when compiled: with and without the actor step).
 
         Returns:
             The logged terms (``loss/actor`` is the latest actor loss, so that the
             scheme's average over minibatches is not diluted by the delayed steps)
             and ``[N]`` priorities: the mean |TD error| over critics, 0 for masked windows.
         """
+        self._num_updates += 1
+        return self.in_graph(self.update_step, batch, self._num_updates % self.policy_delay == 0)
+
+    def update_step(self, batch: dict[str, Any], actor_step: bool = True) -> UpdateResult:
+        """`update`'s work: a critic step, then with ``actor_step`` the actor's and targets'."""
         step = self.train_step(batch)
         critic = self.calc_loss(step.info)
         grad_norm = self.minimize(critic.loss, [self._critic_optimizer])
         nonfinite = ~torch.isfinite(critic.loss.detach())
-        self._num_updates += 1
-        if self._num_updates % self.policy_delay == 0:
+        if actor_step:
             actor = self.actor_loss(batch)
             actor_norm = self.minimize(actor.loss, [self._actor_optimizer])
-            self._last_actor_loss = actor.loss.detach()
+            self._last_actor_loss.copy_(actor.loss.detach())
             nonfinite = nonfinite | ~torch.isfinite(self._last_actor_loss)
             if actor_norm is not None:
                 grad_norm = torch.maximum(grad_norm, actor_norm)
@@ -260,7 +265,7 @@ class DeterministicActorCritic(Algorithm):
         with torch.no_grad():
             error = (step.info["q"] - step.info["target"]).abs().mean(dim=0)
             priorities = error * step.info["valid"]
-        metrics = {**critic.extra, "loss/actor": self._last_actor_loss}
+        metrics = {**critic.extra, "loss/actor": self._last_actor_loss.clone()}
         if grad_norm is not None:
             metrics["train/grad_norm"] = grad_norm.detach()
             nonfinite = nonfinite | ~torch.isfinite(grad_norm)
@@ -350,7 +355,7 @@ def make_deterministic_actor_critic(
     actor, critic = make_deterministic_networks(
         observation_spec, action_spec, network_config, num_critics
     )
-    return DeterministicActorCritic(
+    algorithm = DeterministicActorCritic(
         actor,
         critic,
         action_spec,
@@ -362,6 +367,8 @@ def make_deterministic_actor_critic(
         max_grad_norm=config.max_grad_norm,
         **variant,
     )
+    algorithm.set_compile(config.compile)
+    return algorithm
 
 
 def action_bounds(action_spec: Spec) -> tuple[torch.Tensor, torch.Tensor]:

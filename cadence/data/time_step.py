@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
-from enum import IntEnum
 from typing import Any
 
 import numpy as np
@@ -26,10 +25,25 @@ import torch
 from cadence.data.nest import Nest, map_structure
 
 
-class StepType(IntEnum):
+class StepType:
+    """The step types: plain ints, compared with ``[B]`` int64 step-type tensors.
+
+    Not an ``IntEnum``: ``torch.compile`` cannot trace a tensor compared with an enum
+    member (it fails the whole compiled update), while it traces a tensor compared with
+    an int.
+
+    >>> StepType.name(StepType.LAST)
+    'LAST'
+    """
+
     FIRST = 0
     MID = 1
     LAST = 2
+
+    @staticmethod
+    def name(value: int) -> str:
+        """``"FIRST"``, ``"MID"`` or ``"LAST"`` for a step type's value."""
+        return ("FIRST", "MID", "LAST")[value]
 
 
 @dataclasses.dataclass

@@ -264,8 +264,8 @@ def _check_transition(
     for row in range(env.batch_size):
         _expect(
             bool(first[row]) == bool(previous_last[row]),
-            f"{where}, env {row}: step type {StepType(int(current.step_type[row])).name} after "
-            f"{StepType(int(previous.step_type[row])).name}; a step is FIRST exactly when the "
+            f"{where}, env {row}: step type {StepType.name(int(current.step_type[row]))} after "
+            f"{StepType.name(int(previous.step_type[row]))}; a step is FIRST exactly when the "
             "previous one was LAST (auto-reset)",
         )
     _check_first_rows(current, first, env.action_spec, where)
@@ -330,7 +330,7 @@ def _check_discounts(time_step: TimeStep, where: str) -> None:
             _expect(
                 not (terminated[row] or truncated[row]),
                 f"{row_where}: the env reported the end of its episode but the step is "
-                f"{StepType(int(step_type[row])).name}, not LAST",
+                f"{StepType.name(int(step_type[row]))}, not LAST",
             )
 
 

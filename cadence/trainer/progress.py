@@ -56,6 +56,7 @@ class ProgressSnapshot:
         eval_return: mean return of the latest evaluation.
         elapsed_s: seconds since this session's progress display started.
         eta_s: estimated seconds until the budget is spent.
+        status: what the run is doing besides stepping, e.g. compiling (None: nothing).
     """
 
     total_env_steps: int
@@ -66,6 +67,7 @@ class ProgressSnapshot:
     eval_return: float | None = None
     elapsed_s: float = 0.0
     eta_s: float | None = None
+    status: str | None = None
 
 
 @attrs.frozen
@@ -96,6 +98,8 @@ def format_plain_line(snapshot: ProgressSnapshot) -> str:
     parts = [fields[name].full for name in ("iteration", "steps", "speed", "return", "eval")]
     parts[1] = f"env steps {parts[1]} ({fields['percent'].full})"
     parts += [f"elapsed {_clock(snapshot.elapsed_s)}", fields["eta"].full]
+    if snapshot.status:
+        parts.insert(0, snapshot.status)
     return "progress: " + "  ".join(part for part in parts if part)
 
 
@@ -106,7 +110,9 @@ def _fields(s: ProgressSnapshot) -> dict[str, _Field]:
         "iteration": _Field(f"iter {s.iteration}", f"it {s.iteration}", "progress.elapsed")
         if s.iteration is not None
         else _Field("", ""),
-        "label": _Field("env steps", "env steps", "bold"),
+        "label": _Field(s.status, s.status, "bold yellow")
+        if s.status
+        else _Field("env steps", "env steps", "bold"),
         "steps": _Field(
             f"{s.env_steps:,}/{s.total_env_steps:,}",
             f"{_compact(s.env_steps)}/{_compact(s.total_env_steps)}",
@@ -298,6 +304,17 @@ class ProgressBar:
         if now >= self._next_line:
             self._write_line()
             self._next_line = now + self._interval_s
+
+    def set_status(self, status: str | None) -> None:
+        """Shows ``status`` in place of the "env steps" label (None: the label again); off
+        a terminal a status is written as a line at once."""
+        if self.style == "off":
+            return
+        self._snapshot = attrs.evolve(self._snapshot, status=status)
+        if status and self.style == "lines":
+            self._write_line()
+        elif self._live is not None:
+            self._live.refresh()
 
     def snapshot(self) -> ProgressSnapshot:
         """The numbers as of now (elapsed and ETA counted to this moment)."""

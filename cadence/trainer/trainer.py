@@ -140,6 +140,11 @@ class Trainer:
             ):
                 if resumed:
                     bar.update(self.counters["env_steps"], iteration=self.counters["iteration"])
+                compiler = self.algorithm.compiler
+                if compiler is not None:
+                    compiler.on_compile = lambda started: bar.set_status(
+                        "compiling the update" if started else None
+                    )
                 while self.counters["env_steps"] < self.config.num_env_steps:
                     outcome = self._iteration(writer, bar)
                     budget_left = self.counters["env_steps"] < self.config.num_env_steps

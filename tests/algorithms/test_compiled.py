@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from cadence.algorithms.sac import compiled
-from cadence.algorithms.sac.compiled import CompiledWithFallback, compile_with_fallback
+from cadence.algorithms import compiled
+from cadence.algorithms.compiled import CompiledWithFallback, compile_with_fallback
 
 
 def _affine(x: torch.Tensor, scale: float) -> torch.Tensor:

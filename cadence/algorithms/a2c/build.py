@@ -17,7 +17,7 @@ def make_a2c(
     config: A2CConfig, observation_spec: Spec, action_spec: Spec, network_config: Any
 ) -> ActorCriticAlgorithm:
     """A2C as an `ActorCriticAlgorithm`: one gradient step on each whole unroll."""
-    return ActorCriticAlgorithm(
+    a2c = ActorCriticAlgorithm(
         make_actor_critic_network(observation_spec, action_spec, network_config),
         A2CLoss(config),
         lambda params: _optimizer(config, params),
@@ -30,6 +30,8 @@ def make_a2c(
         num_updates_per_train_iter=1,
         mini_batch_size=None,
     )
+    a2c.set_compile(config.compile)
+    return a2c
 
 
 def _optimizer(config: A2CConfig, params: Any) -> torch.optim.Optimizer:

@@ -6,6 +6,7 @@ import attrs
 from attrs import field
 from attrs.validators import ge, gt, in_, le, optional
 
+from cadence.algorithms.compile_config import CompileMode, compile_field
 from cadence.algorithms.off_policy_config import OffPolicyConfig, check_off_policy_config
 
 
@@ -43,6 +44,7 @@ class DDPGConfig:
         validator=ge(0),
         metadata={"doc": "Std of the Gaussian noise added to rollout actions."},
     )
+    compile: CompileMode = compile_field()
     max_grad_norm: float | None = field(
         default=None,
         validator=optional(gt(0)),

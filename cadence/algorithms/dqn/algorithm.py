@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from cadence.algorithms.algorithm import Algorithm, AlgStep, LossInfo
+from cadence.algorithms.algorithm import Algorithm, AlgStep, LossInfo, UpdateResult
 from cadence.algorithms.dqn.config import DQNConfig
 from cadence.algorithms.dqn.loss import (
     DQNLoss,
@@ -73,6 +73,7 @@ class DQNAlgorithm(Algorithm):
         self._num_updates = 0
         self.epsilon = config.epsilon_start
         self.max_grad_norm = config.max_grad_norm
+        self.set_compile(config.compile)
 
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:
         return {"q": self._optimizer}
@@ -149,9 +150,22 @@ class DQNAlgorithm(Algorithm):
         return AlgStep(output=(), state=state, info=info)
 
     def calc_loss(self, info: dict[str, torch.Tensor]) -> LossInfo:
-        loss_info = self.loss(info)
-        loss_info.extra["train/epsilon"] = torch.tensor(self.epsilon)
-        return loss_info
+        return self.loss(info)
+
+    def update(self, batch: dict[str, Nest]) -> UpdateResult:
+        """One gradient step (one graph when compiled), then the target update when due
+        and the exploration rate's metric (Python state, kept out of the graph)."""
+        result = self.in_graph(self.update_step, batch)
+        self.after_update()
+        result.metrics["train/epsilon"] = torch.tensor(self.epsilon)
+        return result
+
+    def update_step(self, batch: dict[str, Nest]) -> UpdateResult:
+        """`update`'s gradient step: ``train_step -> calc_loss -> minimize``."""
+        step = self.train_step(batch, ())
+        loss_info = self.calc_loss(step.info)
+        grad_norm = self.minimize(loss_info.loss)
+        return self.update_result(loss_info, grad_norm, self.priorities(step.info))
 
     def priorities(self, info: dict[str, torch.Tensor]) -> torch.Tensor:
         """``[N]`` |TD error| of each window (0 where the window is masked out)."""

@@ -8,6 +8,7 @@ import attrs
 from attrs import field
 from attrs.validators import ge, gt, in_, instance_of, le
 
+from cadence.algorithms.compile_config import CompileMode, compile_field
 from cadence.algorithms.off_policy_config import OffPolicyConfig
 
 
@@ -65,6 +66,7 @@ class DQNConfig:
         validator=[gt(0), le(1)],
         metadata={"doc": "Polyak factor of each target update (1: copy the online network)."},
     )
+    compile: CompileMode = compile_field()
     max_grad_norm: float = field(
         default=10.0, validator=gt(0), metadata={"doc": "Global gradient-norm clipping threshold."}
     )

@@ -17,7 +17,7 @@ def make_ppo(
     config: PPOConfig, observation_spec: Spec, action_spec: Spec, network_config: Any
 ) -> ActorCriticAlgorithm:
     """PPO as an `ActorCriticAlgorithm` with the clipped loss and minibatch epochs."""
-    return ActorCriticAlgorithm(
+    ppo = ActorCriticAlgorithm(
         make_actor_critic_network(observation_spec, action_spec, network_config),
         PPOLoss(config),
         # fused: one kernel for all parameters; per-tensor Adam dominates small networks' steps.
@@ -34,3 +34,5 @@ def make_ppo(
         mini_batch_size=config.mini_batch_size,
         target_kl=config.target_kl,
     )
+    ppo.set_compile(config.compile)
+    return ppo

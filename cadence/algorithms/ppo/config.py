@@ -8,6 +8,8 @@ import attrs
 from attrs import field
 from attrs.validators import ge, gt, in_, le
 
+from cadence.algorithms.compile_config import CompileMode, compile_field
+
 
 @attrs.define(kw_only=True)
 class PPOConfig:
@@ -37,6 +39,7 @@ class PPOConfig:
     )
     ent_coef: float = field(default=0.0, validator=ge(0), metadata={"doc": "Entropy bonus weight."})
     vf_coef: float = field(default=0.5, validator=ge(0), metadata={"doc": "Value loss weight."})
+    compile: CompileMode = compile_field()
     max_grad_norm: float = field(
         default=0.5, validator=gt(0), metadata={"doc": "Global gradient-norm clipping threshold."}
     )

@@ -15,8 +15,8 @@ The critics are one batched ensemble (`CriticEnsemble`) whose replayed-action an
 policy-action passes share their observation work (`CriticEnsemble.with_policy_actions`),
 the three fused Adams step as one kernel call (`JointAdamStep`), the target update is one
 ``_foreach_lerp_``, nothing syncs with ``.item()``, and only the replay fields SAC reads
-are gathered (`replay_fields`); the forward/backward can additionally be compiled with
-``torch.compile``.
+are gathered (`replay_fields`); the whole update can additionally run as one compiled
+graph (`Algorithm.set_compile`).
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ from torch import nn
 from cadence.algorithms.agent_view import AlgorithmAgent
 from cadence.algorithms.algorithm import Algorithm, AlgStep, LossInfo, UpdateResult
 from cadence.algorithms.sac import loss as sac_loss
-from cadence.algorithms.sac.compiled import compile_with_fallback
 from cadence.algorithms.sac.joint_adam import JointAdamStep
 from cadence.data.nest import Nest, map_structure
 from cadence.data.specs import DiscreteTensorSpec, Spec
@@ -69,7 +68,6 @@ class SACAlgorithm(Algorithm):
         initial_alpha: the entropy temperature at the start.
         autotune_alpha: learn alpha towards ``target_entropy`` (else it stays fixed).
         target_entropy: the entropy alpha aims at.
-        compile_mode: ``torch.compile`` mode of the loss forward/backward, or ``"off"``.
         max_grad_norm: clip each optimizer's gradients to this norm (None: no clipping).
 
     >>> from cadence.algorithms.sac import SACConfig, make_sac
@@ -97,7 +95,6 @@ class SACAlgorithm(Algorithm):
         initial_alpha: float,
         autotune_alpha: bool,
         target_entropy: float,
-        compile_mode: str = "off",
         max_grad_norm: float | None = None,
     ):
         super().__init__()
@@ -122,8 +119,6 @@ class SACAlgorithm(Algorithm):
         self._joint_adam = JointAdamStep(list(self._optimizers.values()))
         self._online = list(self.critic.parameters())
         self._target = list(self.target_critic.parameters())
-        self.compile_mode = compile_mode
-        self._losses_fn = compile_with_fallback(self._losses, compile_mode, lambda: self.training)
 
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:
         return self._optimizers
@@ -192,11 +187,19 @@ class SACAlgorithm(Algorithm):
 
     def update(self, batch: Batch) -> UpdateResult:
         """train_step -> calc_loss -> one backward -> sync and clip -> every optimizer steps
-        (jointly, see `JointAdamStep`) -> target update.
+        (jointly, see `JointAdamStep`) -> target update; one graph when compiled.
 
         Priorities are the mean |TD error| over the critics of each transition.
         """
-        loss, extra, priorities = self._losses_fn(batch)
+        return self.in_graph(self.update_step, batch)
+
+    def update_step(self, batch: Batch) -> UpdateResult:
+        """`update`'s work."""
+        loss, extra, priorities = self._losses(batch)
+        if torch.compiler.is_compiling():
+            grad_norm = self.minimize(loss)
+            self.after_update()
+            return self.update_result(LossInfo(loss, extra), grad_norm, priorities)
         self._joint_adam.zero_grad()
         loss.backward()
         grad_norm = self.sync_and_clip(self._optimizers.values())

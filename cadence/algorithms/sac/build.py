@@ -30,7 +30,7 @@ def make_sac(
     network_config = network_config or NetworkConfig()
     # See AbsReLU: a compiled ReLU in the detached-critic pass is slow on CPU.
     compiled_relu = config.compile != "off" and network_config.activation == "relu"
-    return SACAlgorithm(
+    sac = SACAlgorithm(
         SACActor(observation_spec, action_spec, network_config),
         make_critic(
             observation_spec,
@@ -48,9 +48,10 @@ def make_sac(
         initial_alpha=config.initial_alpha,
         autotune_alpha=config.autotune_alpha,
         target_entropy=default_target_entropy(config, action_spec),
-        compile_mode=config.compile,
         max_grad_norm=config.max_grad_norm,
     )
+    sac.set_compile(config.compile)
+    return sac
 
 
 def default_target_entropy(config: SACConfig, action_spec: Spec) -> float:

@@ -4,15 +4,12 @@ https://arxiv.org/abs/1910.07207)."""
 
 from __future__ import annotations
 
-from typing import Literal
-
 import attrs
 from attrs import field
 from attrs.validators import ge, gt, in_, instance_of, le, optional
 
+from cadence.algorithms.compile_config import CompileMode, compile_field
 from cadence.algorithms.off_policy_config import OffPolicyConfig
-
-CompileMode = Literal["off", "default", "max-autotune-no-cudagraphs"]
 
 
 @attrs.define(kw_only=True)
@@ -67,14 +64,7 @@ class SACConfig:
         validator=[gt(0), le(1)],
         metadata={"doc": "Discrete actions: the target entropy as a fraction of log(num_actions)."},
     )
-    compile: CompileMode = field(
-        default="off",
-        validator=in_(["off", "default", "max-autotune-no-cudagraphs"]),
-        metadata={
-            "doc": "torch.compile mode of the fused update step ('off': eager). Compiling takes "
-            "about a minute at the first update and pays off on long runs."
-        },
-    )
+    compile: CompileMode = compile_field()
     max_grad_norm: float | None = field(
         default=None,
         validator=optional(gt(0)),

@@ -1,0 +1,483 @@
+"""The compiled update: an algorithm's whole minibatch step as one ``torch.compile`` graph.
+
+Eager PyTorch spends most of a small network's update in per-op overhead: a PPO step of a
+64x64 network costs milliseconds where its arithmetic takes microseconds. Compiled, the
+update a `cadence.algorithms.Algorithm` already owns (forward, loss, gradients, clipping,
+Adam, target update) runs as one graph per minibatch shape:
+
+- inside the graph `Algorithm.minimize` takes the gradients with ``torch.autograd.grad``
+  (traced, ``trace_autograd_ops``) and steps the optimizer with `GraphOptimizer`, on the very state
+  tensors of the algorithm's ``torch.optim.Adam`` (so checkpoints of compiled and eager
+  runs load into each other, and the state-dict keys stay the eager ones: no module is
+  wrapped);
+- the learning rates enter as 0-d tensors refreshed before each call, so a schedule does
+  not recompile;
+- Python bookkeeping (counters, schedules) stays outside: an algorithm calls
+  `Algorithm.in_graph` for the pure part of its update.
+
+`UpdateCompiler` holds an algorithm's compiled functions. Its modes are those of
+``torch.compile`` plus ``"auto"``, which times both ways on the first minibatches and keeps
+the faster one, per function and shape (`UpdateCompiler.choices`, checkpointed with the
+algorithm so that a resumed run does not measure again).
+
+Compiled artifacts persist per machine in `compile_cache_dir` (PyTorch's FX-graph and
+AOTAutograd caches, written atomically, so the runs of a sweep can share them): a second
+run of a config loads its graphs instead of compiling them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import platform
+import shutil
+import time
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils._pytree import tree_flatten
+
+from cadence.algorithms.compile_config import COMPILE_MODES
+
+logger = logging.getLogger(__name__)
+
+GUARDED_CALLS = 2
+"""Calls of a signature that evaluate all guards before later ones skip them."""
+
+AUTO_TIMED_CALLS = 5
+"""``"auto"``: calls timed each way (after one untimed call each) before choosing."""
+
+
+def compile_cache_dir() -> Path:
+    """Where compiled artifacts persist: ``$CADENCE_COMPILE_CACHE``, else
+    ``$XDG_CACHE_HOME/cadence/torch-compile`` (``~/.cache/...``; PyTorch's own default
+    is under ``/tmp``, which a reboot empties). The caches key every entry by the torch
+    version, the code and the shapes, so one folder serves every config and version."""
+    explicit = os.environ.get("CADENCE_COMPILE_CACHE")
+    if explicit:
+        return Path(explicit)
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "cadence" / "torch-compile"
+
+
+def configure_inductor() -> Path:
+    """Points PyTorch's compile caches at `compile_cache_dir` (unless the user set
+    ``TORCHINDUCTOR_CACHE_DIR``) and turns them on, and makes compiled random ops draw
+    eager's numbers (``fallback_random``: a compiled SAC samples the actions an eager one
+    would); returns the cache folder in use."""
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    # PyTorch writes its default into the variable once it has looked for one.
+    if os.environ.get("TORCHINDUCTOR_CACHE_DIR") in (None, default_cache_dir()):
+        directory = compile_cache_dir()
+        directory.mkdir(parents=True, exist_ok=True)
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(directory)
+    import torch._functorch.config as functorch_config
+    import torch._inductor.config as inductor_config
+
+    inductor_config.fx_graph_cache = True
+    inductor_config.fallback_random = True
+    functorch_config.enable_autograd_cache = True
+    directory = Path(os.environ["TORCHINDUCTOR_CACHE_DIR"])
+    if _vec_isa_marker(directory).exists():
+        inductor_config.cpp.vec_isa_ok = True
+    return directory
+
+
+def remember_vec_isa() -> None:
+    """Records that this machine's SIMD instruction sets passed inductor's check.
+
+    Each process otherwise checks them again (a test program built and loaded in a
+    child process per instruction set: about a second of every warm start); with the
+    record, `configure_inductor` tells inductor they are fine. The record is keyed by
+    the CPU's flags, the torch version and the compiler, so a cache folder shared by
+    different machines keeps one per machine.
+    """
+    import torch._inductor.config as inductor_config
+    from torch._inductor import cpu_vec_isa
+
+    if inductor_config.cpp.vec_isa_ok is not None:
+        return
+    isa_list = cpu_vec_isa.valid_vec_isa_list()  # cached by inductor: no new check
+    if isa_list and all(isa_list):
+        marker = _vec_isa_marker(Path(os.environ["TORCHINDUCTOR_CACHE_DIR"]))
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.touch()
+
+
+def _vec_isa_marker(directory: Path) -> Path:
+    import torch._inductor.config as inductor_config
+
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            flags = next((line for line in cpuinfo if line.startswith("flags")), "")
+    except OSError:
+        flags = ""
+    key = "|".join((torch.__version__, platform.machine(), flags, str(inductor_config.cpp.cxx)))
+    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+    return directory / "cadence" / f"vec-isa-ok-{digest}"
+
+
+def cpp_compiler_available() -> bool:
+    """Whether inductor's CPU back end finds a C++ compiler."""
+    import torch._inductor.config as inductor_config
+
+    candidates = inductor_config.cpp.cxx
+    names = [c for c in (candidates if isinstance(candidates, tuple) else (candidates,)) if c]
+    return any(shutil.which(name) for name in [*names, "g++", "clang++"])
+
+
+class CompiledWithFallback:
+    """``torch.compile(fn)`` that skips its guards in steady state, or ``fn`` once compiling fails.
+
+    On entry a compiled function evaluates its guards (hundreds for an update: every
+    parameter's shape, dtype and strides, every constant it read, grad mode, ...), a
+    noticeable part of a small update. In steady-state training none of them can change
+    between calls except through the inputs, so once a call with inputs of one signature
+    (each tensor's shape, dtype, device and ``requires_grad``, every other input's value,
+    grad mode, and ``state_key()``) has run with all guards `GUARDED_CALLS` times, later
+    calls with that signature skip them (``skip_guard_eval_unsafe``). Any other
+    signature, e.g. a smaller minibatch, runs with all guards and may recompile.
+
+    Args:
+        fn: the function to compile.
+        mode: the ``torch.compile`` mode.
+        state_key: what else the compiled code depends on that the inputs do not show
+            (e.g. a module's ``training`` flag); part of the signature.
+        on_compile: called with ``True`` before a call that compiles (a new signature's
+            first) and ``False`` after it, e.g. to say so in a progress bar.
+
+    >>> double = CompiledWithFallback(lambda x: 2 * x, "default")
+    >>> [float(double(torch.ones(1))) for _ in range(3)]
+    [2.0, 2.0, 2.0]
+    """
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        mode: str,
+        state_key: Callable[[], Hashable] | None = None,
+        on_compile: Callable[[bool], None] | None = None,
+    ):
+        self.fn = fn
+        # dynamic=None: one graph per shape until a second size of a dim is seen, then
+        # one graph for all its sizes (an on-policy minibatch's size varies with the
+        # steps dropped at episode ends).
+        self.compiled: Callable[..., Any] | None = torch.compile(fn, mode=mode, dynamic=None)
+        self.state_key = state_key
+        self.on_compile = on_compile
+        self._guarded_calls: dict[Hashable, int] = {}
+
+    def __call__(self, *args: Any) -> Any:
+        if self.compiled is None:
+            return self.fn(*args)
+        key = self.signature(args)
+        calls = self._guarded_calls.get(key, 0)
+        try:
+            if calls >= GUARDED_CALLS:
+                with torch.compiler.set_stance("default", skip_guard_eval_unsafe=True):
+                    return self.compiled(*args)
+            if calls == 0 and self.on_compile is not None:
+                self.on_compile(True)
+            try:
+                with torch._dynamo.config.patch(trace_autograd_ops=True):
+                    result = self.compiled(*args)
+            finally:
+                if calls == 0 and self.on_compile is not None:
+                    self.on_compile(False)
+        except Exception as error:  # noqa: BLE001 - any backend failure falls back to eager
+            logger.warning(
+                "torch.compile of %s failed (%s); running it eagerly", _name(self.fn), error
+            )
+            self.compiled = None
+            return self.fn(*args)
+        self._guarded_calls[key] = calls + 1
+        return result
+
+    def signature(self, args: tuple[Any, ...]) -> Hashable:
+        """What a call's graph depends on beyond the guards skipped in steady state."""
+        leaves, spec = tree_flatten(args)
+        tensors = tuple(
+            (leaf.shape, leaf.dtype, leaf.device, leaf.requires_grad)
+            if isinstance(leaf, torch.Tensor)
+            else (type(leaf), leaf)
+            for leaf in leaves
+        )
+        state = self.state_key() if self.state_key is not None else None
+        return (spec, tensors, torch.is_grad_enabled(), torch.is_inference_mode_enabled(), state)
+
+
+def compile_with_fallback(
+    fn: Callable[..., Any], mode: str, state_key: Callable[[], Hashable] | None = None
+) -> Callable[..., Any]:
+    """``fn`` compiled with ``mode`` (see `CompiledWithFallback`), or ``fn`` itself for ``"off"``."""
+    return fn if mode == "off" else CompiledWithFallback(fn, mode, state_key)
+
+
+class UpdateCompiler:
+    """The compiled functions of one algorithm's update (see the module docstring).
+
+    Args:
+        mode: one of `COMPILE_MODES` other than ``"off"``.
+        optimizers: returns the algorithm's optimizers (Adam or RMSprop: their state is
+            initialised here so that the graph can step it in place).
+        state_key: the algorithm's state the graphs depend on (its ``training`` flag).
+        choices: ``"auto"``'s earlier choices (from a checkpoint), by function.
+    """
+
+    def __init__(
+        self,
+        mode: str,
+        optimizers: Callable[[], Iterable[torch.optim.Optimizer]],
+        state_key: Callable[[], Hashable] | None = None,
+        choices: dict[str, str] | None = None,
+    ):
+        if mode not in COMPILE_MODES or mode == "off":
+            raise ValueError(f"compile mode must be one of {COMPILE_MODES[1:]}, got {mode!r}")
+        self.mode = mode
+        self.optimizers = optimizers
+        self.state_key = state_key
+        self.choices: dict[str, str] = dict(choices or {})
+        self.on_compile: Callable[[bool], None] | None = None
+        self.compile_seconds = 0.0
+        self._graphs: dict[str, CompiledWithFallback] = {}
+        self._timings: dict[str, dict[str, list[float]]] = {}
+        # A list searched by identity, not a dict by id(): an id would enter the graph's
+        # cache key and differ in every process, and the cache would never hit.
+        self._optimizers: list[GraphOptimizer] = []
+        self._compile_started: float | None = None
+        configure_inductor()
+        if mode == "auto" and not cpp_compiler_available():
+            logger.warning(
+                "compile=auto: no C++ compiler found (inductor's CPU back end needs g++ or "
+                "clang++; `apt install g++`), so the update runs eagerly"
+            )
+            self.mode = "eager"
+
+    def __call__(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)``, compiled (or, under ``"auto"``, as measured faster)."""
+        if self.mode == "eager":
+            return fn(*args)
+        name = _name(fn)
+        graph = self._graphs.get(name)
+        if graph is None:
+            mode = "default" if self.mode == "auto" else self.mode
+            graph = CompiledWithFallback(fn, mode, self.state_key, self._compiling)
+            self._graphs[name] = graph
+        if self.mode != "auto":
+            return self._run(graph, args)
+        key = name
+        choice = self.choices.get(key)
+        if choice == "eager":
+            return fn(*args)
+        if choice is not None:
+            return self._run(graph, args)
+        return self._measure(key, fn, graph, args)
+
+    def graph_optimizer(self, optimizer: torch.optim.Optimizer) -> GraphOptimizer:
+        """``optimizer`` as the graph steps it (made by the first compiled call)."""
+        for graph_optimizer in self._optimizers:
+            if graph_optimizer.optimizer is optimizer:
+                return graph_optimizer
+        raise KeyError(f"{optimizer!r} is not among the algorithm's optimizers")
+
+    def reattach(self) -> None:
+        """After the optimizers loaded a checkpoint: see `GraphOptimizer.reattach`."""
+        for graph_optimizer in self._optimizers:
+            graph_optimizer.reattach()
+
+    def _run(self, graph: CompiledWithFallback, args: tuple[Any, ...]) -> Any:
+        optimizers = list(self.optimizers())
+        if [g.optimizer for g in self._optimizers] != optimizers:
+            self._optimizers = [GraphOptimizer(optimizer) for optimizer in optimizers]
+        for graph_optimizer in self._optimizers:
+            graph_optimizer.refresh()
+        return graph(*args)
+
+    def _measure(
+        self, key: str, fn: Callable[..., Any], graph: CompiledWithFallback, args: tuple[Any, ...]
+    ) -> Any:
+        """``"auto"``: this call runs one way and is timed; once both ways have
+        `AUTO_TIMED_CALLS` timed calls (each after an untimed first), the faster wins."""
+        timings = self._timings.setdefault(key, {"eager": [], "compiled": []})
+        way = "eager" if len(timings["eager"]) <= AUTO_TIMED_CALLS else "compiled"
+        if way == "compiled" and graph.compiled is None:  # compiling failed: eager it is
+            self.choices[key] = "eager"
+            return fn(*args)
+        start = time.perf_counter()
+        result = fn(*args) if way == "eager" else self._run(graph, args)
+        _sync(result)
+        timings[way].append(time.perf_counter() - start)
+        if len(timings["compiled"]) > AUTO_TIMED_CALLS:
+            eager = sorted(timings["eager"][1:])[AUTO_TIMED_CALLS // 2]
+            compiled = sorted(timings["compiled"][1:])[AUTO_TIMED_CALLS // 2]
+            self.choices[key] = "compiled" if compiled < eager else "eager"
+            logger.info(
+                "compile=auto: %s: eager %.3f ms, compiled %.3f ms per call: %s",
+                key, 1e3 * eager, 1e3 * compiled, self.choices[key],
+            )  # fmt: skip
+        return result
+
+    def _compiling(self, started: bool) -> None:
+        if started:
+            self._compile_started = time.perf_counter()
+        elif self._compile_started is not None:
+            seconds = time.perf_counter() - self._compile_started
+            self.compile_seconds += seconds
+            self._compile_started = None
+            with contextlib.suppress(Exception):  # only a shortcut for the next start
+                remember_vec_isa()
+            if seconds >= 0.5:  # not a graph that a new size of a dynamic dim reused
+                logger.info(
+                    "compiled the update in %.1f s (cache: %s)",
+                    seconds, os.environ.get("TORCHINDUCTOR_CACHE_DIR"),
+                )  # fmt: skip
+        if self.on_compile is not None:
+            self.on_compile(started)
+
+
+class GraphOptimizer:
+    """One optimizer's step as the graph takes it: everything read outside the graph.
+
+    Inside a graph, reading ``optimizer.param_groups`` would guard on every value in it,
+    the learning rate included, and so recompile at every change of a schedule. This
+    holds instead what the step reads, fixed: the parameters, their state tensors (the
+    optimizer's own, created here as its first step would), each group's constants, and
+    a 0-d tensor per group that `refresh` sets to its current learning rate.
+
+    `step` is the arithmetic of PyTorch's Adam (L2 weight decay, bias corrections,
+    ``eps`` outside the square root) or RMSprop (no momentum, no centring), in place.
+
+    Args:
+        optimizer: a ``torch.optim.Adam`` or ``RMSprop``.
+
+    Raises:
+        NotImplementedError: another optimizer, or an option `step` does not have.
+    """
+
+    def __init__(self, optimizer: torch.optim.Optimizer):
+        _check_optimizer(optimizer)
+        self.optimizer = optimizer
+        self.rmsprop = isinstance(optimizer, torch.optim.RMSprop)
+        self.names = ("square_avg",) if self.rmsprop else ("exp_avg", "exp_avg_sq")
+        self.params = [p for group in optimizer.param_groups for p in group["params"]]
+        self.constants = [
+            {key: group[key] for key in ("betas", "alpha", "eps", "weight_decay") if key in group}
+            for group in optimizer.param_groups
+        ]
+        self.group_of = [
+            index for index, group in enumerate(optimizer.param_groups) for _ in group["params"]
+        ]
+        self.learning_rates = [
+            torch.zeros((), device=group["params"][0].device) for group in optimizer.param_groups
+        ]
+        for group in optimizer.param_groups:
+            on_device = group.get("fused") or group.get("capturable")
+            for param in group["params"]:
+                state = optimizer.state[param]
+                if not state:  # as the first step would make it
+                    device = param.device if on_device else None
+                    state["step"] = torch.zeros((), dtype=torch.float32, device=device)
+                    for name in self.names:
+                        state[name] = torch.zeros_like(param, memory_format=torch.preserve_format)
+        self.states = [optimizer.state[p] for p in self.params]
+
+    def refresh(self) -> None:
+        """Copies each group's learning rate into the tensor the graph reads."""
+        for rate, group in zip(self.learning_rates, self.optimizer.param_groups, strict=True):
+            rate.fill_(float(group["lr"]))
+
+    def reattach(self) -> None:
+        """After ``optimizer.load_state_dict``, which makes new state tensors: their values
+        copied into the ones the graph reads, and those put back in the optimizer."""
+        for param, kept in zip(self.params, self.states, strict=True):
+            loaded = self.optimizer.state[param]
+            if loaded is not kept:
+                for name, tensor in kept.items():
+                    tensor.copy_(loaded[name])
+                self.optimizer.state[param] = kept
+
+    def step(self, grads: Sequence[torch.Tensor | None], apply: torch.Tensor | None) -> None:
+        """``optimizer.step()`` with ``grads`` (one per parameter; None leaves one alone, as
+        an eager optimizer leaves a parameter without ``.grad``); where the 0-d bool
+        ``apply`` is False nothing changes (a skipped non-finite update)."""
+        for param, grad, state, group in zip(
+            self.params, grads, self.states, self.group_of, strict=True
+        ):
+            if grad is not None:
+                lr = self.learning_rates[group]
+                self._step_one(param, grad, state, self.constants[group], lr, apply)
+
+    def _step_one(
+        self,
+        param: torch.Tensor,
+        grad: torch.Tensor,
+        state: dict[str, torch.Tensor],
+        constants: dict[str, Any],
+        lr: torch.Tensor,
+        apply: torch.Tensor | None,
+    ) -> None:
+        if constants["weight_decay"]:
+            grad = grad + constants["weight_decay"] * param
+        step = state["step"] + 1
+        if self.rmsprop:
+            alpha = constants["alpha"]
+            square_avg = state["square_avg"] * alpha + (1 - alpha) * grad * grad
+            new_param = param - lr * grad / (square_avg.sqrt() + constants["eps"])
+            updates = [(state["square_avg"], square_avg)]
+        else:
+            beta1, beta2 = constants["betas"]
+            exp_avg = state["exp_avg"].lerp(grad, 1 - beta1)
+            exp_avg_sq = state["exp_avg_sq"] * beta2 + (1 - beta2) * grad * grad
+            bias_correction1 = 1 - beta1**step
+            bias_correction2_sqrt = (1 - beta2**step).sqrt()
+            denom = exp_avg_sq.sqrt() / bias_correction2_sqrt + constants["eps"]
+            new_param = param - (lr / bias_correction1) * exp_avg / denom
+            updates = [(state["exp_avg"], exp_avg), (state["exp_avg_sq"], exp_avg_sq)]
+        updates += [(state["step"], step), (param, new_param)]
+        for target, value in updates:
+            target.copy_(value if apply is None else torch.where(apply, value, target))
+
+
+def clip_grads(
+    grads: list[torch.Tensor], max_norm: float | None
+) -> tuple[list[torch.Tensor], torch.Tensor | None]:
+    """``clip_grad_norm_``'s arithmetic on a list of gradients: the clipped gradients and
+    the norm before clipping (None, and the gradients unchanged, for ``max_norm`` None)."""
+    if max_norm is None:
+        return grads, None
+    norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
+    scale = (max_norm / (norm + 1e-6)).clamp(max=1.0)
+    return [g * scale for g in grads], norm
+
+
+def _check_optimizer(optimizer: torch.optim.Optimizer) -> None:
+    """Raises unless `GraphOptimizer.step` reproduces ``optimizer.step()``."""
+    for group in optimizer.param_groups:
+        if isinstance(optimizer, torch.optim.Adam):
+            unsupported = group["amsgrad"] or group["maximize"] or group["decoupled_weight_decay"]
+        elif isinstance(optimizer, torch.optim.RMSprop):
+            unsupported = group["momentum"] or group["centered"] or group["maximize"]
+        else:
+            unsupported = True
+        if unsupported:
+            raise NotImplementedError(
+                "the compiled update steps Adam (without amsgrad, maximize or AdamW's decay) "
+                f"and RMSprop (without momentum, centring or maximize), not this {optimizer!r}"
+            )
+
+
+def _sync(result: Any) -> None:
+    """Waits for ``result``'s device work (timing a GPU call)."""
+    for leaf in tree_flatten(result)[0]:
+        if isinstance(leaf, torch.Tensor) and leaf.is_cuda:
+            torch.cuda.synchronize(leaf.device)
+            return
+
+
+def _name(fn: Callable[..., Any]) -> str:
+    return getattr(fn, "__qualname__", None) or getattr(fn, "__name__", type(fn).__name__)

@@ -1,0 +1,196 @@
+"""The compiled update (`Algorithm.set_compile`): every algorithm's minibatch step as one
+graph gives eager's numbers, keeps eager's state-dict keys, and checkpoints load both ways.
+
+Each case starts two copies of an algorithm from the same parameters, runs the same
+minibatches through one eagerly and through the other compiled, and compares parameters,
+optimizer state and logged terms after every update.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+
+import pytest
+import torch
+
+from cadence.algorithms import compiled
+from cadence.algorithms.a2c import A2CConfig, make_a2c
+from cadence.algorithms.ddpg import DDPGConfig, make_ddpg
+from cadence.algorithms.dqn import DQNConfig, make_dqn
+from cadence.algorithms.off_policy import replay_minibatches
+from cadence.algorithms.off_policy_config import OffPolicyConfig
+from cadence.algorithms.ppo import PPOConfig, make_ppo
+from cadence.algorithms.sac import SACConfig, make_sac
+from cadence.algorithms.td3 import TD3Config, make_td3
+from cadence.data.specs import BoundedTensorSpec, DiscreteTensorSpec, TensorSpec
+from cadence.networks import NetworkConfig
+from cadence.replay.buffer import ReplayBuffer
+
+OBS_DIM, N, UPDATES = 3, 32, 4
+NETWORK = NetworkConfig(hidden_sizes=(16, 16))
+DISCRETE = DiscreteTensorSpec((), torch.int64, 2)
+CONTINUOUS = BoundedTensorSpec((1,), minimum=-2.0, maximum=2.0)
+
+
+def _on_policy_batches(discrete: bool) -> list[dict[str, torch.Tensor]]:
+    generator = torch.Generator().manual_seed(1)
+    action = (
+        torch.randint(0, 2, (N,), generator=generator)
+        if discrete
+        else torch.rand(N, 1, generator=generator) * 4 - 2
+    )
+    return [
+        {
+            "observation": torch.randn(N, OBS_DIM, generator=generator),
+            "action": action,
+            "old_log_prob": torch.full((N,), -0.7),
+            "advantage": torch.randn(N, generator=generator),
+            "return": torch.randn(N, generator=generator),
+            "old_value": torch.randn(N, generator=generator),
+        }
+        for _ in range(UPDATES)
+    ]
+
+
+def _off_policy_batches(algorithm, config, discrete: bool) -> list[dict]:
+    torch.manual_seed(2)
+    steps = 200
+    action = torch.randint(0, 2, (steps, 1)) if discrete else torch.rand(steps, 1, 1) * 4 - 2
+    buffer = ReplayBuffer(num_envs=1, capacity=steps)
+    buffer.add_sequence(
+        {
+            "time_step": {
+                "step_type": torch.randint(0, 3, (steps, 1)),
+                "reward": torch.randn(steps, 1),
+                "discount": torch.ones(steps, 1),
+                "observation": torch.randn(steps, 1, OBS_DIM),
+                "prev_action": torch.zeros_like(action),
+                "env_id": torch.zeros(steps, 1, dtype=torch.int64),
+                "env_info": {},
+            },
+            "action": action,
+            "info": {},
+        }
+    )
+    off_policy = OffPolicyConfig(
+        mini_batch_size=N,
+        mini_batch_length=config.off_policy.mini_batch_length,
+        num_updates_per_train_iter=UPDATES,
+    )
+    samples = replay_minibatches(buffer, off_policy, algorithm.replay_fields)
+    return [algorithm.preprocess_experience(sample) for sample in samples]
+
+
+def _ppo():
+    algorithm = make_ppo(PPOConfig(), TensorSpec((OBS_DIM,)), DISCRETE, NETWORK)
+    return algorithm, _on_policy_batches(True)
+
+
+def _a2c():  # RMSprop, A2C's default optimizer
+    algorithm = make_a2c(A2CConfig(), TensorSpec((OBS_DIM,)), CONTINUOUS, NETWORK)
+    return algorithm, _on_policy_batches(False)
+
+
+def _dqn():
+    config = DQNConfig(target_update_period=2)
+    algorithm = make_dqn(config, TensorSpec((OBS_DIM,)), DISCRETE, NETWORK)
+    return algorithm, _off_policy_batches(algorithm, config, True)
+
+
+def _sac():
+    config = SACConfig(off_policy=OffPolicyConfig(mini_batch_length=2))
+    algorithm = make_sac(config, TensorSpec((OBS_DIM,)), CONTINUOUS, NETWORK)
+    return algorithm, _off_policy_batches(algorithm, config, False)
+
+
+def _td3():
+    config = TD3Config()
+    algorithm = make_td3(config, TensorSpec((OBS_DIM,)), CONTINUOUS, NETWORK)
+    return algorithm, _off_policy_batches(algorithm, config, False)
+
+
+def _ddpg():
+    config = DDPGConfig(max_grad_norm=0.5)
+    algorithm = make_ddpg(config, TensorSpec((OBS_DIM,)), CONTINUOUS, NETWORK)
+    return algorithm, _off_policy_batches(algorithm, config, False)
+
+
+CASES = {"ppo": _ppo, "a2c": _a2c, "dqn": _dqn, "sac": _sac, "td3": _td3, "ddpg": _ddpg}
+
+
+def _assert_same_state(eager, graph) -> None:
+    eager_state, graph_state = eager.state_dict(), graph.state_dict()
+    assert list(eager_state) == list(graph_state)  # no `_orig_mod.` or any other new key
+    for key, value in eager_state.items():
+        if key.startswith("optim/"):
+            for slot, state in value["state"].items():
+                for name, tensor in state.items():
+                    torch.testing.assert_close(
+                        graph_state[key]["state"][slot][name], tensor, rtol=1e-4, atol=1e-6
+                    )
+        else:
+            torch.testing.assert_close(graph_state[key], value, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_a_compiled_update_gives_the_eager_numbers(name):
+    eager, batches = CASES[name]()
+    graph = copy.deepcopy(eager)
+    graph.set_compile("default")
+    eager.train()
+    graph.train()
+    for index, batch in enumerate(batches):
+        fraction = index / len(batches)  # a learning-rate schedule must not recompile
+        eager.set_progress(fraction)
+        graph.set_progress(fraction)
+        torch.manual_seed(index)  # SAC and TD3 draw noise: the same for both
+        expected = eager.update(batch)
+        torch.manual_seed(index)
+        result = graph.update(batch)
+        assert set(result.metrics) == set(expected.metrics)
+        for key, value in expected.metrics.items():
+            torch.testing.assert_close(result.metrics[key], value, rtol=1e-4, atol=1e-5)
+        _assert_same_state(eager, graph)
+    assert graph.compiler.compile_seconds > 0  # it did compile rather than fall back
+    assert all(g.compiled is not None for g in graph.compiler._graphs.values())
+    # A compiled run's checkpoint loads into an eager algorithm and the other way round.
+    fresh, _ = CASES[name]()
+    fresh.load_state_dict(graph.state_dict())
+    _assert_same_state(eager, fresh)
+    graph.load_state_dict(eager.state_dict())
+
+
+def test_auto_times_both_ways_records_its_choice_and_a_checkpoint_keeps_it(caplog):
+    algorithm, batches = _ppo()
+    algorithm.set_compile("auto")
+    algorithm.train()
+    with caplog.at_level(logging.INFO, logger=compiled.__name__):
+        for _ in range(2 * (compiled.AUTO_TIMED_CALLS + 1)):
+            algorithm.update(batches[0])
+    (key, choice), *others = algorithm.compiler.choices.items()
+    assert not others and choice in ("eager", "compiled") and "update_step" in key
+    assert "compile=auto" in caplog.text
+    resumed, _ = _ppo()
+    resumed.set_compile("auto")
+    resumed.load_state_dict(algorithm.state_dict())
+    assert resumed.compiler.choices == {key: choice}
+    eager, _ = _ppo()
+    eager.load_state_dict(algorithm.state_dict())  # the choice is no parameter
+
+
+def test_auto_without_a_cpp_compiler_runs_eagerly_with_one_warning(monkeypatch, caplog):
+    monkeypatch.setattr(compiled, "cpp_compiler_available", lambda: False)
+    algorithm, batches = _ppo()
+    algorithm.set_compile("auto")
+    algorithm.update(batches[0])
+    assert algorithm.compile_mode == "eager" and not algorithm.compiler._graphs
+    assert caplog.text.count("no C++ compiler") == 1
+
+
+def test_the_compile_cache_is_per_machine_and_overridable(monkeypatch, tmp_path):
+    monkeypatch.setenv("CADENCE_COMPILE_CACHE", str(tmp_path / "cache"))
+    assert compiled.compile_cache_dir() == tmp_path / "cache"
+    monkeypatch.delenv("CADENCE_COMPILE_CACHE")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert compiled.compile_cache_dir().is_relative_to(tmp_path / "cadence" / "torch-compile")
