@@ -70,6 +70,9 @@ class ActorCriticAlgorithm(Algorithm):
         super().__init__()
         self.network = network
         self.recurrent = isinstance(network, RecurrentActorCriticNetwork)
+        # Dropping the steps of episode ends leaves unrolls of varying size (whole
+        # sequences, with a recurrent network, keep theirs).
+        self.variable_batch_size = not self.recurrent
         self.loss = loss
         self.gamma = gamma
         self.gae_lambda = gae_lambda

@@ -95,6 +95,8 @@ class Algorithm(nn.Module, abc.ABC):
             (``"time_step/observation"``, ``"action"``, ...); None gathers every field.
             Ignored when data transformers run first, since they may read any field.
         max_grad_norm: clip each optimizer's gradients to this global norm (None: no clip).
+        variable_batch_size: the minibatches' sizes vary from one to the next (so a
+            compiled update compiles one graph for all sizes).
         skip_nonfinite_updates: set by the trainer when the user opts in
             (``trainer.skip_nonfinite_updates``): an update whose loss or gradients are
             NaN or infinite is not applied (`finite_or_dropped`), and the scheme counts it
@@ -106,6 +108,7 @@ class Algorithm(nn.Module, abc.ABC):
     replay_fields: Sequence[str] | None = None
     max_grad_norm: float | None = None
     skip_nonfinite_updates: bool = False
+    variable_batch_size: bool = False
 
     def __init__(self) -> None:
         super().__init__()
@@ -125,7 +128,11 @@ class Algorithm(nn.Module, abc.ABC):
             return
         choices = self._compiler.choices if self._compiler is not None else None
         self._compiler = UpdateCompiler(
-            mode, lambda: self.optimizers().values(), lambda: self.training, choices
+            mode,
+            lambda: self.optimizers().values(),
+            lambda: self.training,
+            choices,
+            dynamic=self.variable_batch_size,
         )
 
     @property

@@ -83,30 +83,36 @@ def configure_inductor() -> Path:
     inductor_config.fallback_random = True
     functorch_config.enable_autograd_cache = True
     directory = Path(os.environ["TORCHINDUCTOR_CACHE_DIR"])
-    if _vec_isa_marker(directory).exists():
-        inductor_config.cpp.vec_isa_ok = True
+    with contextlib.suppress(Exception):  # only a shortcut: inductor checks by itself
+        if check_vec_isa(directory):
+            inductor_config.cpp.vec_isa_ok = True
     return directory
 
 
-def remember_vec_isa() -> None:
-    """Records that this machine's SIMD instruction sets passed inductor's check.
+def check_vec_isa(directory: Path) -> bool:
+    """Whether this machine's SIMD instruction sets pass inductor's check, remembered.
 
-    Each process otherwise checks them again (a test program built and loaded in a
-    child process per instruction set: about a second of every warm start); with the
-    record, `configure_inductor` tells inductor they are fine. The record is keyed by
-    the CPU's flags, the torch version and the compiler, so a cache folder shared by
-    different machines keeps one per machine.
+    Inductor otherwise checks them in every process (a test program built and loaded in
+    a child process per instruction set: about a second of every warm start). The first
+    check on a machine runs it and records a pass in ``directory``, keyed by the CPU's
+    flags, the torch version and the compiler (a folder shared by different machines
+    keeps one record per machine). Telling inductor so (``cpp.vec_isa_ok``) also enters
+    its cache keys, so every run, the first included, must tell it alike.
     """
     import torch._inductor.config as inductor_config
     from torch._inductor import cpu_vec_isa
 
+    marker = _vec_isa_marker(directory)
+    if marker.exists():
+        return True
     if inductor_config.cpp.vec_isa_ok is not None:
-        return
-    isa_list = cpu_vec_isa.valid_vec_isa_list()  # cached by inductor: no new check
-    if isa_list and all(isa_list):
-        marker = _vec_isa_marker(Path(os.environ["TORCHINDUCTOR_CACHE_DIR"]))
-        marker.parent.mkdir(parents=True, exist_ok=True)
-        marker.touch()
+        return False
+    isa_list = cpu_vec_isa.valid_vec_isa_list()
+    if not (isa_list and all(isa_list)):
+        return False
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    marker.touch()
+    return True
 
 
 def _vec_isa_marker(directory: Path) -> Path:
@@ -150,6 +156,9 @@ class CompiledWithFallback:
             (e.g. a module's ``training`` flag); part of the signature.
         on_compile: called with ``True`` before a call that compiles (a new signature's
             first) and ``False`` after it, e.g. to say so in a progress bar.
+        dynamic: ``torch.compile``'s: True compiles one graph for every size of the
+            inputs' dims (parameters keep theirs); None, one graph per shape until a
+            second size of a dim turns up, then one for all its sizes.
 
     >>> double = CompiledWithFallback(lambda x: 2 * x, "default")
     >>> [float(double(torch.ones(1))) for _ in range(3)]
@@ -162,12 +171,10 @@ class CompiledWithFallback:
         mode: str,
         state_key: Callable[[], Hashable] | None = None,
         on_compile: Callable[[bool], None] | None = None,
+        dynamic: bool | None = None,
     ):
         self.fn = fn
-        # dynamic=None: one graph per shape until a second size of a dim is seen, then
-        # one graph for all its sizes (an on-policy minibatch's size varies with the
-        # steps dropped at episode ends).
-        self.compiled: Callable[..., Any] | None = torch.compile(fn, mode=mode, dynamic=None)
+        self.compiled: Callable[..., Any] | None = torch.compile(fn, mode=mode, dynamic=dynamic)
         self.state_key = state_key
         self.on_compile = on_compile
         self._guarded_calls: dict[Hashable, int] = {}
@@ -227,6 +234,9 @@ class UpdateCompiler:
             initialised here so that the graph can step it in place).
         state_key: the algorithm's state the graphs depend on (its ``training`` flag).
         choices: ``"auto"``'s earlier choices (from a checkpoint), by function.
+        dynamic: the minibatches' sizes vary (an on-policy batch loses the steps dropped
+            at episode ends): compile one graph for all sizes at once, not one for the
+            first size and another when a second turns up.
     """
 
     def __init__(
@@ -235,6 +245,7 @@ class UpdateCompiler:
         optimizers: Callable[[], Iterable[torch.optim.Optimizer]],
         state_key: Callable[[], Hashable] | None = None,
         choices: dict[str, str] | None = None,
+        dynamic: bool = False,
     ):
         if mode not in COMPILE_MODES or mode == "off":
             raise ValueError(f"compile mode must be one of {COMPILE_MODES[1:]}, got {mode!r}")
@@ -242,6 +253,7 @@ class UpdateCompiler:
         self.optimizers = optimizers
         self.state_key = state_key
         self.choices: dict[str, str] = dict(choices or {})
+        self.dynamic = dynamic
         self.on_compile: Callable[[bool], None] | None = None
         self.compile_seconds = 0.0
         self._graphs: dict[str, CompiledWithFallback] = {}
@@ -266,7 +278,8 @@ class UpdateCompiler:
         graph = self._graphs.get(name)
         if graph is None:
             mode = "default" if self.mode == "auto" else self.mode
-            graph = CompiledWithFallback(fn, mode, self.state_key, self._compiling)
+            dynamic = True if self.dynamic else None
+            graph = CompiledWithFallback(fn, mode, self.state_key, self._compiling, dynamic)
             self._graphs[name] = graph
         if self.mode != "auto":
             return self._run(graph, args)
@@ -329,8 +342,6 @@ class UpdateCompiler:
             seconds = time.perf_counter() - self._compile_started
             self.compile_seconds += seconds
             self._compile_started = None
-            with contextlib.suppress(Exception):  # only a shortcut for the next start
-                remember_vec_isa()
             if seconds >= 0.5:  # not a graph that a new size of a dynamic dim reused
                 logger.info(
                     "compiled the update in %.1f s (cache: %s)",

@@ -295,6 +295,9 @@ class Trainer:
             elif values.numel():
                 metrics[key] = float(values.mean())
         metrics["rollout/num_episodes"] = float(self.counters["num_episodes"])
+        compiler = self.algorithm.compiler
+        if compiler is not None:  # this session's seconds spent compiling (in train_time)
+            metrics["perf/compile_s"] = compiler.compile_seconds
         metrics.update(self.last_eval if self._eval_iteration == self.counters["iteration"] else {})
         self._latest_rollout_return = metrics.get(
             "rollout/episode_return", self._latest_rollout_return
