@@ -18,7 +18,9 @@ episodes every 2048 env steps, evaluation excluded) against Stable-Baselines3
 128 episodes at or above 475, from a run evaluating every 2048 steps: the jitted loop's
 time per env step is uniform, taken from the run without evaluations).
 
-    python benchmarks/compiled_loop.py [--seeds 0 1 2] [--skip-solve]
+    python benchmarks/compiled_loop.py [--seeds 0 1 2] [--skip-loop] [--skip-solve]
+
+(time to solve needs Stable-Baselines3: ``pip install -e '.[bench]'``)
 """
 
 from __future__ import annotations
@@ -160,8 +162,10 @@ def main() -> None:
     )
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--skip-solve", action="store_true")
+    parser.add_argument("--skip-loop", action="store_true")
     args = parser.parse_args()
-    loop_table(args.seeds)
+    if not args.skip_loop:
+        loop_table(args.seeds)
     if not args.skip_solve:
         solve_table(args.seeds)
 
