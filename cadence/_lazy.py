@@ -6,8 +6,8 @@ its exports here instead of importing them: ``import cadence.algorithms`` costs 
 and ``cadence.algorithms.Algorithm`` imports its module the first time it is read.
 
 >>> __getattr__, __dir__ = lazy_exports("cadence.data", {"StepType": "time_step"})
->>> __getattr__("StepType").FIRST
-<StepType.FIRST: 0>
+>>> __getattr__("StepType").LAST
+2
 """
 
 from __future__ import annotations
