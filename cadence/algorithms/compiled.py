@@ -279,7 +279,7 @@ class UpdateCompiler:
         if graph is None:
             mode = "default" if self.mode == "auto" else self.mode
             dynamic = True if self.dynamic else None
-            graph = CompiledWithFallback(fn, mode, self.state_key, self._compiling, dynamic)
+            graph = CompiledWithFallback(fn, mode, self.state_key, self.note_compiling, dynamic)
             self._graphs[name] = graph
         if self.mode != "auto":
             return self._run(graph, args)
@@ -335,7 +335,8 @@ class UpdateCompiler:
             )  # fmt: skip
         return result
 
-    def _compiling(self, started: bool) -> None:
+    def note_compiling(self, started: bool) -> None:
+        """Called around a call that compiles: counts `compile_seconds`, tells `on_compile`."""
         if started:
             self._compile_started = time.perf_counter()
         elif self._compile_started is not None:

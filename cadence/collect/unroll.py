@@ -9,6 +9,10 @@ sequence can start from it.
 With data transformers the algorithm sees transformed time steps, while each
 step keeps the raw one in ``untransformed``: the replay buffer stores raw steps
 and episode returns are those of the raw rewards.
+
+With a compiled update (`Algorithm.set_compile`) and a tensor-native env without data
+transformers, each step's ``rollout_step`` and env step run as one compiled graph
+(`TensorEnvironment.step_in_graph`), giving the eager steps' numbers.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from typing import Any
 import torch
 
 from cadence.algorithms.algorithm import Algorithm, AlgStep, reset_state
+from cadence.algorithms.compiled import CompiledWithFallback
 from cadence.collect.episode_stats import EpisodeStats
 from cadence.data.experience import Experience
 from cadence.data.nest import Nest, flatten, map_structure
@@ -64,6 +69,7 @@ class Collector:
         self._time_step: TimeStep | None = None
         self._state: Nest = ()
         self._transform_state: Nest = ()
+        self._compiled_step: CompiledWithFallback | None = None
 
     @torch.no_grad()
     def unroll(
@@ -88,9 +94,13 @@ class Collector:
             if stateful:
                 self._state = reset_state(self._time_step.step_type, self._state, initial_state)
                 states.append(self._state)
-            step = act(self._time_step, self._state, self.agent_info)
+            if policy is None and self._compiles():
+                step, time_step = self._compiled_step(self._time_step, self._state, self.agent_info)
+            else:
+                step = act(self._time_step, self._state, self.agent_info)
+                time_step = self.env.step(step.output)
             self._state = step.state
-            self._time_step = self._transform(self.env.step(step.output).to(self.device))
+            self._time_step = self._transform(time_step.to(self.device))
             time_steps.append(self._time_step)
             actions.append(step.output)
             infos.append(step.info)
@@ -127,6 +137,28 @@ class Collector:
         self._state = state["state"]
         self._transform_state = state.get("transform_state", ())
         self.episode_stats.load_state_dict(state["episode_stats"])
+
+    def _compiles(self) -> bool:
+        """Whether steps run compiled: the update is, the env is tensor-native on the
+        learner's device, and no data transformer runs between them."""
+        compiler = self.algorithm.compiler
+        if compiler is None or compiler.mode not in ("default", "max-autotune-no-cudagraphs"):
+            self._compiled_step = None
+            return False
+        step_in_graph = getattr(self.env, "step_in_graph", None)
+        if step_in_graph is None or self.transformer is not None or self.env.device != self.device:
+            return False
+        if self._compiled_step is None:
+            self._compiled_step = CompiledWithFallback(
+                self._act_and_step, compiler.mode, on_compile=compiler.note_compiling
+            )
+        return True
+
+    def _act_and_step(
+        self, time_step: TimeStep, state: Nest, agent_info: Nest
+    ) -> tuple[AlgStep, TimeStep]:
+        step = self.algorithm.rollout_step(time_step, state, agent_info)
+        return step, self.env.step_in_graph(step.output)
 
     def _transform(self, raw: TimeStep) -> TimeStep:
         if self.transformer is None:

@@ -168,3 +168,8 @@ def _cat(xs: list[Any], dim: int) -> Any:
     if isinstance(xs[0], torch.Tensor):
         return torch.cat(xs, dim)
     return np.concatenate(xs, dim)
+
+
+# A pytree node for torch (its leaves are the fields' tensors), so that a compiled
+# function can take and return time steps (`cadence.collect.Collector`'s compiled step).
+torch.utils._pytree.register_dataclass(TimeStep)

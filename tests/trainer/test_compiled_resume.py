@@ -24,7 +24,12 @@ COMMON = [
     [
         (
             "ppo_cartpole",
-            ["env.num_envs=4", "trainer.unroll_length=16", "trainer.num_env_steps=384"],
+            [
+                "env.backend=tensor",
+                "env.num_envs=4",
+                "trainer.unroll_length=16",
+                "trainer.num_env_steps=384",
+            ],
         ),
         (
             "td3_pendulum",

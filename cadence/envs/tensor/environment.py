@@ -216,6 +216,11 @@ class TensorEnvironment(Environment):
         finally:
             torch.set_num_threads(threads)
 
+    def step_in_graph(self, action: torch.Tensor) -> TimeStep:
+        """`step` for a ``torch.compile`` graph (a compiled unroll step): the same numbers,
+        the resets in torch ops (the NumPy path cannot be traced), the caller's threads."""
+        return self._step(action)
+
     def _step(self, action: torch.Tensor) -> TimeStep:
         action = self._check_action(action)
         resetting = self._needs_reset
@@ -237,7 +242,7 @@ class TensorEnvironment(Environment):
 
     def _reset_rows(self, state: torch.Tensor, resetting: torch.Tensor) -> torch.Tensor:
         """``state`` ``[state_size, B]`` with the ``resetting`` rows ``[B]`` in fresh episodes."""
-        if not self._reset_by_index:
+        if not self._reset_by_index or torch.compiler.is_compiling():
             state = torch.where(resetting, self._initial_states(self._env_id), state)
             self._episodes.add_(resetting)
             return state

@@ -1,0 +1,56 @@
+"""The compiled unroll step: with a compiled update and a tensor-native env, each step's
+``rollout_step`` and env step run as one graph, and the unroll is the eager one's."""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+
+from cadence.algorithms.ppo import PPOConfig, make_ppo
+from cadence.collect import Collector
+from cadence.envs import make_env
+from cadence.networks import NetworkConfig
+
+
+def _unrolls(compile_mode: str, algorithm, count: int = 3):
+    env = make_env("CartPole-v1", num_envs=4, backend="tensor", seed=11)
+    algorithm.set_compile(compile_mode)
+    collector = Collector(env, algorithm, unroll_length=40)  # episodes end and reset inside
+    torch.manual_seed(0)
+    return collector, [collector.unroll() for _ in range(count)]
+
+
+def test_compiled_steps_give_the_eager_unroll():
+    eager_algorithm = make_ppo(PPOConfig(), *_specs(), NetworkConfig(hidden_sizes=(16, 16)))
+    compiled_algorithm = copy.deepcopy(eager_algorithm)
+    _, expected = _unrolls("off", eager_algorithm)
+    collector, got = _unrolls("default", compiled_algorithm)
+    assert collector._compiled_step is not None and collector._compiled_step.compiled is not None
+    for (experience, stats), (eager_experience, eager_stats) in zip(got, expected, strict=True):
+        time_step, eager_step = experience.time_step, eager_experience.time_step
+        assert torch.equal(time_step.step_type, eager_step.step_type)
+        assert (time_step.step_type == 0).sum() > 4  # resets happened inside the graph
+        torch.testing.assert_close(time_step.observation, eager_step.observation)
+        torch.testing.assert_close(time_step.reward, eager_step.reward)
+        assert torch.equal(experience.action, eager_experience.action)
+        torch.testing.assert_close(experience.info["log_prob"], eager_experience.info["log_prob"])
+        torch.testing.assert_close(stats["return"], eager_stats["return"])
+
+
+def test_gymnasium_envs_keep_the_eager_steps():
+    env = make_env("CartPole-v1", num_envs=2, backend="serial", seed=1)
+    algorithm = make_ppo(
+        PPOConfig(compile="default"),
+        env.observation_spec,
+        env.action_spec,
+        NetworkConfig(hidden_sizes=(16, 16)),
+    )
+    collector = Collector(env, algorithm, unroll_length=4)
+    collector.unroll()
+    assert collector._compiled_step is None
+
+
+def _specs():
+    env = make_env("CartPole-v1", num_envs=1, backend="tensor", seed=0)
+    return env.observation_spec, env.action_spec
