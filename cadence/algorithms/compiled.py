@@ -144,8 +144,8 @@ class CompiledWithFallback:
     parameter's shape, dtype and strides, every constant it read, grad mode, ...), a
     noticeable part of a small update. In steady-state training none of them can change
     between calls except through the inputs, so once a call with inputs of one signature
-    (each tensor's shape, dtype, device and ``requires_grad``, every other input's value,
-    grad mode, and ``state_key()``) has run with all guards `GUARDED_CALLS` times, later
+    (each tensor's shape, with ``dynamic`` each size only as 0, 1 or more; its dtype,
+    device and ``requires_grad``; every other input's value; grad mode; ``state_key()``) has run with all guards `GUARDED_CALLS` times, later
     calls with that signature skip them (``skip_guard_eval_unsafe``). Any other
     signature, e.g. a smaller minibatch, runs with all guards and may recompile.
 
@@ -175,6 +175,7 @@ class CompiledWithFallback:
     ):
         self.fn = fn
         self.compiled: Callable[..., Any] | None = torch.compile(fn, mode=mode, dynamic=dynamic)
+        self.dynamic = dynamic
         self.state_key = state_key
         self.on_compile = on_compile
         self._guarded_calls: dict[Hashable, int] = {}
@@ -209,13 +210,19 @@ class CompiledWithFallback:
         """What a call's graph depends on beyond the guards skipped in steady state."""
         leaves, spec = tree_flatten(args)
         tensors = tuple(
-            (leaf.shape, leaf.dtype, leaf.device, leaf.requires_grad)
+            (self._shape(leaf.shape), leaf.dtype, leaf.device, leaf.requires_grad)
             if isinstance(leaf, torch.Tensor)
             else (type(leaf), leaf)
             for leaf in leaves
         )
         state = self.state_key() if self.state_key is not None else None
         return (spec, tensors, torch.is_grad_enabled(), torch.is_inference_mode_enabled(), state)
+
+    def _shape(self, shape: torch.Size) -> tuple[int, ...]:
+        """A shape as the graph depends on it: with ``dynamic`` True, each size only as
+        0, 1 or more (the sizes dynamo still specialises on), so that a dynamic graph
+        skips its guards for every size, not only for those seen twice."""
+        return tuple(min(size, 2) for size in shape) if self.dynamic else tuple(shape)
 
 
 def compile_with_fallback(
