@@ -141,7 +141,7 @@ class Collector:
     def _compiles(self) -> bool:
         """Whether steps run compiled: the update is, the env is tensor-native on the
         learner's device, and no data transformer runs between them."""
-        compiler = self.algorithm.compiler
+        compiler = getattr(self.algorithm, "compiler", None)  # a duck-typed policy has none
         if compiler is None or compiler.mode not in ("default", "max-autotune-no-cudagraphs"):
             self._compiled_step = None
             return False

@@ -140,7 +140,7 @@ class Trainer:
             ):
                 if resumed:
                     bar.update(self.counters["env_steps"], iteration=self.counters["iteration"])
-                compiler = self.algorithm.compiler
+                compiler = getattr(self.algorithm, "compiler", None)  # a duck-typed policy has none
                 if compiler is not None:
                     compiler.on_compile = lambda started: bar.set_status(
                         "compiling the update" if started else None
@@ -295,7 +295,7 @@ class Trainer:
             elif values.numel():
                 metrics[key] = float(values.mean())
         metrics["rollout/num_episodes"] = float(self.counters["num_episodes"])
-        compiler = self.algorithm.compiler
+        compiler = getattr(self.algorithm, "compiler", None)  # a duck-typed policy has none
         if compiler is not None:  # this session's seconds spent compiling (in train_time)
             metrics["perf/compile_s"] = compiler.compile_seconds
         metrics.update(self.last_eval if self._eval_iteration == self.counters["iteration"] else {})
