@@ -29,6 +29,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from cadence.algorithms.compile_config import COMPILE_MODES
+
 
 @dataclass
 class Task:
@@ -217,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--compile",
         default="off",
-        choices=["off", "default", "max-autotune-no-cudagraphs", "auto"],
+        choices=COMPILE_MODES,
         help="cadence's algorithm.compile (a warm-up run fills the compile cache first)",
     )
     parser.add_argument(

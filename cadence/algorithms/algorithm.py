@@ -38,7 +38,7 @@ from typing import Any, NamedTuple
 import torch
 from torch import nn
 
-from cadence.algorithms.compiled import UpdateCompiler, clip_grads
+from cadence.algorithms.compiled import UpdateCompiler, clip_grads, total_norm
 from cadence.data.nest import Nest, map_structure
 from cadence.data.time_step import StepType, TimeStep
 
@@ -269,22 +269,17 @@ class Algorithm(nn.Module, abc.ABC):
         grads = list(torch.autograd.grad(loss, params, allow_unused=True))
         clipped, norms, start = [], [], 0
         for stepper in steppers:
-            group_grads = grads[start : start + len(stepper.params)]
-            present = [g for g in group_grads if g is not None]
-            present, norm = clip_grads(present, self.max_grad_norm)
-            present_iter = iter(present)
-            clipped.append([None if g is None else next(present_iter) for g in group_grads])
+            end = start + len(stepper.params)
+            group_grads, norm = clip_grads(grads[start:end], self.max_grad_norm)
+            clipped.append(group_grads)
             norms.append(norm)
-            start += len(stepper.params)
+            start = end
         grad_norm = None if self.max_grad_norm is None else torch.stack(norms).max()
         apply = None
         if self.skip_nonfinite_updates:
-            total = grad_norm
-            if total is None:
-                present = [g for g in grads if g is not None]
-                total = torch.linalg.vector_norm(torch.stack([g.norm() for g in present]))
-            apply = torch.isfinite(loss.detach()) & torch.isfinite(total)
-            grad_norm = total
+            if grad_norm is None:
+                grad_norm = total_norm(grads)
+            apply = torch.isfinite(loss.detach()) & torch.isfinite(grad_norm)
         with torch.no_grad():
             for stepper, group_grads in zip(steppers, clipped, strict=True):
                 stepper.step(group_grads, apply)

@@ -145,9 +145,10 @@ class CompiledWithFallback:
     noticeable part of a small update. In steady-state training none of them can change
     between calls except through the inputs, so once a call with inputs of one signature
     (each tensor's shape, with ``dynamic`` each size only as 0, 1 or more; its dtype,
-    device and ``requires_grad``; every other input's value; grad mode; ``state_key()``) has run with all guards `GUARDED_CALLS` times, later
-    calls with that signature skip them (``skip_guard_eval_unsafe``). Any other
-    signature, e.g. a smaller minibatch, runs with all guards and may recompile.
+    device and ``requires_grad``; every other input's value; grad mode; ``state_key()``)
+    has run with all guards `GUARDED_CALLS` times, later calls with that signature skip
+    them (``skip_guard_eval_unsafe``). Any other signature, e.g. a smaller minibatch, runs
+    with all guards and may recompile.
 
     Args:
         fn: the function to compile.
@@ -225,13 +226,6 @@ class CompiledWithFallback:
         return tuple(min(size, 2) for size in shape) if self.dynamic else tuple(shape)
 
 
-def compile_with_fallback(
-    fn: Callable[..., Any], mode: str, state_key: Callable[[], Hashable] | None = None
-) -> Callable[..., Any]:
-    """``fn`` compiled with ``mode`` (see `CompiledWithFallback`), or ``fn`` itself for ``"off"``."""
-    return fn if mode == "off" else CompiledWithFallback(fn, mode, state_key)
-
-
 class UpdateCompiler:
     """The compiled functions of one algorithm's update (see the module docstring).
 
@@ -290,13 +284,12 @@ class UpdateCompiler:
             self._graphs[name] = graph
         if self.mode != "auto":
             return self._run(graph, args)
-        key = name
-        choice = self.choices.get(key)
+        choice = self.choices.get(name)
         if choice == "eager":
             return fn(*args)
         if choice is not None:
             return self._run(graph, args)
-        return self._measure(key, fn, graph, args)
+        return self._measure(name, fn, graph, args)
 
     def graph_optimizer(self, optimizer: torch.optim.Optimizer) -> GraphOptimizer:
         """``optimizer`` as the graph steps it (made by the first compiled call)."""
@@ -352,7 +345,7 @@ class UpdateCompiler:
             self._compile_started = None
             if seconds >= 0.5:  # not a graph that a new size of a dynamic dim reused
                 logger.info(
-                    "compiled the update in %.1f s (cache: %s)",
+                    "compiled a graph in %.1f s (cache: %s)",
                     seconds, os.environ.get("TORCHINDUCTOR_CACHE_DIR"),
                 )  # fmt: skip
         if self.on_compile is not None:
@@ -462,16 +455,23 @@ class GraphOptimizer:
             target.copy_(value if apply is None else torch.where(apply, value, target))
 
 
+def total_norm(grads: Sequence[torch.Tensor | None]) -> torch.Tensor:
+    """The global 2-norm of ``grads`` (None entries left out), as ``clip_grad_norm_`` takes it."""
+    norms = [torch.linalg.vector_norm(g) for g in grads if g is not None]
+    return torch.linalg.vector_norm(torch.stack(norms))
+
+
 def clip_grads(
-    grads: list[torch.Tensor], max_norm: float | None
-) -> tuple[list[torch.Tensor], torch.Tensor | None]:
-    """``clip_grad_norm_``'s arithmetic on a list of gradients: the clipped gradients and
-    the norm before clipping (None, and the gradients unchanged, for ``max_norm`` None)."""
+    grads: list[torch.Tensor | None], max_norm: float | None
+) -> tuple[list[torch.Tensor | None], torch.Tensor | None]:
+    """``clip_grad_norm_``'s arithmetic on a list of gradients (None for a parameter the
+    loss does not reach, kept): the clipped gradients and the norm before clipping (None,
+    and the gradients unchanged, for ``max_norm`` None)."""
     if max_norm is None:
         return grads, None
-    norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
+    norm = total_norm(grads)
     scale = (max_norm / (norm + 1e-6)).clamp(max=1.0)
-    return [g * scale for g in grads], norm
+    return [None if g is None else g * scale for g in grads], norm
 
 
 def _check_optimizer(optimizer: torch.optim.Optimizer) -> None:

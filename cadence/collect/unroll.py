@@ -89,12 +89,13 @@ class Collector:
                 self._transform_state = self.transformer.initial_state(self.env.batch_size)
             self._time_step = self._transform(self.env.reset().to(self.device))
             self._state = initial_state
+        compiled = policy is None and self._compiles()
         time_steps, actions, infos, states = [self._time_step], [], [], []
         for _ in range(self.unroll_length):
             if stateful:
                 self._state = reset_state(self._time_step.step_type, self._state, initial_state)
                 states.append(self._state)
-            if policy is None and self._compiles():
+            if compiled:
                 step, time_step = self._compiled_step(self._time_step, self._state, self.agent_info)
             else:
                 step = act(self._time_step, self._state, self.agent_info)

@@ -140,10 +140,10 @@ class Trainer:
             ):
                 if resumed:
                     bar.update(self.counters["env_steps"], iteration=self.counters["iteration"])
-                compiler = getattr(self.algorithm, "compiler", None)  # a duck-typed policy has none
+                compiler = self.algorithm.compiler
                 if compiler is not None:
                     compiler.on_compile = lambda started: bar.set_status(
-                        "compiling the update" if started else None
+                        "compiling" if started else None
                     )
                 while self.counters["env_steps"] < self.config.num_env_steps:
                     outcome = self._iteration(writer, bar)
@@ -295,7 +295,7 @@ class Trainer:
             elif values.numel():
                 metrics[key] = float(values.mean())
         metrics["rollout/num_episodes"] = float(self.counters["num_episodes"])
-        compiler = getattr(self.algorithm, "compiler", None)  # a duck-typed policy has none
+        compiler = self.algorithm.compiler
         if compiler is not None:  # this session's seconds spent compiling (in train_time)
             metrics["perf/compile_s"] = compiler.compile_seconds
         metrics.update(self.last_eval if self._eval_iteration == self.counters["iteration"] else {})

@@ -5,15 +5,11 @@ from __future__ import annotations
 import torch
 
 from cadence.algorithms import compiled
-from cadence.algorithms.compiled import CompiledWithFallback, compile_with_fallback
+from cadence.algorithms.compiled import CompiledWithFallback
 
 
 def _affine(x: torch.Tensor, scale: float) -> torch.Tensor:
     return x * scale + 1
-
-
-def test_off_returns_the_function_itself():
-    assert compile_with_fallback(_affine, "off") is _affine
 
 
 def test_steady_state_calls_match_eager_and_a_new_shape_is_guarded_again():
