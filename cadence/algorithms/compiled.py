@@ -186,10 +186,18 @@ class CompiledWithFallback:
             return self.fn(*args)
         key = self.signature(args)
         calls = self._guarded_calls.get(key, 0)
-        try:
-            if calls >= GUARDED_CALLS:
+        if calls >= GUARDED_CALLS:
+            try:
                 with torch.compiler.set_stance("default", skip_guard_eval_unsafe=True):
                     return self.compiled(*args)
+            except RuntimeError as error:
+                # None of the graphs fits (a size the signature does not show, such as a
+                # last minibatch of one sample, which a dynamic graph specialises on):
+                # this call runs with all guards, compiling the graph it needs.
+                if "skip_guard_eval_unsafe" not in str(error):
+                    raise
+                calls = 0
+        try:
             if calls == 0 and self.on_compile is not None:
                 self.on_compile(True)
             try:

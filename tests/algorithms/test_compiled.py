@@ -49,3 +49,17 @@ def test_a_compile_failure_falls_back_to_eager(caplog):
     torch.testing.assert_close(fn(torch.zeros(2)), torch.ones(2))
     assert fn.compiled is None
     assert "running it eagerly" in caplog.text
+
+
+def test_a_graph_the_signature_does_not_show_compiles_with_guards(caplog):
+    # A dynamic graph specialises on a derived size of 1 (here x[2:] broadcast against
+    # x[1:2]), which the signature (each size only as 0, 1 or more) does not show: the
+    # steady-state call without guards finds no graph, and the call runs guarded instead
+    # of giving up compiling.
+    fn = CompiledWithFallback(lambda x: x[2:] * x[1:2], "default", dynamic=True)
+    for _ in range(3):
+        torch.testing.assert_close(fn(torch.arange(1.0, 6.0)), torch.tensor([6.0, 8.0, 10.0]))
+    torch.testing.assert_close(fn(torch.arange(1.0, 4.0)), torch.tensor([6.0]))
+    torch.testing.assert_close(fn(torch.arange(1.0, 6.0)), torch.tensor([6.0, 8.0, 10.0]))
+    assert fn.compiled is not None
+    assert "running it eagerly" not in caplog.text

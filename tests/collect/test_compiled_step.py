@@ -26,7 +26,7 @@ def test_compiled_steps_give_the_eager_unroll():
     compiled_algorithm = copy.deepcopy(eager_algorithm)
     _, expected = _unrolls("off", eager_algorithm)
     collector, got = _unrolls("default", compiled_algorithm)
-    assert collector._compiled_step is not None and collector._compiled_step.compiled is not None
+    assert collector._compiled_steps is not None and collector._compiled_steps.compiled is not None
     for (experience, stats), (eager_experience, eager_stats) in zip(got, expected, strict=True):
         time_step, eager_step = experience.time_step, eager_experience.time_step
         assert torch.equal(time_step.step_type, eager_step.step_type)
@@ -48,7 +48,7 @@ def test_gymnasium_envs_keep_the_eager_steps():
     )
     collector = Collector(env, algorithm, unroll_length=4)
     collector.unroll()
-    assert collector._compiled_step is None
+    assert collector._compiled_steps is None
 
 
 def _specs():
