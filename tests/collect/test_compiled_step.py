@@ -7,6 +7,7 @@ import copy
 
 import torch
 
+from cadence.algorithms.dqn import DQNConfig, make_dqn
 from cadence.algorithms.ppo import PPOConfig, make_ppo
 from cadence.collect import Collector
 from cadence.envs import make_env
@@ -49,6 +50,25 @@ def test_gymnasium_envs_keep_the_eager_steps():
     collector = Collector(env, algorithm, unroll_length=4)
     collector.unroll()
     assert collector._compiled_steps is None
+
+
+def test_a_compiled_unroll_follows_the_exploration_schedule():
+    # DQN's epsilon changes every iteration (set_progress); the unroll's graph, which skips
+    # its guards after a few calls, must read the current one.
+    env = make_env("CartPole-v1", num_envs=8, backend="tensor", seed=3)
+    config = DQNConfig(compile="default", epsilon_start=1.0, epsilon_end=0.0)
+    dqn = make_dqn(
+        config, env.observation_spec, env.action_spec, NetworkConfig(hidden_sizes=(16, 16))
+    )
+    collector = Collector(env, dqn, unroll_length=8)
+    for _ in range(3):  # epsilon 1: random actions, past the guarded calls
+        collector.unroll()
+    dqn.set_progress(1.0)  # epsilon 0: greedy
+    experience, _ = collector.unroll()
+    assert collector._compiled_steps is not None and collector._compiled_steps.compiled is not None
+    with torch.no_grad():
+        greedy = dqn.q_network(experience.time_step.observation[:-1]).argmax(-1)
+    assert torch.equal(experience.action, greedy)
 
 
 def _specs():

@@ -71,6 +71,9 @@ class DQNAlgorithm(Algorithm):
             q_network.parameters(), lr=config.learning_rate, eps=config.adam_eps, fused=True
         )
         self._num_updates = 0
+        # The rate the rollout reads, as a tensor: a compiled unroll would bake a Python
+        # float into its graph (and, skipping its guards, never see it change).
+        self.register_buffer("_epsilon", torch.tensor(0.0), persistent=False)
         self.epsilon = config.epsilon_start
         self.max_grad_norm = config.max_grad_norm
         self.set_compile(config.compile)
@@ -82,6 +85,16 @@ class DQNAlgorithm(Algorithm):
     def num_updates(self) -> int:
         """Optimizer steps taken so far (checkpointed: it times the target updates)."""
         return self._num_updates
+
+    @property
+    def epsilon(self) -> float:
+        """The exploration rate of the rollout (unless ``agent_info`` gives one)."""
+        return self._epsilon_value
+
+    @epsilon.setter
+    def epsilon(self, value: float) -> None:
+        self._epsilon_value = float(value)
+        self._epsilon.fill_(value)
 
     def set_progress(self, fraction: float) -> None:
         """Sets epsilon for ``fraction`` of the env-step budget spent (linear decay)."""
@@ -105,7 +118,7 @@ class DQNAlgorithm(Algorithm):
         q_values = self.q_network(time_step.observation)
         greedy = q_values.argmax(dim=-1)
         random = torch.randint(q_values.shape[-1], greedy.shape, device=greedy.device)
-        epsilon = agent_info["epsilon"] if "epsilon" in agent_info else self.epsilon
+        epsilon = agent_info["epsilon"] if "epsilon" in agent_info else self._epsilon
         explore = torch.rand(greedy.shape, device=greedy.device) < epsilon
         return AlgStep(output=torch.where(explore, random, greedy), state=state)
 
