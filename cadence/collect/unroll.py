@@ -114,19 +114,15 @@ class Collector:
     ) -> tuple[TimeStep, Nest, Nest, Nest]:
         """One step at a time: the stacked time steps (the current one first), actions,
         infos and states (``()`` for a stateless algorithm)."""
-        time_steps, actions, infos, states = [self._time_step], [], [], []
-        for _ in range(self.unroll_length):
-            if stateful:
-                self._state = reset_state(self._time_step.step_type, self._state, initial_state)
-                states.append(self._state)
-            step = act(self._time_step, self._state, self.agent_info)
-            self._state = step.state
-            self._time_step = self._transform(self.env.step(step.output).to(self.device))
-            time_steps.append(self._time_step)
-            actions.append(step.output)
-            infos.append(step.info)
-        states = _stack(states) if stateful else ()
-        return TimeStep.stack(time_steps), _stack(actions), _stack(infos), states
+
+        def env_step(action: Nest) -> TimeStep:
+            return self._transform(self.env.step(action).to(self.device))
+
+        *stacked, self._time_step, self._state = _run_steps(
+            act, env_step, self._time_step, self._state, self.agent_info, initial_state,
+            self.unroll_length, stateful,
+        )  # fmt: skip
+        return tuple(stacked)
 
     def _compiled_unroll(
         self, initial_state: Nest, stateful: bool
@@ -157,22 +153,11 @@ class Collector:
         length: int,
         stateful: bool,
     ) -> tuple[TimeStep, Nest, Nest, Nest, TimeStep, Nest]:
-        """``length`` steps from ``time_step`` and ``state`` in one graph: the stacked time
-        steps (the given one first), actions, infos and states, and the last time step and
-        state."""
-        time_steps, actions, infos, states = [time_step], [], [], []
-        for _ in range(length):
-            if stateful:
-                state = reset_state(time_step.step_type, state, initial_state)
-                states.append(state)
-            step = self.algorithm.rollout_step(time_step, state, agent_info)
-            state = step.state
-            time_step = self.env.step_in_graph(step.output)
-            time_steps.append(time_step)
-            actions.append(step.output)
-            infos.append(step.info)
-        stacked = TimeStep.stack(time_steps), _stack(actions), _stack(infos)
-        return (*stacked, _stack(states) if stateful else (), time_step, state)
+        """``length`` steps in one graph (`_run_steps` with the env's `step_in_graph`)."""
+        return _run_steps(
+            self.algorithm.rollout_step, self.env.step_in_graph, time_step, state, agent_info,
+            initial_state, length, stateful,
+        )  # fmt: skip
 
     @property
     def num_env_steps_per_unroll(self) -> int:
@@ -221,6 +206,34 @@ class Collector:
             raw, self._transform_state
         )
         return time_step.replace(untransformed=raw)
+
+
+def _run_steps(
+    act: Callable[[TimeStep, Nest, Nest], AlgStep],
+    env_step: Callable[[Nest], TimeStep],
+    time_step: TimeStep,
+    state: Nest,
+    agent_info: Nest,
+    initial_state: Nest,
+    length: int,
+    stateful: bool,
+) -> tuple[TimeStep, Nest, Nest, Nest, TimeStep, Nest]:
+    """``length`` steps from ``time_step`` and ``state``: the stacked time steps (the given
+    one first), actions, infos and states (``()`` when not ``stateful``; each the state its
+    step started from, reset where the step is FIRST), then the last time step and state."""
+    time_steps, actions, infos, states = [time_step], [], [], []
+    for _ in range(length):
+        if stateful:
+            state = reset_state(time_step.step_type, state, initial_state)
+            states.append(state)
+        step = act(time_step, state, agent_info)
+        state = step.state
+        time_step = env_step(step.output)
+        time_steps.append(time_step)
+        actions.append(step.output)
+        infos.append(step.info)
+    stacked = TimeStep.stack(time_steps), _stack(actions), _stack(infos)
+    return (*stacked, _stack(states) if stateful else (), time_step, state)
 
 
 def _stack(items: list[Nest]) -> Nest:

@@ -14,10 +14,11 @@ from cadence.envs import make_env
 from cadence.networks import NetworkConfig
 
 
-def _unrolls(compile_mode: str, algorithm, count: int = 3):
+def _unrolls(compile_mode: str, algorithm, count: int = 3, unroll_length: int = 40):
     env = make_env("CartPole-v1", num_envs=4, backend="tensor", seed=11)
     algorithm.set_compile(compile_mode)
-    collector = Collector(env, algorithm, unroll_length=40)  # episodes end and reset inside
+    # 40 steps: episodes end and reset inside, and the unroll takes 5 calls of 8 steps.
+    collector = Collector(env, algorithm, unroll_length=unroll_length)
     torch.manual_seed(0)
     return collector, [collector.unroll() for _ in range(count)]
 
@@ -37,6 +38,21 @@ def test_compiled_steps_give_the_eager_unroll():
         assert torch.equal(experience.action, eager_experience.action)
         torch.testing.assert_close(experience.info["log_prob"], eager_experience.info["log_prob"])
         torch.testing.assert_close(stats["return"], eager_stats["return"])
+
+
+def test_a_compiled_recurrent_unroll_gives_the_eager_one():
+    # The state resets at FIRST steps inside the graph; unroll_length 12 runs as 2 calls of 6.
+    network = NetworkConfig(hidden_sizes=(16,), recurrent="gru", recurrent_size=8)
+    eager_algorithm = make_ppo(PPOConfig(), *_specs(), network)
+    compiled_algorithm = copy.deepcopy(eager_algorithm)
+    _, expected = _unrolls("off", eager_algorithm, unroll_length=12)
+    collector, got = _unrolls("default", compiled_algorithm, unroll_length=12)
+    assert collector._compiled_steps is not None and collector._compiled_steps.compiled is not None
+    for (experience, _), (eager_experience, _) in zip(got, expected, strict=True):
+        assert torch.equal(experience.time_step.step_type, eager_experience.time_step.step_type)
+        assert torch.equal(experience.action, eager_experience.action)
+        torch.testing.assert_close(experience.state, eager_experience.state)
+    assert (got[-1][0].time_step.step_type == 0).any()  # some state was reset in the graph
 
 
 def test_gymnasium_envs_keep_the_eager_steps():
