@@ -19,6 +19,7 @@ transformers, the unroll runs as compiled graphs (`TensorEnvironment.step_in_gra
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -39,8 +40,8 @@ is unrolled when compiled), so its compile time grows with them while the gain p
 shrinks: in PPO's training loop on 8 tensor CartPoles (one thread), an unroll of 32 steps
 took 10.7 ms in 32 one-step calls, 5.3 ms in 4 calls of 8 and 4.9 ms in one call of 32,
 whose graph took 4.2 s to load from a warm cache (8 steps: 1.7 s) and 41 s to compile on
-an empty one (14 s). An unroll runs in calls
-of the largest divisor of ``unroll_length`` up to this."""
+an empty one (14 s). An unroll runs in calls of the largest divisor of ``unroll_length``
+up to this."""
 
 
 class Collector:
@@ -127,7 +128,8 @@ class Collector:
     def _compiled_unroll(
         self, initial_state: Nest, stateful: bool
     ) -> tuple[TimeStep, Nest, Nest, Nest]:
-        """`_eager_unroll` as compiled calls of `_steps`, each several steps."""
+        """`_eager_unroll` as compiled calls of `_run_steps` (with the env's
+        ``step_in_graph``), each several steps."""
         graph = self._compiled_steps
         assert graph is not None
         length = _steps_per_call(self.unroll_length)
@@ -143,21 +145,6 @@ class Collector:
             return chunks[0]
         time_steps = TimeStep.cat([chunk[0] for chunk in chunks])
         return time_steps, *map_structure(lambda *xs: torch.cat(xs), *[c[1:] for c in chunks])
-
-    def _steps(
-        self,
-        time_step: TimeStep,
-        state: Nest,
-        agent_info: Nest,
-        initial_state: Nest,
-        length: int,
-        stateful: bool,
-    ) -> tuple[TimeStep, Nest, Nest, Nest, TimeStep, Nest]:
-        """``length`` steps in one graph (`_run_steps` with the env's `step_in_graph`)."""
-        return _run_steps(
-            self.algorithm.rollout_step, self.env.step_in_graph, time_step, state, agent_info,
-            initial_state, length, stateful,
-        )  # fmt: skip
 
     @property
     def num_env_steps_per_unroll(self) -> int:
@@ -194,8 +181,9 @@ class Collector:
         if step_in_graph is None or self.transformer is not None or self.env.device != self.device:
             return False
         if self._compiled_steps is None:
+            steps = functools.partial(_run_steps, self.algorithm.rollout_step, step_in_graph)
             self._compiled_steps = CompiledWithFallback(
-                self._steps, compiler.mode, on_compile=compiler.note_compiling
+                steps, compiler.mode, on_compile=compiler.note_compiling
             )
         return True
 
