@@ -59,6 +59,15 @@ class WorldModelConfig:
         validator=instance_of(bool),
         metadata={"doc": "Whether z's prior also sees the previous y state."},
     )
+    joint_posterior: bool = field(
+        default=False,
+        validator=instance_of(bool),
+        metadata={
+            "doc": "Whether x and y share one posterior network that sees both beliefs (the "
+            "Denoised MDP reference's), so an observed signal can be explained by either "
+            "group; otherwise each group's posterior sees only its own belief."
+        },
+    )
     hidden_size: int = field(
         default=200,
         validator=ge(1),

@@ -137,6 +137,7 @@ class WorldModel(nn.Module):
             config.min_std,
             config.activation,
             config.z_prior_uses_y,
+            config.joint_posterior,
         )
         all_features = self.rssm.feature_size(("x", "y", "z"))
         if self.image:

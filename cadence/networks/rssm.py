@@ -15,7 +15,8 @@ The groups differ only in what their prior sees (Denoised MDP's table):
 | y | previous y state | uncontrollable, reward-relevant (the action cannot move it) |
 | z | previous x state, previous z state, action (optionally previous y state) | the rest |
 
-With y and z absent it is Dreamer's RSSM. A latent is a flat dict
+With ``joint_posterior`` x and y share one posterior network, q(s_x,t, s_y,t | h_x,t, h_y,t,
+e(o_t)), as in the Denoised MDP reference. With y and z absent it is Dreamer's RSSM. A latent is a flat dict
 ``{"x_belief", "x_state", "y_belief", ...}`` of ``[B, size]`` tensors (the recurrent state
 the collector carries); all zeros is the state before an episode's first observation.
 """
@@ -57,19 +58,19 @@ class GroupSizes(NamedTuple):
     state: int
 
 
-class _Group(nn.Module):
-    """One latent group: input layer, GRU cell, prior and posterior heads.
+def _gaussian(raw: torch.Tensor, min_std: float) -> Gaussian:
+    mean, std = raw.chunk(2, -1)
+    return Gaussian(mean, F.softplus(std) + min_std)
 
-    The posterior's first layer is split into a belief part and an embedding part, so a
-    sequence's embeddings are projected in one matrix multiply before the time loop.
-    """
+
+class _Group(nn.Module):
+    """One latent group's transition: input layer, GRU cell and prior head."""
 
     def __init__(
         self,
         input_size: int,
         sizes: GroupSizes,
         hidden_size: int,
-        embedding_size: int,
         activation: type[nn.Module],
         min_std: float,
     ):
@@ -82,23 +83,52 @@ class _Group(nn.Module):
             activation(),
             nn.Linear(hidden_size, 2 * sizes.state),
         )
-        self.posterior_belief = nn.Linear(sizes.belief, hidden_size, bias=False)
-        self.posterior_embedding = nn.Linear(embedding_size, hidden_size)
-        self.posterior = nn.Sequential(activation(), nn.Linear(hidden_size, 2 * sizes.state))
 
     def step_belief(self, belief: torch.Tensor, inputs: torch.Tensor) -> torch.Tensor:
         return self.cell(self.input(inputs), belief)
 
     def prior_of(self, belief: torch.Tensor) -> Gaussian:
-        return self._gaussian(self.prior(belief))
+        return _gaussian(self.prior(belief), self.min_std)
 
-    def posterior_of(self, belief: torch.Tensor, projected_embedding: torch.Tensor) -> Gaussian:
-        """The posterior from a belief and ``posterior_embedding(embedding)``."""
-        return self._gaussian(self.posterior(self.posterior_belief(belief) + projected_embedding))
 
-    def _gaussian(self, raw: torch.Tensor) -> Gaussian:
-        mean, std = raw.chunk(2, -1)
-        return Gaussian(mean, F.softplus(std) + self.min_std)
+class _Posterior(nn.Module):
+    """The posterior of one or more groups from their beliefs and the observation embedding:
+    one hidden layer over all of them, one Gaussian per group out. Over x and y together it
+    is the Denoised MDP reference's joint posterior, which can explain an observed signal by
+    either group.
+
+    The first layer is split into one part per belief and one for the embedding, so a
+    sequence's embeddings are projected in one matrix multiply before the time loop.
+    """
+
+    def __init__(
+        self,
+        groups: dict[str, GroupSizes],
+        hidden_size: int,
+        embedding_size: int,
+        activation: type[nn.Module],
+        min_std: float,
+    ):
+        super().__init__()
+        self.min_std = min_std
+        self.beliefs = nn.ModuleDict(
+            {g: nn.Linear(sizes.belief, hidden_size, bias=False) for g, sizes in groups.items()}
+        )
+        self.embedding = nn.Linear(embedding_size, hidden_size)
+        self.head = nn.Sequential(
+            activation(), nn.Linear(hidden_size, 2 * sum(s.state for s in groups.values()))
+        )
+        self.splits = [2 * sizes.state for sizes in groups.values()]
+
+    def forward(
+        self, beliefs: dict[str, torch.Tensor], projected_embedding: torch.Tensor
+    ) -> dict[str, Gaussian]:
+        """Each group's posterior from ``beliefs`` and ``self.embedding(embedding)``."""
+        hidden = projected_embedding
+        for g, layer in self.beliefs.items():
+            hidden = hidden + layer(beliefs[g])
+        raw = self.head(hidden).split(self.splits, -1)
+        return {g: _gaussian(part, self.min_std) for g, part in zip(self.beliefs, raw, strict=True)}
 
 
 class Observed(NamedTuple):
@@ -127,6 +157,8 @@ class RSSM(nn.Module):
         min_std: added to the softplus of every std (0.1 in the papers).
         activation: ``"elu"`` or ``"relu"``.
         z_prior_uses_y: z's prior also sees the previous y state.
+        joint_posterior: x and y share one posterior network (the Denoised MDP reference's),
+            which sees both beliefs; otherwise each group's posterior sees its own belief.
     """
 
     def __init__(
@@ -138,6 +170,7 @@ class RSSM(nn.Module):
         min_std: float = 0.1,
         activation: str = "elu",
         z_prior_uses_y: bool = False,
+        joint_posterior: bool = False,
     ):
         super().__init__()
         if "x" not in groups or set(groups) - set(GROUPS):
@@ -148,8 +181,19 @@ class RSSM(nn.Module):
         act = {"elu": nn.ELU, "relu": nn.ReLU}[activation]
         self.groups = nn.ModuleDict(
             {
-                g: _Group(self._input_size(g), sizes, hidden_size, embedding_size, act, min_std)
+                g: _Group(self._input_size(g), sizes, hidden_size, act, min_std)
                 for g, sizes in self.sizes.items()
+            }
+        )
+        joint = ("x", "y") if joint_posterior and "y" in groups else None
+        parts = [joint] if joint else []
+        parts += [(g,) for g in self.sizes if not joint or g not in joint]
+        self.posteriors = nn.ModuleDict(
+            {
+                "".join(part): _Posterior(
+                    {g: self.sizes[g] for g in part}, hidden_size, embedding_size, act, min_std
+                )
+                for part in parts
             }
         )
 
@@ -217,30 +261,38 @@ class RSSM(nn.Module):
         self, latent: Latent, action: torch.Tensor
     ) -> tuple[dict[str, torch.Tensor], dict[str, Gaussian]]:
         """Every group's new belief and prior from the previous ``latent`` and ``action``."""
-        beliefs = {
+        beliefs = self._beliefs(latent, action)
+        return beliefs, {g: self.groups[g].prior_of(b) for g, b in beliefs.items()}
+
+    def _beliefs(self, latent: Latent, action: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {
             g: group.step_belief(latent[f"{g}_belief"], self._inputs(g, latent, action))
             for g, group in self.groups.items()
         }
-        return beliefs, {g: self.groups[g].prior_of(b) for g, b in beliefs.items()}
+
+    def project_embedding(self, embedding: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The embedding's share of each posterior network's first layer."""
+        return {name: net.embedding(embedding) for name, net in self.posteriors.items()}
 
     def posterior(
-        self, beliefs: dict[str, torch.Tensor], embedding: torch.Tensor
+        self, beliefs: dict[str, torch.Tensor], projected: dict[str, torch.Tensor]
     ) -> dict[str, Gaussian]:
-        return {
-            g: group.posterior_of(beliefs[g], group.posterior_embedding(embedding))
-            for g, group in self.groups.items()
-        }
+        """Every group's posterior from its new belief and ``project_embedding(embedding)``."""
+        gaussians = {}
+        for name, net in self.posteriors.items():
+            gaussians.update(net(beliefs, projected[name]))
+        return gaussians
 
     def observe_step(
         self, latent: Latent, action: torch.Tensor, embedding: torch.Tensor, sample: bool = True
     ) -> Latent:
         """One filtering step (acting): the posterior latent, sampled or its mean."""
+        beliefs = self._beliefs(latent, action)
+        posteriors = self.posterior(beliefs, self.project_embedding(embedding))
         new = {}
-        for g, group in self.groups.items():
-            belief = group.step_belief(latent[f"{g}_belief"], self._inputs(g, latent, action))
-            posterior = group.posterior_of(belief, group.posterior_embedding(embedding))
+        for g, belief in beliefs.items():
             new[f"{g}_belief"] = belief
-            new[f"{g}_state"] = posterior.rsample() if sample else posterior.mean
+            new[f"{g}_state"] = posteriors[g].rsample() if sample else posteriors[g].mean
         return new
 
     def observe(
@@ -276,7 +328,7 @@ class RSSM(nn.Module):
                 else F.linear(prev_action, action_weight, layer.bias).unbind(1)
             )
         projected = {
-            g: group.posterior_embedding(embedding).unbind(1) for g, group in self.groups.items()
+            name: part.unbind(1) for name, part in self.project_embedding(embedding).items()
         }
         noise = {
             g: torch.randn(batch, length, sizes.state, device=embedding.device).unbind(1)
@@ -288,14 +340,16 @@ class RSSM(nn.Module):
         for t in range(length):
             if t in resets:
                 latent = {key: value * keep[:, t] for key, value in latent.items()}
-            new = {}
+            beliefs = {}
             for g, group in self.groups.items():
                 pre = base[g][t]
                 for name, weight in plans[g]:
                     pre = torch.addmm(pre, latent[name], weight.t())
-                belief = group.cell(group.input[1](pre), latent[f"{g}_belief"])
-                mean, std = group.posterior_of(belief, projected[g][t])
-                new[f"{g}_belief"] = belief
+                beliefs[g] = group.cell(group.input[1](pre), latent[f"{g}_belief"])
+            posteriors = self.posterior(beliefs, {n: p[t] for n, p in projected.items()})
+            new = {}
+            for g, (mean, std) in posteriors.items():
+                new[f"{g}_belief"] = beliefs[g]
                 new[f"{g}_state"] = torch.addcmul(mean, std, noise[g][t])
                 means[g].append(mean)
                 stds[g].append(std)

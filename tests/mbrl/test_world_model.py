@@ -19,13 +19,13 @@ OBS, ACT = TensorSpec((5,)), BoundedTensorSpec((2,), minimum=-2.0, maximum=2.0)
 SMALL = dict(hidden_size=16, mlp_hidden_size=16, embedding_size=8)
 
 
-def _denoised(z: bool = True, **actor_critic) -> torch.nn.Module:
+def _denoised(z: bool = True, joint_posterior: bool = False, **actor_critic) -> torch.nn.Module:
     torch.manual_seed(0)
     sizes = dict(x_belief_size=6, x_state_size=3, y_belief_size=5, y_state_size=2)
     if z:
         sizes.update(z_belief_size=4, z_state_size=2)
     config = DenoisedMDPConfig(
-        world_model=WorldModelConfig(**sizes, **SMALL),
+        world_model=WorldModelConfig(**sizes, **SMALL, joint_posterior=joint_posterior),
         actor_critic=ActorCriticConfig(hidden_size=16, num_layers=1, **actor_critic),
     )
     return make_model_based(config, OBS, ACT)
@@ -110,6 +110,47 @@ def test_observe_resets_the_latent_and_the_action_at_first_steps():
     # From the FIRST step at t=3 on, sequence 0 depends on nothing before it nor on its
     # (ignored) previous action: the beliefs (deterministic given the states) agree.
     torch.testing.assert_close(whole.latent["x_belief"][:1, 3], tail.latent["x_belief"][:, 0])
+
+
+@pytest.mark.parametrize("joint", [False, True])
+def test_posteriors_see_their_own_belief_or_x_and_y_beliefs_when_joint(joint):
+    rssm = _denoised(joint_posterior=joint).world_model.rssm
+    beliefs = {g: torch.randn(4, rssm.sizes[g].belief) for g in ("x", "y", "z")}
+    projected = rssm.project_embedding(torch.randn(4, 8))
+    base = rssm.posterior(beliefs, projected)
+    for moved_group in ("x", "y"):
+        moved_beliefs = {**beliefs, moved_group: torch.randn_like(beliefs[moved_group])}
+        moved = rssm.posterior(moved_beliefs, projected)
+        affected = ("x", "y") if joint else (moved_group,)
+        for g in ("x", "y", "z"):
+            changed = not torch.allclose(base[g].mean, moved[g].mean)
+            assert changed == (g in affected), (moved_group, g)
+    assert sorted(rssm.posteriors) == (["xy", "z"] if joint else ["x", "y", "z"])
+
+
+@pytest.mark.parametrize("joint", [False, True])
+def test_observe_filters_sequences_as_observe_step_does_one_step_at_a_time(joint):
+    rssm = _denoised(joint_posterior=joint).world_model.rssm
+    torch.manual_seed(1)
+    embedding, action = torch.randn(3, 5, 8), torch.randn(3, 5, 2)
+    first = torch.zeros(3, 5, dtype=torch.bool)
+    first[:, 0] = first[1, 2] = True
+    observed = rssm.observe(embedding, action, first)
+    latent = rssm.initial_latent(3)
+    for t in range(5):
+        keep = (~first[:, t]).float().unsqueeze(-1)
+        posterior_mean = rssm.observe_step(
+            {k: v * keep for k, v in latent.items()}, action[:, t] * keep, embedding[:, t], False
+        )
+        for g in ("x", "y", "z"):
+            torch.testing.assert_close(
+                observed.posteriors[g].mean[:, t], posterior_mean[f"{g}_state"]
+            )
+            torch.testing.assert_close(
+                observed.latent[f"{g}_belief"][:, t], posterior_mean[f"{g}_belief"]
+            )
+        # Continue from the sampled latent observe drew, so both see the same history.
+        latent = {k: v[:, t] for k, v in observed.latent.items()}
 
 
 def test_gaussian_kl_matches_the_closed_form():
