@@ -137,7 +137,9 @@ class OffPolicyScheme:
         self.replay_buffer = replay_buffer
         self.config = config
         self.transform = transform
-        self._random_policy = RandomPolicy(algorithm, action_spec)
+        # A source acting with its own copy of the algorithm (a `Collector` on another
+        # device than the learner's) runs that copy's rollout_step for state and info.
+        self._random_policy = RandomPolicy(getattr(source, "acting", algorithm), action_spec)
         self._env_steps = 0
         self._writer: ChunkWriter | None = None
 

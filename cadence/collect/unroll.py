@@ -19,6 +19,7 @@ transformers, the unroll runs as compiled graphs (`TensorEnvironment.step_in_gra
 
 from __future__ import annotations
 
+import copy
 import functools
 from collections.abc import Callable
 from typing import Any
@@ -58,6 +59,10 @@ class Collector:
             ``[B, ...]`` tensors, e.g. ``{"epsilon": ...}``); ``()`` for none.
         action_repeat: simulator steps per env step (``env.action_repeat``): env steps
             are counted in simulator steps.
+        learner_device: where ``algorithm`` learns, when it is not ``device``: the
+            collector then acts with a copy of ``algorithm`` on ``device`` (`acting`),
+            refreshed from it before every unroll, and moves each unroll's experience to
+            ``learner_device`` (through pinned memory from the CPU to a GPU).
     """
 
     def __init__(
@@ -69,11 +74,20 @@ class Collector:
         transformer: DataTransformer | None = None,
         agent_info: Nest = (),
         action_repeat: int = 1,
+        learner_device: Any = None,
     ):
         self.env = env
         self.algorithm = algorithm
         self.unroll_length = unroll_length
         self.device = torch.device(device)
+        self.learner_device = (
+            self.device if learner_device is None else torch.device(learner_device)
+        )
+        self.acting = algorithm
+        self._refresh_pairs: list[tuple[torch.Tensor, torch.Tensor]] = []
+        if self.learner_device != self.device:
+            self.acting = _acting_copy(algorithm, self.device, self.learner_device)
+            self._refresh_pairs = _tensor_pairs(self.acting, algorithm)
         self.transformer = transformer
         self.agent_info = agent_info
         self.action_repeat = action_repeat
@@ -93,8 +107,9 @@ class Collector:
             policy: acts instead of the algorithm's ``rollout_step`` (same signature), e.g.
                 the random actions of an off-policy algorithm's initial collection.
         """
-        act = self.algorithm.rollout_step if policy is None else policy
-        initial_state = self.algorithm.initial_state(self.env.batch_size)
+        self._refresh()
+        act = self.acting.rollout_step if policy is None else policy
+        initial_state = self.acting.initial_state(self.env.batch_size)
         stateful = bool(flatten(initial_state))
         if self._time_step is None:
             if self.transformer is not None:
@@ -108,7 +123,20 @@ class Collector:
         experience = Experience(time_step=time_steps, action=actions, info=infos, state=states)
         raw = experience.time_step.untransformed
         stats = self.episode_stats.update((experience.time_step if raw is None else raw)[1:])
+        if self.learner_device != self.device:
+            experience = _move(experience, self.learner_device)
+            stats = _move(stats, self.learner_device)
         return experience, stats
+
+    def _refresh(self) -> None:
+        """Copies the learner's parameters and buffers into the acting copy (if any)."""
+        if not self._refresh_pairs:
+            return
+        with torch.no_grad():
+            for acting, learning in self._refresh_pairs:
+                acting.copy_(learning, non_blocking=True)
+        if self.learner_device.type == "cuda":
+            torch.cuda.synchronize(self.learner_device)
 
     def _eager_unroll(
         self, act: Callable[[TimeStep, Nest, Nest], AlgStep], initial_state: Nest, stateful: bool
@@ -166,14 +194,14 @@ class Collector:
         self._time_step = None if time_step is None else TimeStep.from_dict(time_step)
         if self._time_step is not None:
             self._time_step = self._time_step.to(self.device)
-        self._state = state["state"]
+        self._state = map_structure(lambda x: x.to(self.device), state["state"])
         self._transform_state = state.get("transform_state", ())
         self.episode_stats.load_state_dict(state["episode_stats"])
 
     def _compiles(self) -> bool:
         """Whether the unroll runs compiled: the update is, the env is tensor-native on the
         learner's device, and no data transformer runs between them."""
-        compiler = getattr(self.algorithm, "compiler", None)  # a duck-typed policy has none
+        compiler = getattr(self.acting, "compiler", None)  # a duck-typed policy has none
         if compiler is None or compiler.mode not in ("default", "max-autotune-no-cudagraphs"):
             self._compiled_steps = None
             return False
@@ -181,7 +209,7 @@ class Collector:
         if step_in_graph is None or self.transformer is not None or self.env.device != self.device:
             return False
         if self._compiled_steps is None:
-            steps = functools.partial(_run_steps, self.algorithm.rollout_step, step_in_graph)
+            steps = functools.partial(_run_steps, self.acting.rollout_step, step_in_graph)
             self._compiled_steps = CompiledWithFallback(
                 steps, compiler.mode, on_compile=compiler.note_compiling
             )
@@ -194,6 +222,47 @@ class Collector:
             raw, self._transform_state
         )
         return time_step.replace(untransformed=raw)
+
+
+def _acting_copy(algorithm: Algorithm, device: torch.device, learner: torch.device) -> Algorithm:
+    """A copy of ``algorithm`` on ``device`` to act with; on the CPU beside a GPU learner its
+    tensors are pinned, so the refresh from the learner copies without staging."""
+    acting = copy.deepcopy(algorithm).to(device)
+    if device.type == "cpu" and learner.type == "cuda":
+        with torch.no_grad():
+            for tensor in [*acting.parameters(), *acting.buffers()]:
+                tensor.data = tensor.data.pin_memory()
+    return acting
+
+
+def _tensor_pairs(
+    acting: Algorithm, learning: Algorithm
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """The (acting, learning) pairs of every parameter and buffer, matched by name."""
+    learned = dict(learning.named_parameters()) | dict(learning.named_buffers())
+    acted = dict(acting.named_parameters()) | dict(acting.named_buffers())
+    if acted.keys() != learned.keys():
+        raise ValueError("the acting copy's tensors do not match the learner's")
+    return [(acted[name], learned[name]) for name in learned]
+
+
+def _move(nest: Any, device: torch.device) -> Any:
+    """``nest`` on ``device``; from the CPU to a GPU through pinned memory, asynchronously."""
+    pin = device.type == "cuda"
+
+    def move(x: torch.Tensor) -> torch.Tensor:
+        if pin and x.device.type == "cpu":
+            return x.pin_memory().to(device, non_blocking=True)
+        return x.to(device)
+
+    if isinstance(nest, Experience):
+        return Experience(
+            time_step=nest.time_step.map(move),
+            action=map_structure(move, nest.action),
+            info=map_structure(move, nest.info),
+            state=map_structure(move, nest.state),
+        )
+    return map_structure(move, nest)
 
 
 def _run_steps(

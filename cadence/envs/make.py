@@ -97,6 +97,25 @@ class GymEnvFactory:
         return clone
 
 
+def picks_tensor(
+    name: str | Callable[..., gym.Env],
+    num_envs: int,
+    backend: Backend,
+    device: Any = "cpu",
+    gym_wrappers: Sequence[Callable[[gym.Env], gym.Env]] = (),
+) -> bool:
+    """Whether `make_env` builds cadence's tensor-native implementation of ``name`` for these
+    arguments: asked for (``"tensor"``, or ``"prefer_tensor"`` where there is one), or
+    picked by ``"auto"`` for an accelerator or a large batch."""
+    from cadence.envs import tensor
+
+    tensor_ok = isinstance(name, str) and tensor.has_tensor_env(name) and not gym_wrappers
+    tensor_pays = num_envs >= _TENSOR_MIN_CPU_ENVS or torch.device(device).type != "cpu"
+    if backend == "prefer_tensor":
+        return tensor_ok
+    return backend == "tensor" or (backend == "auto" and tensor_ok and tensor_pays)
+
+
 def make_env(
     name: str | Callable[..., gym.Env],
     num_envs: int = 1,
@@ -163,11 +182,8 @@ def make_env(
         check_env_id(name)
     from cadence.envs import tensor
 
-    tensor_ok = isinstance(name, str) and tensor.has_tensor_env(name) and not gym_wrappers
-    tensor_pays = num_envs >= _TENSOR_MIN_CPU_ENVS or torch.device(device).type != "cpu"
-    if backend == "prefer_tensor":
-        backend = "tensor" if tensor_ok else "auto"  # "auto" never picks tensor when not ok
-    if backend == "tensor" or (backend == "auto" and tensor_ok and tensor_pays):
+    if picks_tensor(name, num_envs, backend, device, gym_wrappers):
+        tensor_ok = isinstance(name, str) and tensor.has_tensor_env(name) and not gym_wrappers
         if not tensor_ok:
             raise ValueError(tensor.no_tensor_env_message(name, bool(gym_wrappers)))
         return tensor.make_tensor_env(
@@ -178,6 +194,8 @@ def make_env(
             max_episode_steps=max_episode_steps,
             **(env_kwargs or {}),
         )
+    if backend == "prefer_tensor":
+        backend = "auto"  # which, for a Gymnasium env, picks serial or parallel
     factories = [
         GymEnvFactory(name, i, seed, max_episode_steps, gym_wrappers, env_kwargs, env_info_keys)
         for i in range(num_envs)

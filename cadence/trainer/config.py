@@ -2,11 +2,26 @@
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 import attrs
 from attrs import field
 from attrs.validators import ge, gt, in_
+
+_DEVICE = re.compile(r"^(cpu(:0)?|cuda(:\d+)?|mps)$")
+
+
+def check_device(name: str, *, collector: bool = False) -> None:
+    """Raises ValueError when ``name`` is not a ``trainer.device`` (or, with ``collector``,
+    a ``trainer.collector_device``) setting; whether the device exists is checked when a
+    run starts (`cadence.trainer.placement`)."""
+    special = ("auto", "learner") if collector else ("auto",)
+    if name in special or _DEVICE.match(name):
+        return
+    key = "trainer.collector_device" if collector else "trainer.device"
+    allowed = ", ".join(repr(s) for s in (*special, "cpu", "cuda", "cuda:N"))
+    raise ValueError(f"{key} must be one of {allowed}; got {name!r}")
 
 
 @attrs.define(kw_only=True)
@@ -50,7 +65,24 @@ class TrainerConfig:
         default=None, metadata={"doc": "Stop early once the mean eval return reaches this."}
     )
     device: str = field(
-        default="cpu", metadata={"doc": "Torch device of the learner ('cpu', 'cuda')."}
+        default="auto",
+        validator=lambda _, __, value: check_device(value),
+        metadata={
+            "doc": "Torch device of the learner: 'auto' (a CUDA GPU when there is one, else "
+            "the CPU), 'cpu', 'cuda' or 'cuda:N'."
+        },
+    )
+    collector_device: str = field(
+        default="auto",
+        validator=lambda _, __, value: check_device(value, collector=True),
+        metadata={
+            "doc": "Where the policy acts while collecting: 'learner' (the learner's networks, "
+            "on its device), a device ('cpu', 'cuda', 'cuda:N'; another than the learner's "
+            "acts with a copy refreshed before every unroll), or 'auto': the learner's "
+            "device on a CPU learner or with tensor-native envs (which then run there too), "
+            "else whichever of the CPU and the learner's device measures faster for one "
+            "rollout step (recorded in the run's placement.json; a resume reuses it)."
+        },
     )
     num_threads: int = field(
         default=0,

@@ -18,11 +18,19 @@ from cadence.algorithms.scheme import TrainingScheme
 from cadence.collect.unroll import Collector
 from cadence.data import distributed
 from cadence.envs.environment import Environment
-from cadence.envs.make import check_env, make_env
+from cadence.envs.make import check_env, make_env, picks_tensor
 from cadence.envs.worker_pool import available_cores
+from cadence.envs.wrapper_config import gym_wrappers
 from cadence.replay.buffer import ReplayBuffer
 from cadence.trainer.checkpoint import CheckpointManager, latest_iteration
 from cadence.trainer.distributed import Ranks, rank_device, start_ranks
+from cadence.trainer.placement import (
+    Placement,
+    learner_device,
+    measured_placement,
+    record_placement,
+    resolve_placement,
+)
 from cadence.trainer.rng import rank_seed, seed_everything
 from cadence.trainer.run_config import CHANGES_FILE, check_resume_config
 from cadence.trainer.snapshot import write_snapshot
@@ -71,7 +79,9 @@ def train(
     """
     trainer_config = config.trainer
     with start_ranks(
-        trainer_config.num_ranks, trainer_config.device, trainer_config.collective_timeout_s
+        trainer_config.num_ranks,
+        learner_device(trainer_config.device),
+        trainer_config.collective_timeout_s,
     ) as ranks:
         if ranks.world_size > 1 and on_evaluation is not None:
             raise ValueError("on_evaluation pauses one process's run; it takes one rank")
@@ -133,10 +143,24 @@ def build_trainer(
     trainer_config = config.trainer
     _configure_torch(trainer_config)
     seed_everything(config.seed)
-    device = torch.device(rank_device(trainer_config.device, ranks))
+    learner = rank_device(learner_device(trainer_config.device), ranks)
+    device = torch.device(learner)
     _check_transformers_fit(config)
     num_envs = config.env.num_envs
-    env = make_training_env(config, num_envs, config.seed + ranks.rank * num_envs)
+    # One collector per rank acts on its rank's learner device unless told otherwise.
+    collector_setting = trainer_config.collector_device
+    if ranks.world_size > 1 and collector_setting == "auto":
+        collector_setting = "learner"
+    tensor_env = picks_tensor(
+        config.env.name,
+        num_envs,
+        config.env.backend,
+        learner,
+        gym_wrappers(config.env.all_wrappers),
+    )
+    placement = resolve_placement(learner, collector_setting, run_dir, tensor_env)
+    env_device = placement.env if placement is not None else "cpu"
+    env = make_training_env(config, num_envs, config.seed + ranks.rank * num_envs, env_device)
     _share_cores_with_env_workers(trainer_config, env)
     _share_cores_with_ranks(trainer_config, ranks)
     replay_buffer = make_training_replay_buffer(config, env.batch_size, device)
@@ -154,13 +178,27 @@ def build_trainer(
         transformer.to(device)
     if ranks.world_size > 1:
         _join_group(algorithm, config.seed, ranks)
+    if placement is None:  # auto, Gymnasium envs, the learner on an accelerator
+        placement = (
+            Placement(learner, learner, "cpu")  # transformers keep their statistics in one place
+            if transformer is not None
+            else measured_placement(learner, algorithm, env)
+        )
+    if placement.split and transformer is not None:
+        raise ValueError(
+            f"trainer.collector_device={placement.collector} is not the learner's device "
+            f"({learner}), which data transformers do not support (they keep their "
+            "statistics on one device); set trainer.collector_device=learner"
+        )
+    record_placement(placement, run_dir, ranks.is_writer)
     collector = Collector(
         env,
         algorithm,
         trainer_config.unroll_length,
-        device,
+        placement.collector,
         transformer,
         action_repeat=config.env.action_repeat,
+        learner_device=learner,
     )
 
     def make_eval_env(seed: int) -> Environment:
@@ -218,7 +256,9 @@ def make_scheme(
     if off_policy is None:
         return OnPolicyScheme(algorithm, collector)
     if replay_buffer is None:
-        replay_buffer = make_training_replay_buffer(config, env.batch_size, collector.device)
+        replay_buffer = make_training_replay_buffer(
+            config, env.batch_size, collector.learner_device
+        )
     check_first_window(
         off_policy,
         collector.unroll_length,
@@ -267,8 +307,6 @@ def check_training_env(config: Any) -> None:
     Raises:
         EnvBuildError: the env cannot be built; the message says why (see `check_env`).
     """
-    from cadence.envs.wrapper_config import gym_wrappers
-
     env_config = config.env
     check_env(
         env_config.name,
@@ -280,17 +318,17 @@ def check_training_env(config: Any) -> None:
 
 
 def make_training_env(
-    config: Any, num_envs: int, seed: int, backend: str | None = None
+    config: Any, num_envs: int, seed: int, device: Any = "cpu", backend: str | None = None
 ) -> Environment:
-    """The environments of ``config.env`` with ``num_envs`` copies seeded from ``seed``."""
-    from cadence.envs.wrapper_config import gym_wrappers
-
+    """The environments of ``config.env`` with ``num_envs`` copies seeded from ``seed``,
+    delivering time steps on ``device`` (where tensor-native ones run)."""
     env_config = config.env
     return make_env(
         env_config.name,
         num_envs,
         backend or env_config.backend,
         seed,
+        device=device,
         max_episode_steps=env_config.max_episode_steps,
         gym_wrappers=gym_wrappers(env_config.all_wrappers),
         env_kwargs=dict(env_config.env_kwargs or {}),

@@ -323,7 +323,7 @@ class Trainer:
         try:
             with torch.random.fork_rng(devices=[]):
                 episodes = evaluate_episodes(
-                    self.algorithm, env, self.collector.device, self.collector.transformer
+                    self.algorithm, env, self.collector.learner_device, self.collector.transformer
                 )
         finally:
             env.close()
@@ -401,11 +401,13 @@ class Trainer:
         if self.ranks.world_size == 1:
             if not self.checkpoints.has_checkpoints():
                 return False
-            path, state = self.checkpoints.load_verified(map_location=self.collector.device)
+            path, state = self.checkpoints.load_verified(map_location=self.collector.learner_device)
             files = self.checkpoints.manifest_files(path)
             part = path
         else:
-            loaded = load_checkpoint_of_ranks(self.checkpoints, self.ranks, self.collector.device)
+            loaded = load_checkpoint_of_ranks(
+                self.checkpoints, self.ranks, self.collector.learner_device
+            )
             if loaded is None:
                 return False
             path, state, files = loaded

@@ -1,0 +1,188 @@
+"""Where a run's parts run: the learner, the policy that collects, and the environments.
+
+``trainer.device`` places the learner (networks, optimizers, replay buffer, updates):
+``auto`` is the GPU when there is one. ``trainer.collector_device`` places the policy that
+acts in the environments:
+
+- ``learner``: the learner's own networks act, on its device;
+- ``auto``: the learner's device when the learner is on the CPU or the environments are
+  tensor-native (they then run on the learner's device too, and the collector's time
+  steps never leave it); otherwise, with Gymnasium environments on the CPU and the learner
+  on a GPU, a measurement decides: one `rollout_step` on the env's batch, timed on each
+  device with the transfers it implies. A small network over a few envs acts faster on the
+  CPU, where a GPU would spend more on launching kernels and copying than on the math;
+- a device (``cpu``, ``cuda``, ``cuda:1``): acts there.
+
+When the collector's device differs from the learner's, the collector acts with a copy of
+the algorithm refreshed from the learner before every unroll, and its experience moves to
+the learner through pinned memory.
+
+The placement is written to the run directory (``placement.json``) and a resumed run
+reuses it, so a measurement that came out differently on the second start cannot change
+how the run collects.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import attrs
+import torch
+
+from cadence.algorithms.algorithm import Algorithm
+from cadence.data.nest import map_structure
+from cadence.data.time_step import StepType, TimeStep
+
+logger = logging.getLogger(__name__)
+
+PLACEMENT_FILE = "placement.json"
+
+
+def learner_device(name: str) -> str:
+    """The learner's device for ``trainer.device``: ``auto`` is ``cuda`` when a CUDA GPU is
+    visible, else ``cpu``.
+
+    Raises:
+        RuntimeError: a CUDA device is asked for and this machine has none.
+    """
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    _check_available(name, "trainer.device")
+    return name
+
+
+def _check_available(name: str, key: str) -> None:
+    device = torch.device(name)
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise RuntimeError(
+                f"{key}={name} but torch sees no CUDA GPU here (torch.cuda.is_available() is "
+                f"False; torch {torch.__version__}); set {key}=auto or cpu"
+            )
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise RuntimeError(
+                f"{key}={name} but this machine has {torch.cuda.device_count()} CUDA GPU(s)"
+            )
+
+
+@attrs.frozen
+class Placement:
+    """Where a run's parts run.
+
+    Attributes:
+        learner: the learner's device.
+        collector: the device the collecting policy acts on (time steps are delivered there).
+        env: the device tensor-native environments run on (``cpu`` for Gymnasium ones).
+        rollout_step_us: when ``auto`` measured it, one rollout step's microseconds per
+            candidate device (transfers included); empty otherwise.
+    """
+
+    learner: str
+    collector: str
+    env: str
+    rollout_step_us: dict[str, float] = attrs.field(factory=dict)
+
+    @property
+    def split(self) -> bool:
+        """Whether the collector acts with a copy of the algorithm on another device."""
+        return torch.device(self.collector) != torch.device(self.learner)
+
+    def save(self, run_dir: Path) -> None:
+        (run_dir / PLACEMENT_FILE).write_text(json.dumps(attrs.asdict(self), indent=2) + "\n")
+
+    @classmethod
+    def load(cls, run_dir: Path) -> Placement | None:
+        path = run_dir / PLACEMENT_FILE
+        return cls(**json.loads(path.read_text())) if path.exists() else None
+
+    def describe(self) -> str:
+        text = f"learner on {self.learner}, policy acting on {self.collector}"
+        if self.rollout_step_us:
+            times = ", ".join(f"{us:.0f} us on {d}" for d, us in self.rollout_step_us.items())
+            text += f" (one rollout step: {times})"
+        return text
+
+
+def first_placement(learner: str, collector: str, tensor_env: bool) -> Placement | None:
+    """The placement decided without a measurement, or None when ``auto`` must measure
+    (Gymnasium envs, the learner on an accelerator, ``collector_device=auto``)."""
+    if collector == "learner" or (collector == "auto" and (tensor_env or learner == "cpu")):
+        return Placement(learner, learner, learner if tensor_env else "cpu")
+    if collector != "auto":
+        _check_available(collector, "trainer.collector_device")
+        return Placement(learner, collector, collector if tensor_env else "cpu")
+    return None
+
+
+def measured_placement(learner: str, algorithm: Algorithm, env: Any) -> Placement:
+    """Times `rollout_step` on the CPU (with a copy of ``algorithm``) and on ``learner``
+    (moving the time step there and the action back), and acts where it is faster."""
+    times = {device: measure_rollout_step(algorithm, env, device) for device in ("cpu", learner)}
+    collector = min(times, key=times.__getitem__)
+    return Placement(learner, collector, "cpu", times)
+
+
+def measure_rollout_step(algorithm: Algorithm, env: Any, device: str, repeats: int = 30) -> float:
+    """The median microseconds of one `rollout_step` of ``algorithm`` (or of a copy of it
+    on ``device``) on a CPU batch of ``env``'s size of zero observations, the move of the
+    time step to ``device`` and of the action back to the CPU included.
+
+    Neither ``algorithm``, ``env`` nor any random number generator is changed.
+    """
+    acting = algorithm
+    if _device_of(algorithm) != torch.device(device):
+        acting = copy.deepcopy(algorithm).to(device)
+    batch_size = env.batch_size
+    time_step = TimeStep(
+        step_type=torch.full((batch_size,), StepType.MID),
+        reward=torch.zeros(batch_size),
+        discount=torch.ones(batch_size),
+        observation=env.observation_spec.zeros((batch_size,)),
+        prev_action=env.action_spec.zeros((batch_size,)),
+        env_id=torch.arange(batch_size),
+    )
+    cuda = torch.device(device).type == "cuda"
+    times = []
+    with torch.random.fork_rng(devices=[torch.device(device)] if cuda else []), torch.no_grad():
+        state = map_structure(lambda x: x.to(device), acting.initial_state(batch_size))
+        for _ in range(repeats + 5):
+            start = time.perf_counter()
+            step = acting.rollout_step(time_step.to(device), state, ())
+            map_structure(lambda x: x.to("cpu"), step.output)
+            if cuda:
+                torch.cuda.synchronize(device)
+            times.append(time.perf_counter() - start)
+    times = sorted(times[5:])
+    return times[len(times) // 2] * 1e6
+
+
+def _device_of(module: torch.nn.Module) -> torch.device:
+    parameter = next(module.parameters(), None)
+    return torch.device("cpu") if parameter is None else parameter.device
+
+
+def resolve_placement(
+    learner: str, collector: str, run_dir: Path, tensor_env: bool
+) -> Placement | None:
+    """The placement for a ``learner`` device and a ``collector`` setting decided without a
+    measurement, or the one ``auto`` measured when this run started with the same learner
+    (``run_dir/placement.json``); None when it must be measured, once the algorithm exists."""
+    decided = first_placement(learner, collector, tensor_env)
+    if decided is not None:
+        return decided
+    recorded = Placement.load(run_dir)
+    return recorded if recorded is not None and recorded.learner == learner else None
+
+
+def record_placement(placement: Placement, run_dir: Path, is_writer: bool) -> None:
+    """Logs ``placement`` and writes it to ``run_dir`` (by the writing rank) unless the run
+    already holds it."""
+    logger.info("placement: %s", placement.describe())
+    if is_writer and Placement.load(run_dir) != placement:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        placement.save(run_dir)

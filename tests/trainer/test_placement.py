@@ -1,0 +1,193 @@
+"""Device placement: ``trainer.device`` and ``trainer.collector_device``, what ``auto``
+picks, what the run records, and a collector acting with a copy of the learner.
+
+This machine has no GPU, so a split placement is exercised with the CPU under two names
+(``cpu`` learning, ``cpu:0`` acting): torch treats them as different devices, so the
+collector takes the path it takes for a CPU collector beside a GPU learner (a copy of the
+algorithm refreshed before every unroll, experience moved to the learner), and a run
+collected that way must equal one collected by the learner itself.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from cadence.algorithms.build import build_algorithm
+from cadence.collect.unroll import Collector
+from cadence.config import load_config
+from cadence.envs.make import make_env
+from cadence.testing.resume import (
+    SimulatedCrash,
+    assert_equal_nests,
+    comparable_metrics,
+    crash_after,
+    final_state,
+    train_named,
+)
+from cadence.trainer.config import TrainerConfig
+from cadence.trainer.metrics import read_metrics
+from cadence.trainer.placement import (
+    PLACEMENT_FILE,
+    Placement,
+    learner_device,
+    measure_rollout_step,
+    resolve_placement,
+)
+
+PPO = [
+    "env.num_envs=4",
+    "trainer.unroll_length=16",
+    "trainer.num_env_steps=640",
+    "trainer.checkpoint_interval=3",
+    "trainer.eval_interval=2",
+    "trainer.num_eval_episodes=2",
+    "trainer.progress_bar=off",
+    "seed=3",
+]
+SAC = [
+    "env.num_envs=2",
+    "trainer.unroll_length=8",
+    "trainer.num_env_steps=320",
+    "algorithm.off_policy.initial_collect_steps=64",
+    "algorithm.off_policy.mini_batch_size=16",
+    "trainer.checkpoint_interval=5",
+    "trainer.eval_interval=10",
+    "trainer.num_eval_episodes=1",
+    "trainer.progress_bar=off",
+    "seed=5",
+]
+no_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="checks a machine without a GPU")
+needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+@no_gpu
+def test_auto_places_everything_on_the_cpu_without_a_gpu_and_records_it(tmp_path):
+    root = tmp_path / "run"
+    assert train_named("ppo_cartpole", root, PPO) == "complete"
+    recorded = json.loads((root / PLACEMENT_FILE).read_text())
+    assert recorded == {"learner": "cpu", "collector": "cpu", "env": "cpu", "rollout_step_us": {}}
+
+
+@no_gpu
+def test_asking_for_cuda_without_a_gpu_says_what_to_set():
+    with pytest.raises(
+        RuntimeError, match=r"trainer.device=cuda .* set trainer.device=auto or cpu"
+    ):
+        learner_device("cuda")
+
+
+def test_unknown_device_names_are_rejected_with_the_accepted_ones():
+    with pytest.raises(ValueError, match="trainer.device must be one of 'auto', 'cpu'"):
+        TrainerConfig(device="gpu")
+    with pytest.raises(
+        ValueError, match="trainer.collector_device must be one of 'auto', 'learner'"
+    ):
+        TrainerConfig(collector_device="fast")
+    TrainerConfig(device="cuda:1", collector_device="learner")  # accepted; checked at start
+
+
+def test_a_resumed_run_reuses_the_measured_placement_of_the_same_learner(tmp_path):
+    measured = Placement("cuda", "cpu", "cpu", {"cpu": 80.0, "cuda": 300.0})
+    measured.save(tmp_path)
+    assert resolve_placement("cuda", "auto", tmp_path, tensor_env=False) == measured
+    # Settings that need no measurement, or another learner, do not read it.
+    assert resolve_placement("cuda", "learner", tmp_path, tensor_env=False).collector == "cuda"
+    assert resolve_placement("cuda", "auto", tmp_path, tensor_env=True).env == "cuda"
+    assert resolve_placement("cuda:1", "auto", tmp_path, tensor_env=False) is None
+    assert resolve_placement("cpu", "auto", tmp_path, tensor_env=False).collector == "cpu"
+
+
+def test_measuring_a_rollout_step_changes_neither_the_algorithm_nor_the_random_numbers():
+    config = load_config("ppo_cartpole", [])
+    with make_env("CartPole-v1", 4, "serial", seed=0) as env:
+        algorithm = build_algorithm(
+            config.algorithm, env.observation_spec, env.action_spec, config.network
+        )
+        before = {k: v.clone() for k, v in algorithm.state_dict().items() if torch.is_tensor(v)}
+        rng = torch.get_rng_state()
+        assert measure_rollout_step(algorithm, env, "cpu", repeats=5) > 0
+        assert measure_rollout_step(algorithm, env, "cpu:0", repeats=5) > 0  # with a copy
+        assert torch.equal(torch.get_rng_state(), rng)
+        after = algorithm.state_dict()
+        for key, value in before.items():
+            torch.testing.assert_close(after[key], value, rtol=0, atol=0)
+
+
+def test_an_acting_copy_follows_the_learners_weights_from_one_unroll_to_the_next():
+    config = load_config("ppo_cartpole", [])
+    with make_env("CartPole-v1", 4, "serial", seed=0) as env:
+        algorithm = build_algorithm(
+            config.algorithm, env.observation_spec, env.action_spec, config.network
+        )
+        collector = Collector(env, algorithm, 4, "cpu:0", learner_device="cpu")
+        assert collector.acting is not algorithm
+        collector.unroll()
+        with torch.no_grad():
+            for parameter in algorithm.parameters():
+                parameter.add_(1.0)
+        experience, _ = collector.unroll()
+        for acting, learning in zip(
+            collector.acting.parameters(), algorithm.parameters(), strict=True
+        ):
+            assert acting is not learning
+            torch.testing.assert_close(acting, learning, rtol=0, atol=0)
+        assert experience.time_step.observation.device == torch.device("cpu")
+
+
+@pytest.mark.parametrize(
+    "name, overrides",
+    [
+        ("ppo_cartpole", PPO),
+        ("sac_pendulum", SAC),
+        ("ppo_cartpole_masked_gru", [*PPO, "trainer.unroll_length=8", "trainer.num_env_steps=320"]),
+    ],
+    ids=["ppo", "sac", "recurrent-ppo"],
+)
+def test_a_run_collected_by_an_acting_copy_equals_one_collected_by_the_learner(
+    tmp_path, name, overrides
+):
+    learner, copy = tmp_path / "learner", tmp_path / "copy"
+    assert (
+        train_named(name, learner, [*overrides, "trainer.collector_device=learner"]) == "complete"
+    )
+    assert train_named(name, copy, [*overrides, "trainer.collector_device=cpu:0"]) == "complete"
+    assert json.loads((copy / PLACEMENT_FILE).read_text())["collector"] == "cpu:0"
+    assert comparable_metrics(read_metrics(copy)) == comparable_metrics(read_metrics(learner))
+    assert_equal_nests(final_state(copy)["algorithm"], final_state(learner)["algorithm"])
+
+
+def test_a_run_with_an_acting_copy_resumes_exactly_after_a_crash(tmp_path):
+    overrides = [*PPO, "trainer.collector_device=cpu:0"]
+    whole, crashed = tmp_path / "whole", tmp_path / "crashed"
+    assert train_named("ppo_cartpole", whole, overrides) == "complete"
+    with crash_after(5), pytest.raises(SimulatedCrash):
+        train_named("ppo_cartpole", crashed, overrides)
+    assert train_named("ppo_cartpole", crashed, overrides) == "complete"
+    assert comparable_metrics(read_metrics(crashed)) == comparable_metrics(read_metrics(whole))
+    assert_equal_nests(final_state(crashed)["algorithm"], final_state(whole)["algorithm"])
+
+
+def test_data_transformers_refuse_an_acting_copy_and_say_what_to_set(tmp_path):
+    overrides = [*PPO, "data_transformers.names=[observation_normalizer]"]
+    with pytest.raises(ValueError, match="set trainer.collector_device=learner"):
+        train_named(
+            "ppo_cartpole", tmp_path / "run", [*overrides, "trainer.collector_device=cpu:0"]
+        )
+
+
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.parametrize("collector", ["auto", "cpu", "learner"])
+def test_a_gpu_learner_trains_with_the_policy_acting_on_either_device(tmp_path, collector):
+    root = tmp_path / "run"
+    overrides = [*PPO, "trainer.device=cuda", f"trainer.collector_device={collector}"]
+    assert train_named("ppo_cartpole", root, overrides) == "complete"
+    placement = json.loads((root / PLACEMENT_FILE).read_text())
+    assert placement["learner"] == "cuda"
+    if collector == "auto":
+        assert set(placement["rollout_step_us"]) == {"cpu", "cuda"}
+    else:
+        assert placement["collector"] == ("cpu" if collector == "cpu" else "cuda")
