@@ -20,7 +20,7 @@ from torch import nn
 from torch.distributions import Categorical, Independent, Normal
 
 from cadence.data.specs import BoundedTensorSpec, DiscreteTensorSpec, Spec, TensorSpec
-from cadence.networks.distributions import TanhNormal
+from cadence.networks.distributions import LeanCategorical, TanhNormal
 from cadence.networks.mlp import make_linear
 
 POLICY_GAIN = 0.01
@@ -43,9 +43,9 @@ class CategoricalHead(nn.Module):
         self.logits = make_linear(in_dim, num_actions, POLICY_GAIN)
 
     def forward(self, features: torch.Tensor) -> Categorical:
-        # Argument validation costs more than the rest of a small policy's step; the logits
-        # come from a linear layer, never from a user.
-        return Categorical(logits=self.logits(features), validate_args=False)
+        # torch's Categorical costs more than the rest of a small policy's step (argument
+        # checks, broadcasting); the logits come from a linear layer, never from a user.
+        return LeanCategorical(self.logits(features))
 
 
 class NormalHead(nn.Module):
