@@ -24,7 +24,7 @@ the collector carries); all zeros is the state before an episode's first observa
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -131,6 +131,27 @@ class _Posterior(nn.Module):
         return {g: _gaussian(part, self.min_std) for g, part in zip(self.beliefs, raw, strict=True)}
 
 
+_OLD_POSTERIOR_KEYS = {
+    "posterior_belief.weight": "beliefs.{g}.weight",
+    "posterior_embedding.weight": "embedding.weight",
+    "posterior_embedding.bias": "embedding.bias",
+    "posterior.1.weight": "head.1.weight",
+    "posterior.1.bias": "head.1.bias",
+}
+
+
+def _rename_per_group_posteriors(
+    module: nn.Module, state_dict: dict[str, Any], prefix: str, *args: Any
+) -> None:
+    """Loads a checkpoint written before the posteriors were modules of their own (each
+    group's posterior layers were then its ``_Group``'s): renames their keys in place."""
+    for key in [k for k in state_dict if k.startswith(f"{prefix}groups.")]:
+        group, rest = key[len(f"{prefix}groups.") :].split(".", 1)
+        if rest in _OLD_POSTERIOR_KEYS:
+            new = _OLD_POSTERIOR_KEYS[rest].format(g=group)
+            state_dict[f"{prefix}posteriors.{group}.{new}"] = state_dict.pop(key)
+
+
 class Observed(NamedTuple):
     """An RSSM filtered over sequences ``[B, L]``.
 
@@ -188,6 +209,7 @@ class RSSM(nn.Module):
         joint = ("x", "y") if joint_posterior and "y" in groups else None
         parts = [joint] if joint else []
         parts += [(g,) for g in self.sizes if not joint or g not in joint]
+        self.register_load_state_dict_pre_hook(_rename_per_group_posteriors)
         self.posteriors = nn.ModuleDict(
             {
                 "".join(part): _Posterior(

@@ -287,3 +287,25 @@ def test_ridge_probe_recovers_a_linear_signal_and_not_an_independent_one():
     r2 = ridge_r2(features[:300], targets[:300], features[300:], targets[300:], alpha=1e-3)
     assert r2[0] > 0.99
     assert r2[1] < 0.05
+
+
+def test_a_checkpoint_with_the_posteriors_inside_the_groups_still_loads():
+    rssm = _denoised().world_model.rssm
+    old_names = {
+        "beliefs.{g}.weight": "posterior_belief.weight",
+        "embedding.weight": "posterior_embedding.weight",
+        "embedding.bias": "posterior_embedding.bias",
+        "head.1.weight": "posterior.1.weight",
+        "head.1.bias": "posterior.1.bias",
+    }
+    old = {}
+    for key, value in rssm.state_dict().items():
+        if key.startswith("posteriors."):
+            g, rest = key.removeprefix("posteriors.").split(".", 1)
+            rest = "beliefs.{g}.weight" if rest.startswith("beliefs.") else rest
+            key = f"groups.{g}.{old_names[rest]}"
+        old[key] = value.clone() + 1.0
+    other = _denoised().world_model.rssm
+    other.load_state_dict(old)
+    for key, value in other.state_dict().items():
+        torch.testing.assert_close(value, rssm.state_dict()[key] + 1.0)
