@@ -169,8 +169,22 @@ def start_ranks(num_ranks: int, device: str, timeout_s: float) -> Iterator[Ranks
         ranks = Ranks(rank, world_size, local_rank, control)
         yield ranks
         ranks.barrier()  # all done with the group before any rank leaves it
+        _leave_together(rank, world_size, timeout)
     finally:
         dist.destroy_process_group()
+
+
+def _leave_together(rank: int, world_size: int, timeout: datetime.timedelta) -> None:
+    """Waits, through the rendezvous store, until every rank is out of the last barrier.
+
+    A gloo barrier can return on one rank while another still waits for its last message:
+    a rank that then tears the group down closes that connection under the other, whose
+    gloo thread aborts the process ("terminate called without an active exception"). The
+    store outlives the ranks (torchrun's agent holds it), so it can say when all are out.
+    """
+    store = dist.distributed_c10d._get_default_store()
+    store.set(f"cadence/left/{rank}", "1")
+    store.wait([f"cadence/left/{r}" for r in range(world_size)], timeout)
 
 
 def rank_device(device: str, ranks: Ranks) -> str:
