@@ -96,9 +96,21 @@ class Placement:
         (run_dir / PLACEMENT_FILE).write_text(json.dumps(attrs.asdict(self), indent=2) + "\n")
 
     @classmethod
-    def load(cls, run_dir: Path) -> Placement | None:
+    def load(cls, run_dir: Path, warn: bool = True) -> Placement | None:
+        """The placement recorded in ``run_dir``; None when there is none or it is damaged
+        (then it is decided again, and rewritten, with a warning naming the file)."""
         path = run_dir / PLACEMENT_FILE
-        return cls(**json.loads(path.read_text())) if path.exists() else None
+        if not path.exists():
+            return None
+        try:
+            return cls(**json.loads(path.read_text()))
+        except (ValueError, TypeError) as error:  # bad bytes, bad JSON, missing keys
+            if warn:
+                logger.warning(
+                    "%s is damaged (%s: %s); deciding the placement again",
+                    path, type(error).__name__, error,
+                )  # fmt: skip
+            return None
 
     def describe(self) -> str:
         text = f"learner on {self.learner}, policy acting on {self.collector}"
@@ -175,7 +187,7 @@ def resolve_placement(
     decided = first_placement(learner, collector, tensor_env)
     if decided is not None:
         return decided
-    recorded = Placement.load(run_dir)
+    recorded = Placement.load(run_dir, warn=False)  # `record_placement` names a damaged one
     return recorded if recorded is not None and recorded.learner == learner else None
 
 

@@ -34,6 +34,7 @@ from cadence.trainer.placement import (
     Placement,
     learner_device,
     measure_rollout_step,
+    record_placement,
     resolve_placement,
 )
 
@@ -191,3 +192,13 @@ def test_a_gpu_learner_trains_with_the_policy_acting_on_either_device(tmp_path, 
         assert set(placement["rollout_step_us"]) == {"cpu", "cuda"}
     else:
         assert placement["collector"] == ("cpu" if collector == "cpu" else "cuda")
+
+
+@pytest.mark.parametrize("damage", [b'{"learner": "cpu", \xf5', b'{"learner": "cpu"}', b""])
+def test_a_damaged_placement_file_is_named_decided_again_and_rewritten(tmp_path, damage, caplog):
+    (tmp_path / PLACEMENT_FILE).write_bytes(damage)
+    placement = Placement("cpu", "cpu", "cpu")
+    with caplog.at_level("WARNING"):
+        record_placement(placement, tmp_path, is_writer=True)
+    assert PLACEMENT_FILE in caplog.text and "damaged" in caplog.text
+    assert Placement.load(tmp_path) == placement
