@@ -309,3 +309,21 @@ def test_a_checkpoint_with_the_posteriors_inside_the_groups_still_loads():
     other.load_state_dict(old)
     for key, value in other.state_dict().items():
         torch.testing.assert_close(value, rssm.state_dict()[key] + 1.0)
+
+
+def test_the_conv_stacks_compute_in_channels_last_what_the_default_layout_computes():
+    from cadence.mbrl.world_model import ConvDecoder, ConvEncoder
+
+    torch.manual_seed(0)
+    encoder, decoder = ConvEncoder(3, torch.nn.ELU), ConvDecoder(20, 3, torch.nn.ELU)
+    assert encoder.net[0].weight.is_contiguous(memory_format=torch.channels_last)
+    image, features = torch.randn(2, 3, 3, 64, 64), torch.randn(2, 3, 20)
+    embedding, decoded = encoder(image), decoder(features)
+    encoder.to(memory_format=torch.contiguous_format)
+    decoder.to(memory_format=torch.contiguous_format)
+    plain_encoder = encoder.net(image.flatten(0, 1)).reshape(2, 3, -1)
+    hidden = decoder.project(features).reshape(-1, 1024, 1, 1)
+    plain_decoder = decoder.net(hidden).reshape(2, 3, 3, 64, 64)
+    assert embedding.shape == (2, 3, 1024) and decoded.shape == (2, 3, 3, 64, 64)
+    torch.testing.assert_close(embedding, plain_encoder, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(decoded, plain_decoder, rtol=1e-4, atol=1e-5)
