@@ -5,15 +5,18 @@ For each config and seed it trains a run (``cadence train CONFIG seed=S``; runs 
 complete are reused), then reports
 
 - the final return: the mean of the run's last 3 evaluations;
-- a ridge-regression probe (`cadence.mbrl.probe.ridge_r2`) from the x latent (posterior
-  belief and state concatenated, the policy filtering) to each observed signal, fit on the
-  steps of some evaluation episodes and scored on held-out ones: R² of cos θ, sin θ and θ̇
-  of the pendulum, and the largest R² over the coordinates of the reward-relevant (y-type)
-  and of the other (z-type) distractors.
+- a ridge-regression probe (`cadence.mbrl.probe.probe_noisy_pendulum`) from the x latent
+  (posterior belief and state concatenated, the policy filtering) to each observed signal,
+  fit on the steps of 8 evaluation episodes and scored on 4 held-out ones: R² of cos θ,
+  sin θ and θ̇ of the pendulum, and the largest R² over the coordinates of the
+  reward-relevant (y-type) and of the other (z-type) distractors.
 
     python benchmarks/denoising_study.py --seeds 0 1 2 --parallel 2
 
-Each run takes about 15 minutes on one core of a 2-core machine.
+Each run takes about 8 minutes on one core of a 2-core machine. ``--every-checkpoint``
+also probes every checkpoint the runs kept, to see when x takes a signal in or lets it
+go (add ``--overrides trainer.checkpoint_interval=2 trainer.keep_checkpoints=10`` for a
+finer trace).
 """
 
 from __future__ import annotations
@@ -27,7 +30,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 CONFIGS = ("dreamer_pendulum", "dreamer_pendulum_noisy", "denoised_mdp_pendulum_noisy")
-PROBE_EPISODES, PROBE_HELD_OUT = 12, 4
 
 
 def train(config: str, seed: int, root: Path, overrides: list[str]) -> Path:
@@ -50,41 +52,10 @@ def final_return(run_dir: Path, last: int = 3) -> float:
     return statistics.mean(returns[-last:])
 
 
-def probe(run_dir: Path) -> dict[str, float]:
-    """R² from x of each pendulum signal, and the largest over each distractor type."""
-    import torch
-
-    from cadence.config.serialize import from_yaml
-    from cadence.envs.suites.noisy_pendulum import NoisyPendulumEnv
-    from cadence.mbrl.probe import collect_latents, ridge_r2
-    from cadence.trainer.play import load_policy
-    from cadence.trainer.run import make_training_env
-
-    config = from_yaml((run_dir / "config.yaml").read_text())
-    env = make_training_env(config, PROBE_EPISODES, seed=2024, backend="serial")
-    try:
-        algorithm, _ = load_policy(config, run_dir, env)
-        torch.manual_seed(0)
-        features, observations = collect_latents(algorithm, env)
-    finally:
-        env.close()
-    train_episodes = PROBE_EPISODES - PROBE_HELD_OUT
-    r2 = ridge_r2(
-        features[:train_episodes].flatten(0, 1),
-        observations[:train_episodes].flatten(0, 1),
-        features[train_episodes:].flatten(0, 1),
-        observations[train_episodes:].flatten(0, 1),
-    )
-    result = {"cos": float(r2[0]), "sin": float(r2[1]), "velocity": float(r2[2])}
-    if observations.shape[-1] > 3:
-        kwargs = dict(config.env.env_kwargs)
-        slices = NoisyPendulumEnv.signal_slices(
-            kwargs.get("num_reward_distractors", 2), kwargs.get("num_noise_distractors", 4)
-        )
-        for name, key in (("y", "reward_distractors"), ("z", "noise_distractors")):
-            part = r2[slices[key]]
-            result[f"{name}_max"] = float(part.max()) if part.numel() else float("nan")
-    return result
+def checkpoint_iterations(run_dir: Path) -> list[int]:
+    """The iterations of the checkpoints a run kept, oldest first."""
+    directory = run_dir / "checkpoints"
+    return sorted(int(p.name) for p in directory.iterdir() if p.is_dir() and p.name.isdigit())
 
 
 def main() -> None:
@@ -94,18 +65,30 @@ def main() -> None:
     parser.add_argument("--parallel", type=int, default=2)
     parser.add_argument("--root", type=Path, default=Path("runs/denoising_study"))
     parser.add_argument("--overrides", nargs="*", default=[])
+    parser.add_argument(
+        "--every-checkpoint",
+        action="store_true",
+        help="also probe every checkpoint each run kept (the probe's trace over training)",
+    )
     args = parser.parse_args()
     args.root.mkdir(parents=True, exist_ok=True)
     jobs = [(config, seed) for seed in args.seeds for config in args.configs]
     with ThreadPoolExecutor(args.parallel) as pool:
         runs = list(pool.map(lambda job: train(*job, args.root, args.overrides), jobs))
+    from cadence.mbrl.probe import probe_noisy_pendulum
+
     rows = []
     for (config, seed), run_dir in zip(jobs, runs, strict=True):
+        if args.every_checkpoint:
+            for iteration in checkpoint_iterations(run_dir):
+                trace = {"config": config, "seed": seed, "checkpoint": iteration}
+                trace.update(probe_noisy_pendulum(run_dir, str(iteration)))
+                print(json.dumps(trace), flush=True)
         row = {
             "config": config,
             "seed": seed,
             "final_return": final_return(run_dir),
-            **probe(run_dir),
+            **probe_noisy_pendulum(run_dir),
         }
         rows.append(row)
         print(json.dumps(row), flush=True)

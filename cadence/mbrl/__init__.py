@@ -18,6 +18,9 @@ __all__ = [
     "WorldModel",
     "WorldModelConfig",
     "make_model_based",
+    "probe_noisy_pendulum",
+    "probe_run",
+    "ridge_r2",
 ]
 
 __getattr__, __dir__ = lazy_exports(
@@ -34,5 +37,8 @@ __getattr__, __dir__ = lazy_exports(
         "ModelBasedAlgorithm": "algorithm",
         "WorldModel": "world_model",
         "make_model_based": "build",
+        "probe_noisy_pendulum": "probe",
+        "probe_run": "probe",
+        "ridge_r2": "probe",
     },
 )

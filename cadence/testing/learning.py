@@ -41,6 +41,12 @@ class EvalCurve:
         """The highest evaluation return."""
         return max(self.returns)
 
+    def final_return(self, last: int = 3) -> float:
+        """The mean of the last ``last`` evaluation returns (a run's final performance, less
+        noisy than its last evaluation alone)."""
+        tail = self.returns[-last:]
+        return sum(tail) / len(tail)
+
     def env_steps_to(self, bar: float) -> int | None:
         """The env steps of the first evaluation at or above ``bar``, or None."""
         return next(
@@ -49,14 +55,15 @@ class EvalCurve:
 
 
 def train_to_bar(
-    config_name: str, run_dir: Path, bar: float, overrides: Sequence[str] = ()
+    config_name: str, run_dir: Path, bar: float | None, overrides: Sequence[str] = ()
 ) -> EvalCurve:
     """Trains a named config in ``run_dir`` until an evaluation reaches ``bar`` (or the budget ends).
 
     Args:
         config_name: a named config (`cadence.config.list_configs`).
         run_dir: a new run directory.
-        bar: the evaluation return that stops training (``trainer.stop_at_eval_return``).
+        bar: the evaluation return that stops training (``trainer.stop_at_eval_return``);
+            None trains the whole budget.
         overrides: further config overrides (``seed=...``, ``trainer.num_env_steps=...``).
 
     Returns:
@@ -70,7 +77,7 @@ def train_to_bar(
         [
             f"root_dir={run_dir}",
             "trainer.progress_bar=off",
-            f"trainer.stop_at_eval_return={bar}",
+            f"trainer.stop_at_eval_return={'null' if bar is None else bar}",
             *overrides,
         ],
     )

@@ -8,8 +8,10 @@ import subprocess
 
 import imageio.v2 as imageio
 import pytest
+import torch
 
 from cadence.cli import main as cli_main
+from cadence.mbrl.probe import probe_noisy_pendulum, probe_run
 from cadence.testing.resume import (
     assert_equal_nests,
     cli_train_command,
@@ -152,3 +154,17 @@ def test_the_noisy_dmc_config_trains_a_few_iterations(tmp_path):
     )
     # observation | reconstruction | imagination | reconstruction from x alone
     assert frames[0].shape == (128, 256, 3)
+
+
+def test_the_probe_reads_a_noisy_pendulum_run_at_any_of_its_checkpoints(tmp_path):
+    overrides = [*TINY, "trainer.num_env_steps=600"]
+    assert train_named("denoised_mdp_pendulum_noisy", tmp_path, overrides) == "complete"
+    latest = probe_noisy_pendulum(tmp_path)
+    assert set(latest) == {"cos", "sin", "velocity", "y_max", "z_max"}
+    assert all(-float("inf") < value <= 1 for value in latest.values())
+    assert probe_noisy_pendulum(tmp_path) == latest  # the same episodes, the same numbers
+    early = probe_run(tmp_path, checkpoint="2")
+    assert early.shape == (15,)  # the pendulum's 3 signals and 6 oscillators' (cos, sin)
+    assert not torch.equal(early, probe_run(tmp_path))  # another checkpoint, another model
+    with pytest.raises(ValueError, match="held_out"):
+        probe_run(tmp_path, episodes=4, held_out=4)
