@@ -95,8 +95,8 @@ def probe_run(
     """R² of a ridge probe from a model-based run's latent to each observed coordinate.
 
     Loads ``checkpoint`` of the run, runs its deterministic policy for one episode in each
-    of ``episodes`` envs (seeded from ``seed``, so every checkpoint and run sees the same
-    episodes), fits `ridge_r2` from the features of ``groups`` (posterior belief and
+    of ``episodes`` envs (seeded from ``seed``, so every checkpoint and run starts from the
+    same initial states), fits `ridge_r2` from the features of ``groups`` (posterior belief and
     state) to the observation on the first ``episodes - held_out`` and scores it on the
     rest.
 

@@ -34,7 +34,7 @@ CHANNELS_LAST = torch.channels_last
 """The memory layout of the conv stacks' weights and activations: oneDNN's convolutions
 (forward and backward) run faster on it than on PyTorch's default layout (the 64x64
 encoder and decoder of a 50 x 50 minibatch, one CPU thread: 7.6 against 10.2 s per
-update). Only the layout differs: the numbers are those of the same convolutions."""
+update). Only the layout differs: the results are the default layout's to float rounding."""
 
 
 def is_image(spec: TensorSpec) -> bool:
@@ -64,7 +64,7 @@ class ConvEncoder(nn.Module):
         for c_in, c_out in zip((channels, 32, 64, 128), (32, 64, 128, 256), strict=True):
             layers += [nn.Conv2d(c_in, c_out, 4, 2), activation()]
         self.net = nn.Sequential(*layers, nn.Flatten())
-        self.to(memory_format=torch.channels_last)  # see `CHANNELS_LAST`
+        self.to(memory_format=CHANNELS_LAST)
 
     def forward(self, image: torch.Tensor) -> torch.Tensor:
         batch = image.shape[:-3]
@@ -88,7 +88,7 @@ class ConvDecoder(nn.Module):
             activation(),
             nn.ConvTranspose2d(32, channels, 6, 2),
         )
-        self.net.to(memory_format=torch.channels_last)  # see `CHANNELS_LAST`
+        self.net.to(memory_format=CHANNELS_LAST)
 
     def forward(self, features: torch.Tensor) -> torch.Tensor:
         batch = features.shape[:-1]
