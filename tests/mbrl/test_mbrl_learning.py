@@ -55,6 +55,7 @@ def _median_final(study, config: str) -> float:
     return statistics.median(curve.final_return() for curve in curves)
 
 
+@pytest.mark.timeout(1800)  # trains one run (about 8 minutes) unless an earlier test did
 @pytest.mark.parametrize("seed", SEEDS)
 def test_denoising_x_keeps_the_pendulum_and_leaves_out_every_distractor(study, seed):
     from cadence.mbrl.probe import probe_noisy_pendulum
@@ -64,6 +65,7 @@ def test_denoising_x_keeps_the_pendulum_and_leaves_out_every_distractor(study, s
     assert max(r2["y_max"], r2["z_max"]) <= 0.2, r2
 
 
+@pytest.mark.timeout(1800)
 @pytest.mark.parametrize("seed", SEEDS)
 def test_denoising_dreamers_x_holds_the_distractors(study, seed):
     """The contrast that makes the probe mean something: it finds distractors in x."""
@@ -74,6 +76,7 @@ def test_denoising_dreamers_x_holds_the_distractors(study, seed):
     assert max(r2["y_max"], r2["z_max"]) >= 0.5, r2
 
 
+@pytest.mark.timeout(3 * 3600)  # up to 9 runs, when it runs alone
 def test_denoising_distractors_cost_dreamer_and_denoised_mdp_does_at_least_as_well(study):
     plain = _median_final(study, "dreamer_pendulum")
     noisy = _median_final(study, "dreamer_pendulum_noisy")
