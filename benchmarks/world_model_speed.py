@@ -14,6 +14,10 @@ then::
 
     python benchmarks/world_model_speed.py --threads 1
 
+With ``--compile default`` (or another ``algorithm.compile`` mode) the table adds
+cadence's compiled updates/s and the seconds each graph took to compile (both steps are
+one graph each; the compile cache makes a second run load rather than compile them).
+
 Shapes: ``pendulum`` (the CPU-sized Pendulum configs: belief 64, state 16, MLPs of 128,
 imagination from 500 start states; the RSSM's hidden layers of 64, not the configs' 128,
 because TorchRL's ``RSSMPrior`` needs them as wide as the belief), ``paper_vector`` and ``paper_image`` (the paper's:
@@ -39,6 +43,8 @@ from pathlib import Path
 import torch
 from matmul_peak import count_flops, matmul_peak_gflops
 
+from cadence.algorithms.compile_config import COMPILE_MODES
+
 ROOT = Path(__file__).resolve().parents[1]
 PEER = ROOT / "benchmarks" / "peers" / "torchrl_dreamer.py"
 PEER_PYTHON = ROOT / ".venvs" / "torchrl" / "bin" / "python"
@@ -60,8 +66,11 @@ SHAPES = {
 BATCH, LENGTH, HORIZON = 50, 50, 15
 
 
-def cadence_updates(shape: dict, iters: int, warmup: int, flops: bool) -> dict[str, float]:
-    """cadence's world-model and actor-critic updates/s (and FLOPs per update) at ``shape``."""
+def cadence_updates(
+    shape: dict, iters: int, warmup: int, flops: bool, compile_mode: str = "off"
+) -> dict[str, float]:
+    """cadence's world-model and actor-critic updates/s (and FLOPs per update) at ``shape``;
+    with ``compile_mode`` also compiled, with each step's compile seconds."""
     from cadence.data.specs import BoundedTensorSpec, TensorSpec
     from cadence.mbrl.build import make_model_based
     from cadence.mbrl.config import ActorCriticConfig, DreamerConfig, WorldModelConfig
@@ -104,17 +113,15 @@ def cadence_updates(shape: dict, iters: int, warmup: int, flops: bool) -> dict[s
         "discount": torch.ones(BATCH, LENGTH),
         "action": torch.rand(BATCH, LENGTH, action_dim) * 2 - 1,
     }
-    model, first = algorithm.world_model, step_type == 0
+    model = algorithm.world_model
+    with torch.no_grad():
+        latent = model.observe(batch["observation"], batch["prev_action"], step_type == 0).latent
 
     def world_model_update() -> None:
-        output = model.loss(batch["observation"], batch["prev_action"], batch["reward"], first)
-        algorithm.minimize(output.loss, [algorithm.model_optimizer])
-
-    with torch.no_grad():
-        latent = model.observe(batch["observation"], batch["prev_action"], first).latent
+        algorithm.in_graph(algorithm.model_step, batch)
 
     def actor_critic_update() -> None:
-        algorithm.policy.update(model, latent, batch, algorithm.minimize)
+        algorithm.in_graph(algorithm.policy_step, latent, batch)
 
     result = {
         "world_model_updates_per_s": _rate(world_model_update, iters, warmup),
@@ -123,6 +130,16 @@ def cadence_updates(shape: dict, iters: int, warmup: int, flops: bool) -> dict[s
     if flops:
         result["world_model_flops"] = count_flops(world_model_update)
         result["actor_critic_flops"] = count_flops(actor_critic_update)
+    if compile_mode != "off":
+        algorithm.set_compile(compile_mode)
+        for kind, update in (
+            ("world_model", world_model_update),
+            ("actor_critic", actor_critic_update),
+        ):
+            before = algorithm.compiler.compile_seconds
+            update()  # compiles (or loads from the cache)
+            result[f"{kind}_compile_s"] = algorithm.compiler.compile_seconds - before
+            result[f"{kind}_compiled_updates_per_s"] = _rate(update, iters, warmup)
     return result
 
 
@@ -164,6 +181,9 @@ def main() -> None:
     parser.add_argument("--iters", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--flops", action="store_true")
+    parser.add_argument(
+        "--compile", default="off", choices=COMPILE_MODES, help="also time cadence compiled"
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
@@ -172,7 +192,7 @@ def main() -> None:
     for name in args.shapes:
         shape = SHAPES[name]
         iters = args.iters if name == "pendulum" else max(2, args.iters // 4)
-        ours = cadence_updates(shape, iters, args.warmup, args.flops)
+        ours = cadence_updates(shape, iters, args.warmup, args.flops, args.compile)
         theirs = peer_updates(shape, iters, args.warmup, args.threads, args.flops)
         rows.append((name, ours, theirs))
         print(f"# {name}: cadence {json.dumps(ours)}", file=sys.stderr)
@@ -181,7 +201,9 @@ def main() -> None:
     if peak:
         print(f"float32 matmul peak here: {peak:.1f} GFLOP/s")
     print(f"{'shape':<14} {'update':<13} {'cadence/s':>10} {'torchrl/s':>10} {'ratio':>6}", end="")
-    print(f" {'cadence %peak':>13} {'torchrl %peak':>13}" if peak else "")
+    print(f" {'cadence %peak':>13} {'torchrl %peak':>13}" if peak else "", end="")
+    compiled = args.compile != "off"
+    print(f" {'compiled/s':>10} {'/torchrl':>8} {'compile s':>9}" if compiled else "")
     for name, ours, theirs in rows:
         for kind in ("world_model", "actor_critic"):
             a, b = ours[f"{kind}_updates_per_s"], theirs[f"{kind}_updates_per_s"]
@@ -190,6 +212,9 @@ def main() -> None:
                 fa = ours[f"{kind}_flops"] * a / 1e9 / peak
                 fb = theirs.get(f"{kind}_flops", float("nan")) * b / 1e9 / peak
                 print(f" {100 * fa:>12.0f}% {100 * fb:>12.0f}%", end="")
+            if compiled:
+                c, seconds = ours[f"{kind}_compiled_updates_per_s"], ours[f"{kind}_compile_s"]
+                print(f" {c:>10.2f} {c / b:>8.2f} {seconds:>9.1f}", end="")
             print()
 
 

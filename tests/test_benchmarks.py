@@ -65,3 +65,16 @@ def test_batcher_throughput_prints_every_row():
             assert row[2].endswith(("k", "M")), row  # the Ray back end's column
     assert "batcher 2x4 / gym async x8" in out
     assert "SKIP  the bars are set at 16 envs a process" in out
+
+
+def test_world_model_speed_times_cadence_updates(monkeypatch):
+    # Its peer, TorchRL, lives in a virtual environment of its own: time cadence's side.
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    spec = importlib.util.spec_from_file_location(
+        "world_model_speed", BENCHMARKS / "world_model_speed.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    rates = module.cadence_updates(module.SHAPES["pendulum"], iters=1, warmup=0, flops=True)
+    for kind in ("world_model", "actor_critic"):
+        assert rates[f"{kind}_updates_per_s"] > 0 and rates[f"{kind}_flops"] > 1e9

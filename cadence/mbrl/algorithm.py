@@ -107,7 +107,18 @@ class ModelBasedAlgorithm(Algorithm):
         }
 
     def update(self, batch: Batch) -> UpdateResult:
-        """One world-model step, then one policy step on the latent it filtered."""
+        """One world-model step, then one policy step on the latent it filtered; with a
+        compiled update (`set_compile`), each step is one graph."""
+        if self.world_model.image:
+            self._summary_batch = {k: v[:SUMMARY_SEQUENCES].detach() for k, v in batch.items()}
+        metrics, latent, nonfinite = self.in_graph(self.model_step, batch)
+        policy_metrics, policy_nonfinite = self.in_graph(self.policy_step, latent, batch)
+        return UpdateResult({**metrics, **policy_metrics}, nonfinite | policy_nonfinite)
+
+    def model_step(self, batch: Batch) -> tuple[dict[str, torch.Tensor], Latent, torch.Tensor]:
+        """The world model's loss and optimizer step: its logged terms, the posterior latent
+        it filtered (detached: the policy learns on it, not through it), and whether the
+        step was non-finite."""
         first = batch["step_type"] == int(StepType.FIRST)
         output = self.world_model.loss(
             batch["observation"], batch["prev_action"], batch["reward"], first
@@ -119,13 +130,15 @@ class ModelBasedAlgorithm(Algorithm):
         if model_norm is not None:
             metrics["train/model_grad_norm"] = model_norm.detach()
             nonfinite = nonfinite | ~torch.isfinite(model_norm)
-        policy_metrics, policy_nonfinite = self.policy.update(
-            self.world_model, output.observed.latent, batch, self.minimize
-        )
-        metrics.update(policy_metrics)
-        if self.world_model.image:
-            self._summary_batch = {k: v[:SUMMARY_SEQUENCES].detach() for k, v in batch.items()}
-        return UpdateResult(metrics, nonfinite | policy_nonfinite)
+        latent = {key: value.detach() for key, value in output.observed.latent.items()}
+        return metrics, latent, nonfinite
+
+    def policy_step(
+        self, latent: Latent, batch: Batch
+    ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        """The policy learner's step on the filtered ``latent``: its logged terms and
+        whether it was non-finite."""
+        return self.policy.update(self.world_model, latent, batch, self.minimize)
 
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:
         return {"world_model": self.model_optimizer, **self.policy.optimizers()}

@@ -39,4 +39,6 @@ def make_model_based(
         )
     else:
         policy = ImaginedActorCritic(feature_size, action_size, config.actor_critic, eps)
-    return ModelBasedAlgorithm(world_model, policy, config.exploration_noise)
+    algorithm = ModelBasedAlgorithm(world_model, policy, config.exploration_noise)
+    algorithm.set_compile(config.compile)
+    return algorithm

@@ -17,6 +17,7 @@ import attrs
 from attrs import field
 from attrs.validators import ge, gt, in_, instance_of, le, optional
 
+from cadence.algorithms.compile_config import CompileMode, compile_field
 from cadence.algorithms.off_policy_config import OffPolicyConfig
 
 
@@ -305,6 +306,7 @@ class DreamerConfig:
     actor_critic: ActorCriticConfig = _policy_field(ActorCriticConfig)
     exploration_noise: float = _exploration_noise_field()
     off_policy: OffPolicyConfig = _off_policy_field()
+    compile: CompileMode = compile_field()
 
 
 @attrs.define(kw_only=True)
@@ -318,6 +320,7 @@ class DenoisedMDPConfig:
     actor_critic: ActorCriticConfig = _policy_field(ActorCriticConfig)
     exploration_noise: float = _exploration_noise_field()
     off_policy: OffPolicyConfig = _off_policy_field()
+    compile: CompileMode = compile_field()
 
 
 @attrs.define(kw_only=True)
@@ -331,6 +334,7 @@ class SACLatentConfig:
     sac: LatentSACConfig = _policy_field(LatentSACConfig)
     exploration_noise: float = _exploration_noise_field()
     off_policy: OffPolicyConfig = _off_policy_field()
+    compile: CompileMode = compile_field()
 
 
 ModelBasedConfig = DreamerConfig | DenoisedMDPConfig | SACLatentConfig

@@ -50,7 +50,13 @@ class Actor(nn.Module):
 
 
 def _frozen(modules: Sequence[nn.Module]) -> list[torch.Tensor]:
-    """Turns off ``requires_grad`` of the modules' parameters that had it; returns them."""
+    """Turns off ``requires_grad`` of the modules' parameters that had it; returns them.
+
+    Not in a compiled update, whose `Algorithm.minimize` takes the gradients of its own
+    optimizer's parameters only (``torch.autograd.grad``): nothing else would receive one.
+    """
+    if torch.compiler.is_compiling():
+        return []
     params = [p for m in modules for p in m.parameters() if p.requires_grad]
     for p in params:
         p.requires_grad_(False)

@@ -333,12 +333,15 @@ class RSSM(nn.Module):
         not depend on the loop is done once for all steps before it (the action's share of
         the input layers, the embeddings' share of the posteriors, the posterior noise) or
         after it (the priors); the latent is masked only at steps where some sequence
-        starts an episode.
+        starts an episode (at every step when compiled).
         """
         batch, length = embedding.shape[:2]
         latent = self.initial_latent(batch, embedding.device) if latent is None else latent
         keep = (~first).unsqueeze(-1).to(embedding.dtype)
-        resets = set(first.any(0).nonzero().flatten().tolist())
+        # Compiled, every step masks: reading which steps reset would break the graph and
+        # recompile it for every pattern of episode starts.
+        compiling = torch.compiler.is_compiling()
+        resets = range(length) if compiling else set(first.any(0).nonzero().flatten().tolist())
         prev_action = prev_action * keep
         plans, base = {}, {}
         for g, group in self.groups.items():

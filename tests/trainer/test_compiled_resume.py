@@ -42,6 +42,20 @@ COMMON = [
                 "algorithm.off_policy.num_updates_per_train_iter=3",
             ],
         ),
+        (  # the world-model and policy graphs, and the RSSM latent the collector carries
+            "dreamer_pendulum",
+            [
+                "trainer.unroll_length=50",
+                "trainer.num_env_steps=600",
+                "env.max_episode_steps=60",
+                "algorithm.off_policy.initial_collect_steps=200",
+                "algorithm.off_policy.mini_batch_size=4",
+                "algorithm.off_policy.mini_batch_length=10",
+                "algorithm.off_policy.num_updates_per_train_iter=2",
+                "algorithm.actor_critic.num_start_states=16",
+                "algorithm.actor_critic.horizon=5",
+            ],
+        ),
     ],
 )
 def test_a_compiled_run_stopped_and_resumed_matches_an_uninterrupted_one(
