@@ -38,8 +38,10 @@ from cadence.trainer.run import train
 from cadence.trainer.trainer import Outcome, Trainer
 
 __all__ = [
+    "TINY_DREAMER_PENDULUM",
     "ResumedRun",
     "SimulatedCrash",
+    "assert_close_states",
     "assert_equal_nests",
     "check_exact_resume",
     "cli_train_command",
@@ -53,6 +55,20 @@ __all__ = [
 
 TIMING_KEYS = ("wall_time", "train_time")
 """Metric keys that measure time, hence differ between two runs of one seed (as ``perf/*``)."""
+
+TINY_DREAMER_PENDULUM = [
+    "trainer.unroll_length=50",
+    "env.max_episode_steps=60",
+    "algorithm.off_policy.initial_collect_steps=200",
+    "algorithm.off_policy.mini_batch_size=4",
+    "algorithm.off_policy.mini_batch_length=10",
+    "algorithm.off_policy.num_updates_per_train_iter=2",
+    "algorithm.actor_critic.num_start_states=16",
+    "algorithm.actor_critic.horizon=5",
+]
+"""Overrides that make ``dreamer_pendulum`` a run of seconds: iterations of 50 agent steps
+(100 env steps at action repeat 2), two updates each from the third on, on 4 sequences
+of 10 steps, imagining 5 steps from 16 start states."""
 
 
 class SimulatedCrash(Exception):
@@ -98,6 +114,26 @@ def final_state(run_dir: Path) -> dict[str, Any]:
         digests = {k.removeprefix("data/"): v for k, v in files.items() if k.startswith("data/")}
         state["scheme"]["replay_buffer"] = snapshot_state(data, digests)
     return state
+
+
+def assert_close_states(
+    expected: torch.nn.Module, actual: torch.nn.Module, atol: float = 1e-6
+) -> None:
+    """Checks that two algorithms' state dicts have the same keys, in the same order, and
+    every tensor (parameters, buffers, optimizer state) equal within float rounding: e.g.
+    an eager and a compiled copy after the same updates (`assert_equal_nests` asks for
+    bit-equality, as a resumed run must give)."""
+    expected_state, actual_state = expected.state_dict(), actual.state_dict()
+    assert list(expected_state) == list(actual_state)  # no `_orig_mod.` or any other new key
+    for key, value in expected_state.items():
+        if key.startswith("optim/"):
+            for slot, state in value["state"].items():
+                for name, tensor in state.items():
+                    torch.testing.assert_close(
+                        actual_state[key]["state"][slot][name], tensor, rtol=1e-4, atol=1e-6
+                    )
+        else:
+            torch.testing.assert_close(actual_state[key], value, rtol=1e-4, atol=atol)
 
 
 def assert_equal_nests(a: Any, b: Any, where: str = "") -> None:

@@ -26,6 +26,7 @@ from cadence.algorithms.td3 import TD3Config, make_td3
 from cadence.data.specs import BoundedTensorSpec, DiscreteTensorSpec, TensorSpec
 from cadence.networks import NetworkConfig
 from cadence.replay.buffer import ReplayBuffer
+from cadence.testing.resume import assert_close_states
 
 OBS_DIM, N, UPDATES = 3, 32, 4
 NETWORK = NetworkConfig(hidden_sizes=(16, 16))
@@ -119,20 +120,6 @@ def _ddpg():
 CASES = {"ppo": _ppo, "a2c": _a2c, "dqn": _dqn, "sac": _sac, "td3": _td3, "ddpg": _ddpg}
 
 
-def _assert_same_state(eager, graph) -> None:
-    eager_state, graph_state = eager.state_dict(), graph.state_dict()
-    assert list(eager_state) == list(graph_state)  # no `_orig_mod.` or any other new key
-    for key, value in eager_state.items():
-        if key.startswith("optim/"):
-            for slot, state in value["state"].items():
-                for name, tensor in state.items():
-                    torch.testing.assert_close(
-                        graph_state[key]["state"][slot][name], tensor, rtol=1e-4, atol=1e-6
-                    )
-        else:
-            torch.testing.assert_close(graph_state[key], value, rtol=1e-4, atol=1e-6)
-
-
 @pytest.mark.parametrize("name", list(CASES))
 def test_a_compiled_update_gives_the_eager_numbers(name):
     eager, batches = CASES[name]()
@@ -151,13 +138,13 @@ def test_a_compiled_update_gives_the_eager_numbers(name):
         assert set(result.metrics) == set(expected.metrics)
         for key, value in expected.metrics.items():
             torch.testing.assert_close(result.metrics[key], value, rtol=1e-4, atol=1e-5)
-        _assert_same_state(eager, graph)
+        assert_close_states(eager, graph)
     assert graph.compiler.compile_seconds > 0  # it did compile rather than fall back
     assert all(g.compiled is not None for g in graph.compiler._graphs.values())
     # A compiled run's checkpoint loads into an eager algorithm and the other way round.
     fresh, _ = CASES[name]()
     fresh.load_state_dict(graph.state_dict())
-    _assert_same_state(eager, fresh)
+    assert_close_states(eager, fresh)
     graph.load_state_dict(eager.state_dict())
 
 

@@ -27,6 +27,7 @@ from cadence.mbrl.config import (
     SACLatentConfig,
     WorldModelConfig,
 )
+from cadence.testing.resume import assert_close_states
 
 OBS_DIM, ACTION_DIM, BATCH, LENGTH, UPDATES = 5, 2, 3, 4, 4
 SMALL = {
@@ -94,20 +95,6 @@ def _batches() -> list[dict[str, torch.Tensor]]:
     return batches
 
 
-def _assert_same_state(eager, graph) -> None:
-    eager_state, graph_state = eager.state_dict(), graph.state_dict()
-    assert list(eager_state) == list(graph_state)  # no `_orig_mod.` or any other new key
-    for key, value in eager_state.items():
-        if key.startswith("optim/"):
-            for slot, state in value["state"].items():
-                for name, tensor in state.items():
-                    torch.testing.assert_close(
-                        graph_state[key]["state"][slot][name], tensor, rtol=1e-4, atol=1e-6
-                    )
-        else:
-            torch.testing.assert_close(graph_state[key], value, rtol=1e-4, atol=1e-5)
-
-
 @pytest.mark.parametrize(
     "name",
     [
@@ -133,7 +120,7 @@ def test_a_compiled_model_based_update_gives_the_eager_numbers(name):
         for key, value in expected.metrics.items():
             torch.testing.assert_close(result.metrics[key], value, rtol=1e-4, atol=1e-5)
         assert not bool(result.nonfinite) and not bool(expected.nonfinite)
-        _assert_same_state(eager, graph)
+        assert_close_states(eager, graph, atol=1e-5)
     # Both steps compiled whole (no graph break, none fell back to eager).
     assert not torch._dynamo.utils.counters["graph_break"]
     steps = sorted(key.rsplit(".", 1)[-1] for key in graph.compiler._graphs)
@@ -141,5 +128,5 @@ def test_a_compiled_model_based_update_gives_the_eager_numbers(name):
     assert all(g.compiled is not None for g in graph.compiler._graphs.values())
     fresh = _make(name)
     fresh.load_state_dict(graph.state_dict())
-    _assert_same_state(eager, fresh)
+    assert_close_states(eager, fresh, atol=1e-5)
     graph.load_state_dict(eager.state_dict())

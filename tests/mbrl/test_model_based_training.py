@@ -13,6 +13,7 @@ import torch
 from cadence.cli import main as cli_main
 from cadence.mbrl.probe import probe_noisy_pendulum, probe_run
 from cadence.testing.resume import (
+    TINY_DREAMER_PENDULUM,
     assert_equal_nests,
     cli_train_command,
     comparable_metrics,
@@ -25,19 +26,12 @@ from cadence.trainer.metrics import read_metrics
 # A few seconds of dreamer_pendulum: 8 iterations of 50 agent steps (100 env steps with
 # action repeat 2), training on 4 sequences of 10 steps from iteration 3 on.
 TINY = [
+    *TINY_DREAMER_PENDULUM,
     "trainer.num_env_steps=800",
-    "trainer.unroll_length=50",
     "trainer.checkpoint_interval=2",
     "trainer.eval_interval=4",
     "trainer.num_eval_episodes=1",
     "trainer.progress_bar=off",
-    "env.max_episode_steps=60",
-    "algorithm.off_policy.initial_collect_steps=200",
-    "algorithm.off_policy.mini_batch_size=4",
-    "algorithm.off_policy.mini_batch_length=10",
-    "algorithm.off_policy.num_updates_per_train_iter=2",
-    "algorithm.actor_critic.num_start_states=16",
-    "algorithm.actor_critic.horizon=5",
     "seed=3",
 ]
 

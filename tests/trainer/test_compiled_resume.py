@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from cadence.testing.resume import check_exact_resume
+from cadence.testing.resume import TINY_DREAMER_PENDULUM, check_exact_resume
 
 COMMON = [
     "trainer.checkpoint_interval=3",
@@ -44,17 +44,7 @@ COMMON = [
         ),
         (  # the world-model and policy graphs, and the RSSM latent the collector carries
             "dreamer_pendulum",
-            [
-                "trainer.unroll_length=50",
-                "trainer.num_env_steps=600",
-                "env.max_episode_steps=60",
-                "algorithm.off_policy.initial_collect_steps=200",
-                "algorithm.off_policy.mini_batch_size=4",
-                "algorithm.off_policy.mini_batch_length=10",
-                "algorithm.off_policy.num_updates_per_train_iter=2",
-                "algorithm.actor_critic.num_start_states=16",
-                "algorithm.actor_critic.horizon=5",
-            ],
+            [*TINY_DREAMER_PENDULUM, "trainer.num_env_steps=600"],
         ),
     ],
 )
