@@ -122,7 +122,17 @@ def assert_close_states(
     """Checks that two algorithms' state dicts have the same keys, in the same order, and
     every tensor (parameters, buffers, optimizer state) equal within float rounding: e.g.
     an eager and a compiled copy after the same updates (`assert_equal_nests` asks for
-    bit-equality, as a resumed run must give)."""
+    bit-equality, as a resumed run must give).
+
+    Args:
+        expected: the reference algorithm (e.g. the eager copy).
+        actual: the algorithm checked against it.
+        atol: absolute tolerance of parameters and buffers (a deep model's rounding
+            grows through its layers); optimizer state is held to 1e-6.
+
+    Raises:
+        AssertionError: the keys differ, or a tensor differs beyond the tolerances.
+    """
     expected_state, actual_state = expected.state_dict(), actual.state_dict()
     assert list(expected_state) == list(actual_state)  # no `_orig_mod.` or any other new key
     for key, value in expected_state.items():
