@@ -208,7 +208,7 @@ class DeterministicActorCritic(Algorithm):
         loss = ((info["weights"] * valid) * error.square()).sum() / count
         with torch.no_grad():
             extra = {
-                "loss/critic": loss,
+                "loss/critic": loss.detach(),
                 "train/q": (info["q"] * valid).sum() / (count * error.shape[0]),
                 "train/target": (info["target"] * valid).sum() / count,
                 "train/td_error": (error.abs() * valid).sum() / (count * error.shape[0]),

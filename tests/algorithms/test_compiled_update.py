@@ -127,6 +127,7 @@ def test_a_compiled_update_gives_the_eager_numbers(name):
     graph.set_compile("default")
     eager.train()
     graph.train()
+    torch._dynamo.utils.counters.clear()
     for index, batch in enumerate(batches):
         fraction = index / len(batches)  # a learning-rate schedule must not recompile
         eager.set_progress(fraction)
@@ -140,6 +141,7 @@ def test_a_compiled_update_gives_the_eager_numbers(name):
             torch.testing.assert_close(result.metrics[key], value, rtol=1e-4, atol=1e-5)
         assert_close_states(eager, graph)
     assert graph.compiler.compile_seconds > 0  # it did compile rather than fall back
+    assert not torch._dynamo.utils.counters["graph_break"]  # one graph per update
     assert all(g.compiled is not None for g in graph.compiler._graphs.values())
     # A compiled run's checkpoint loads into an eager algorithm and the other way round.
     fresh, _ = CASES[name]()
@@ -181,3 +183,55 @@ def test_the_compile_cache_is_per_machine_and_overridable(monkeypatch, tmp_path)
     monkeypatch.delenv("CADENCE_COMPILE_CACHE")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     assert compiled.compile_cache_dir().is_relative_to(tmp_path / "cadence" / "torch-compile")
+
+
+def _optimizer_case(kind: str) -> tuple[list[torch.nn.Parameter], torch.optim.Optimizer]:
+    generator = torch.Generator().manual_seed(0)
+    params = [
+        torch.nn.Parameter(torch.randn(shape, generator=generator))
+        for shape in ((4, 3), (4,), (2, 4), ())
+    ]
+    groups = [
+        {"params": params[:2]},  # two groups with their own rates
+        {"params": params[2:], "lr": 3e-3},
+    ]
+    if kind == "rmsprop":
+        return params, torch.optim.RMSprop(groups, lr=1e-2, alpha=0.9, eps=1e-5)
+    decay = 0.1 if kind == "adam+decay" else 0.0
+    return params, torch.optim.Adam(groups, lr=1e-2, betas=(0.8, 0.95), weight_decay=decay)
+
+
+@pytest.mark.parametrize("kind", ["adam", "adam+decay", "rmsprop"])
+@pytest.mark.parametrize("compile_step", [False, True])
+def test_the_graph_optimizer_steps_as_torch_does(kind, compile_step):
+    """`GraphOptimizer.step` against ``optimizer.step()``: both param groups, a parameter
+    left without a gradient (skipped, as eager skips one without ``.grad``), and a
+    non-applied step that changes nothing."""
+    params, optimizer = _optimizer_case(kind)
+    mirror, reference = _optimizer_case(kind)
+    stepper = compiled.GraphOptimizer(optimizer)
+    # one graph (a graph break fails), dynamic as an on-policy update's
+    step = (
+        torch.compile(stepper.step, fullgraph=True, dynamic=True) if compile_step else stepper.step
+    )
+    generator = torch.Generator().manual_seed(1)
+    for index in range(4):
+        grads = [torch.randn(p.shape, generator=generator) for p in params]
+        grads[1] = None if index == 2 else grads[1]
+        before = [p.detach().clone() for p in params]
+        stepper.refresh()
+        with torch.no_grad():
+            step(grads, torch.tensor(index != 3))
+        if index == 3:  # not applied: every parameter and state as it was
+            for param, old in zip(params, before, strict=True):
+                torch.testing.assert_close(param.detach(), old, rtol=0, atol=0)
+            continue
+        for param, grad in zip(mirror, grads, strict=True):
+            param.grad = grad
+        reference.step()
+        reference.zero_grad(set_to_none=True)
+        for param, expected in zip(params, mirror, strict=True):
+            torch.testing.assert_close(param.detach(), expected.detach(), rtol=1e-5, atol=1e-6)
+    for param, expected in zip(params, mirror, strict=True):
+        for name, value in reference.state[expected].items():
+            torch.testing.assert_close(optimizer.state[param][name], value, rtol=1e-5, atol=1e-6)
