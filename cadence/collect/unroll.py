@@ -13,8 +13,8 @@ and episode returns are those of the raw rewards.
 With a compiled update (`Algorithm.set_compile`) and a tensor-native env without data
 transformers, the unroll runs as compiled graphs (`TensorEnvironment.step_in_graph`):
 ``rollout_step``, the env step and the stacking of the unroll's buffers for up to
-`MAX_STEPS_PER_GRAPH` steps per call (the whole unroll in one call when
-``unroll_length`` is at most that), giving the eager unroll's numbers.
+``steps_per_graph`` steps per call (`MAX_STEPS_PER_GRAPH` unless told; the whole unroll in
+one call when ``unroll_length`` is at most that), giving the eager unroll's numbers.
 """
 
 from __future__ import annotations
@@ -63,6 +63,9 @@ class Collector:
             collector then acts with a copy of ``algorithm`` on ``device`` (`acting`),
             refreshed from it before every unroll, and moves each unroll's experience to
             ``learner_device`` (through pinned memory from the CPU to a GPU).
+        steps_per_graph: with a compiled unroll, steps per graph call at most (the
+            largest divisor of ``unroll_length`` up to it): more steps run faster but
+            take longer to trace at every start and to compile (`MAX_STEPS_PER_GRAPH`).
     """
 
     def __init__(
@@ -75,6 +78,7 @@ class Collector:
         agent_info: Nest = (),
         action_repeat: int = 1,
         learner_device: Any = None,
+        steps_per_graph: int = MAX_STEPS_PER_GRAPH,
     ):
         self.env = env
         self.algorithm = algorithm
@@ -91,6 +95,9 @@ class Collector:
         self.transformer = transformer
         self.agent_info = agent_info
         self.action_repeat = action_repeat
+        if steps_per_graph < 1:
+            raise ValueError(f"steps_per_graph must be at least 1; got {steps_per_graph}")
+        self.steps_per_graph = steps_per_graph
         self.episode_stats = EpisodeStats(env.batch_size, self.device)
         self._time_step: TimeStep | None = None
         self._state: Nest = ()
@@ -160,7 +167,7 @@ class Collector:
         ``step_in_graph``), each several steps."""
         graph = self._compiled_steps
         assert graph is not None
-        length = _steps_per_call(self.unroll_length)
+        length = _steps_per_call(self.unroll_length, self.steps_per_graph)
         chunks = []
         for index in range(self.unroll_length // length):
             time_steps, actions, infos, states, self._time_step, self._state = graph(
@@ -297,6 +304,6 @@ def _stack(items: list[Nest]) -> Nest:
     return map_structure(lambda *xs: torch.stack(xs), *items)
 
 
-def _steps_per_call(unroll_length: int) -> int:
-    """The largest divisor of ``unroll_length`` up to `MAX_STEPS_PER_GRAPH`."""
-    return max(n for n in range(1, MAX_STEPS_PER_GRAPH + 1) if unroll_length % n == 0)
+def _steps_per_call(unroll_length: int, most: int) -> int:
+    """The largest divisor of ``unroll_length`` up to ``most``."""
+    return max(n for n in range(1, most + 1) if unroll_length % n == 0)

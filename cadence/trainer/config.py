@@ -84,6 +84,16 @@ class TrainerConfig:
             "rollout step (recorded in the run's placement.json; a resume reuses it)."
         },
     )
+    unroll_graph_steps: int = field(
+        default=0,
+        validator=ge(0),
+        metadata={
+            "doc": "Env steps per compiled unroll call, with a compiled update on a "
+            "tensor-native env (the largest divisor of unroll_length up to this). 0: 8 for "
+            "on-policy algorithms, whose iterations the unroll is a large part of, 1 for "
+            "off-policy ones, whose updates dominate (a warm start then traces one step)."
+        },
+    )
     num_threads: int = field(
         default=0,
         validator=ge(0),

@@ -7,18 +7,26 @@ import copy
 
 import torch
 
+from cadence.algorithms.compiled import CompiledWithFallback
 from cadence.algorithms.dqn import DQNConfig, make_dqn
 from cadence.algorithms.ppo import PPOConfig, make_ppo
 from cadence.collect import Collector
+from cadence.collect.unroll import MAX_STEPS_PER_GRAPH
+from cadence.config.loading import compose_config
 from cadence.envs import make_env
 from cadence.networks import NetworkConfig
+from cadence.trainer.run import unroll_graph_steps
 
 
-def _unrolls(compile_mode: str, algorithm, count: int = 3, unroll_length: int = 40):
+def _unrolls(
+    compile_mode: str, algorithm, count: int = 3, unroll_length: int = 40, steps_per_graph: int = 8
+):
     env = make_env("CartPole-v1", num_envs=4, backend="tensor", seed=11)
     algorithm.set_compile(compile_mode)
     # 40 steps: episodes end and reset inside, and the unroll takes 5 calls of 8 steps.
-    collector = Collector(env, algorithm, unroll_length=unroll_length)
+    collector = Collector(
+        env, algorithm, unroll_length=unroll_length, steps_per_graph=steps_per_graph
+    )
     torch.manual_seed(0)
     return collector, [collector.unroll() for _ in range(count)]
 
@@ -53,6 +61,35 @@ def test_a_compiled_recurrent_unroll_gives_the_eager_one():
         assert torch.equal(experience.action, eager_experience.action)
         torch.testing.assert_close(experience.state, eager_experience.state)
     assert (got[-1][0].time_step.step_type == 0).any()  # some state was reset in the graph
+
+
+def test_steps_per_graph_sets_the_steps_of_each_call(monkeypatch):
+    # 12 steps in calls of at most 5: the largest divisor is 4, so 3 calls of 4 steps.
+    eager_algorithm = make_ppo(PPOConfig(), *_specs(), NetworkConfig(hidden_sizes=(16, 16)))
+    compiled_algorithm = copy.deepcopy(eager_algorithm)
+    _, expected = _unrolls("off", eager_algorithm, count=2, unroll_length=12)
+    lengths = []
+    original = CompiledWithFallback.__call__
+
+    def recording(self, *args):
+        lengths.append(args[4])
+        return original(self, *args)
+
+    monkeypatch.setattr(CompiledWithFallback, "__call__", recording)
+    _, got = _unrolls("default", compiled_algorithm, count=2, unroll_length=12, steps_per_graph=5)
+    assert lengths == [4] * 6
+    for (experience, _), (eager_experience, _) in zip(got, expected, strict=True):
+        assert torch.equal(experience.time_step.step_type, eager_experience.time_step.step_type)
+        assert torch.equal(experience.action, eager_experience.action)
+
+
+def test_the_trainer_unrolls_off_policy_one_step_per_graph():
+    # On-policy iterations are mostly unroll: 8 steps a call; off-policy ones mostly updates,
+    # and a warm start traces each step of the graph: 1. The key overrides both.
+    assert unroll_graph_steps(compose_config("ppo_cartpole")) == MAX_STEPS_PER_GRAPH == 8
+    assert unroll_graph_steps(compose_config("sac_pendulum")) == 1
+    chosen = compose_config("sac_pendulum", ["trainer.unroll_graph_steps=5"])
+    assert unroll_graph_steps(chosen) == 5
 
 
 def test_gymnasium_envs_keep_the_eager_steps():
