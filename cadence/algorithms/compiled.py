@@ -66,9 +66,9 @@ def compile_cache_dir() -> Path:
 
 def configure_inductor() -> Path:
     """Points PyTorch's compile caches at `compile_cache_dir` (unless the user set
-    ``TORCHINDUCTOR_CACHE_DIR``) and turns them on, and makes compiled random ops draw
+    ``TORCHINDUCTOR_CACHE_DIR``) and turns them on, makes compiled random ops draw
     eager's numbers (``fallback_random``: a compiled SAC samples the actions an eager one
-    would); returns the cache folder in use."""
+    would) and CPU kernels compute tanh from one exp; returns the cache folder in use."""
     from torch._inductor.runtime.cache_dir_utils import default_cache_dir
 
     # PyTorch writes its default into the variable once it has looked for one.
@@ -81,6 +81,9 @@ def configure_inductor() -> Path:
 
     inductor_config.fx_graph_cache = True
     inductor_config.fallback_random = True
+    # CPU kernels take tanh as 2 / (1 + exp(-2x)) - 1: within 2e-7 of torch.tanh (eager is
+    # within 6e-8), and a 64x64 tanh network's compiled PPO loop runs 13% faster.
+    inductor_config.cpp.use_decompose_tanh = True
     functorch_config.enable_autograd_cache = True
     directory = Path(os.environ["TORCHINDUCTOR_CACHE_DIR"])
     with contextlib.suppress(Exception):  # only a shortcut: inductor checks by itself
