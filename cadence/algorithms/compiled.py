@@ -178,14 +178,18 @@ class CompiledWithFallback:
         dynamic: bool | None = None,
     ):
         self.fn = fn
-        self.compiled: Callable[..., Any] | None = torch.compile(fn, mode=mode, dynamic=dynamic)
+        self.mode = mode
+        # Made by the first call, inside `on_compile`'s bracket: the first torch.compile of
+        # a process loads inductor (about 1.7 s), which is compile time, not run time.
+        self.compiled: Callable[..., Any] | None = None
+        self.failed = False
         self.dynamic = dynamic
         self.state_key = state_key
         self.on_compile = on_compile
         self._guarded_calls: dict[Hashable, int] = {}
 
     def __call__(self, *args: Any) -> Any:
-        if self.compiled is None:
+        if self.failed:
             return self.fn(*args)
         key = self.signature(args)
         calls = self._guarded_calls.get(key, 0)
@@ -204,6 +208,8 @@ class CompiledWithFallback:
             if calls == 0 and self.on_compile is not None:
                 self.on_compile(True)
             try:
+                if self.compiled is None:
+                    self.compiled = torch.compile(self.fn, mode=self.mode, dynamic=self.dynamic)
                 with torch._dynamo.config.patch(trace_autograd_ops=True):
                     result = self.compiled(*args)
             finally:
@@ -214,6 +220,7 @@ class CompiledWithFallback:
                 "torch.compile of %s failed (%s); running it eagerly", _name(self.fn), error
             )
             self.compiled = None
+            self.failed = True
             return self.fn(*args)
         self._guarded_calls[key] = calls + 1
         return result
@@ -329,7 +336,7 @@ class UpdateCompiler:
         `AUTO_TIMED_CALLS` timed calls (each after an untimed first), the faster wins."""
         timings = self._timings.setdefault(key, {"eager": [], "compiled": []})
         way = "eager" if len(timings["eager"]) <= AUTO_TIMED_CALLS else "compiled"
-        if way == "compiled" and graph.compiled is None:  # compiling failed: eager it is
+        if way == "compiled" and graph.failed:  # compiling failed: eager it is
             self.choices[key] = "eager"
             return fn(*args)
         start = time.perf_counter()

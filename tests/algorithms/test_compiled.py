@@ -25,6 +25,19 @@ def test_steady_state_calls_match_eager_and_a_new_shape_is_guarded_again():
     assert counts == [1, compiled.GUARDED_CALLS]
 
 
+def test_torch_compile_runs_inside_the_first_calls_compile_bracket():
+    # The first torch.compile of a process loads inductor (seconds): compile time, which
+    # the progress bar shows and perf/compile_s counts, so it happens in on_compile's bracket.
+    seen = []
+    fn = CompiledWithFallback(
+        _affine, "default", on_compile=lambda started: seen.append((started, fn.compiled))
+    )
+    assert fn.compiled is None and not seen
+    fn(torch.ones(2), 3.0)
+    (opened, before), (closed, after) = seen
+    assert opened and before is None and not closed and after is not None
+
+
 def test_state_key_separates_signatures():
     flag = {"training": True}
     fn = CompiledWithFallback(_affine, "default", state_key=lambda: flag["training"])
@@ -47,7 +60,7 @@ def test_a_compile_failure_falls_back_to_eager(caplog):
 
     fn.compiled = broken
     torch.testing.assert_close(fn(torch.zeros(2)), torch.ones(2))
-    assert fn.compiled is None
+    assert fn.compiled is None and fn.failed
     assert "running it eagerly" in caplog.text
 
 
