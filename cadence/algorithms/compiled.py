@@ -396,7 +396,6 @@ class GraphOptimizer:
         self.rmsprop = isinstance(optimizer, torch.optim.RMSprop)
         self.names = ("square_avg",) if self.rmsprop else ("exp_avg", "exp_avg_sq")
         self.params = [p for group in optimizer.param_groups for p in group["params"]]
-        self.constants = [_group_constants(group) for group in optimizer.param_groups]
         self.group_of = [
             index for index, group in enumerate(optimizer.param_groups) for _ in group["params"]
         ]
@@ -413,6 +412,10 @@ class GraphOptimizer:
                     for name in self.names:
                         state[name] = torch.zeros_like(param, memory_format=torch.preserve_format)
         self.states = [optimizer.state[p] for p in self.params]
+        self.constants = [
+            _group_constants(group, optimizer.state[group["params"][0]]["step"].device)
+            for group in optimizer.param_groups
+        ]
 
     def refresh(self) -> None:
         """Copies each group's learning rate into the tensor the graph reads."""
@@ -483,9 +486,12 @@ class GraphOptimizer:
             torch._foreach_add_(exp_avg, old_avg)
             exp_avg_sq = torch._foreach_mul(old_square, beta2)
             torch._foreach_add_(exp_avg_sq, torch._foreach_mul(squares, 1 - beta2))
-            # 1 - beta ** step, per parameter's own step
-            bias_correction1 = torch._foreach_neg(torch._foreach_pow([beta1] * len(steps), steps))
-            bias_correction2 = torch._foreach_neg(torch._foreach_pow([beta2] * len(steps), steps))
+            # 1 - beta ** step, per parameter's own step (on the steps' device, the CPU unless
+            # the optimizer is fused or capturable)
+            powers1 = torch._foreach_pow([constants["step_beta1"]] * len(steps), steps)
+            powers2 = torch._foreach_pow([constants["step_beta2"]] * len(steps), steps)
+            bias_correction1 = torch._foreach_neg(powers1)
+            bias_correction2 = torch._foreach_neg(powers2)
             torch._foreach_add_(bias_correction1, 1)
             torch._foreach_add_(bias_correction2, 1)
             denom = torch._foreach_div(
@@ -502,11 +508,12 @@ class GraphOptimizer:
             torch._foreach_copy_(targets, values)
 
 
-def _group_constants(group: dict[str, Any]) -> dict[str, torch.Tensor]:
+def _group_constants(group: dict[str, Any], step_device: torch.device) -> dict[str, torch.Tensor]:
     """A param group's hyperparameters as 0-d tensors on its device (no weight decay
-    entry for none). A graph reads Python floats as symbolic inputs, which the foreach
-    ops cannot take (tracing restarts, specialising them, and the graph then misses the
-    compile cache); tensors they take as they are."""
+    entry for none; Adam's betas also on ``step_device``, for the bias corrections). A
+    graph reads Python floats as symbolic inputs, which the foreach ops cannot take
+    (tracing restarts, specialising them, and the graph then misses the compile cache);
+    tensors they take as they are."""
     device = group["params"][0].device
     values = {"eps": group["eps"], "weight_decay": group["weight_decay"]}
     if "betas" in group:
@@ -515,7 +522,11 @@ def _group_constants(group: dict[str, Any]) -> dict[str, torch.Tensor]:
         values["alpha"] = group["alpha"]
     if not values["weight_decay"]:
         del values["weight_decay"]
-    return {key: torch.tensor(float(value), device=device) for key, value in values.items()}
+    constants = {key: torch.tensor(float(v), device=device) for key, v in values.items()}
+    if "betas" in group:
+        for key in ("beta1", "beta2"):
+            constants[f"step_{key}"] = torch.tensor(float(values[key]), device=step_device)
+    return constants
 
 
 def total_norm(grads: Sequence[torch.Tensor | None]) -> torch.Tensor:
