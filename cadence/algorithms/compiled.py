@@ -396,9 +396,12 @@ class GraphOptimizer:
         self.rmsprop = isinstance(optimizer, torch.optim.RMSprop)
         self.names = ("square_avg",) if self.rmsprop else ("exp_avg", "exp_avg_sq")
         self.params = [p for group in optimizer.param_groups for p in group["params"]]
-        self.group_of = [
-            index for index, group in enumerate(optimizer.param_groups) for _ in group["params"]
+        sizes = [len(group["params"]) for group in optimizer.param_groups]
+        starts = [sum(sizes[:index]) for index in range(len(sizes))]
+        self.members = [
+            list(range(start, start + size)) for start, size in zip(starts, sizes, strict=True)
         ]
+        """Each group's indices into `params`."""
         self.learning_rates = [
             torch.zeros((), device=group["params"][0].device) for group in optimizer.param_groups
         ]
@@ -440,18 +443,21 @@ class GraphOptimizer:
         Each group's parameters step together in ``torch._foreach_*`` ops: a dozen traced
         calls per group instead of a dozen per parameter, which is most of what a warm
         start spends tracing an optimizer (compiled, the arithmetic fuses alike)."""
-        for index, constants in enumerate(self.constants):
-            picked = [
-                (param, grad, state)
-                for param, grad, state, group in zip(
-                    self.params, grads, self.states, self.group_of, strict=True
+        if len(grads) != len(self.params):
+            raise ValueError(f"{len(grads)} gradients for {len(self.params)} parameters")
+        for members, constants, lr in zip(
+            self.members, self.constants, self.learning_rates, strict=True
+        ):
+            stepped = [i for i in members if grads[i] is not None]
+            if stepped:
+                self._step_group(
+                    [self.params[i] for i in stepped],
+                    [grads[i] for i in stepped],
+                    [self.states[i] for i in stepped],
+                    constants,
+                    lr,
+                    apply,
                 )
-                if grad is not None and group == index
-            ]
-            if picked:
-                params, group_grads, states = (list(column) for column in zip(*picked, strict=True))
-                lr = self.learning_rates[index]
-                self._step_group(params, group_grads, states, constants, lr, apply)
 
     def _step_group(
         self,
