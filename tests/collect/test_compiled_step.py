@@ -15,7 +15,7 @@ from cadence.collect.unroll import MAX_STEPS_PER_GRAPH
 from cadence.config.loading import compose_config
 from cadence.envs import make_env
 from cadence.networks import NetworkConfig
-from cadence.trainer.run import unroll_graph_steps
+from cadence.trainer.run import build_trainer, unroll_graph_steps
 
 
 def _unrolls(
@@ -83,13 +83,18 @@ def test_steps_per_graph_sets_the_steps_of_each_call(monkeypatch):
         assert torch.equal(experience.action, eager_experience.action)
 
 
-def test_the_trainer_unrolls_off_policy_one_step_per_graph():
+def test_the_trainer_unrolls_off_policy_one_step_per_graph(tmp_path):
     # On-policy iterations are mostly unroll: 8 steps a call; off-policy ones mostly updates,
     # and a warm start traces each step of the graph: 1. The key overrides both.
     assert unroll_graph_steps(compose_config("ppo_cartpole")) == MAX_STEPS_PER_GRAPH == 8
     assert unroll_graph_steps(compose_config("sac_pendulum")) == 1
     chosen = compose_config("sac_pendulum", ["trainer.unroll_graph_steps=5"])
     assert unroll_graph_steps(chosen) == 5
+    trainer = build_trainer(chosen, tmp_path)  # what the CLI builds
+    try:
+        assert trainer.collector.steps_per_graph == 5
+    finally:
+        trainer.collector.env.close()
 
 
 def test_gymnasium_envs_keep_the_eager_steps():
