@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
+import math
 import os
 import platform
 import shutil
@@ -383,14 +384,27 @@ class GraphOptimizer:
     `step` is the arithmetic of PyTorch's Adam (L2 weight decay, bias corrections,
     ``eps`` outside the square root) or RMSprop (no momentum, no centring), in place.
 
+    Adam's bias corrections depend on each parameter's step count only. Where the counts
+    live on the CPU (torch's default, and a fused optimizer's on CPU parameters),
+    `refresh` computes them before the call, in double precision as torch's Adam does,
+    into two small tensors per group that the graph reads. Computed inside the graph
+    instead, they are scalar ``pow``s that inductor folds into every vector iteration of
+    every parameter's loop: a compiled step of a 64x64 PPO's 9k parameters took 70 us
+    that way, and of SAC's 200k parameters 460 us, against 15 and 50 us for the
+    arithmetic itself. Counts on an accelerator stay in the graph (reading them would
+    wait for the device). This assumes one step per optimizer per call, as every
+    algorithm's update takes.
+
     Args:
         optimizer: a ``torch.optim.Adam`` or ``RMSprop``.
+        host_corrections: compute Adam's bias corrections before each call (None: where
+            the step counts are on the CPU).
 
     Raises:
         NotImplementedError: another optimizer, or an option `step` does not have.
     """
 
-    def __init__(self, optimizer: torch.optim.Optimizer):
+    def __init__(self, optimizer: torch.optim.Optimizer, host_corrections: bool | None = None):
         _check_optimizer(optimizer)
         self.optimizer = optimizer
         self.rmsprop = isinstance(optimizer, torch.optim.RMSprop)
@@ -419,11 +433,32 @@ class GraphOptimizer:
             _group_constants(group, optimizer.state[group["params"][0]]["step"].device)
             for group in optimizer.param_groups
         ]
+        if host_corrections is None:
+            host_corrections = all(state["step"].device.type == "cpu" for state in self.states)
+        use_corrections = host_corrections and not self.rmsprop
+        self.corrections: list[tuple[torch.Tensor, torch.Tensor] | None] = [
+            _zeros_pair(len(members), rate.device) if use_corrections else None
+            for members, rate in zip(self.members, self.learning_rates, strict=True)
+        ]
+        """Per Adam group computed before each call: each parameter's step size (the
+        learning rate over its first bias correction) and its second bias correction's
+        square root, for the step the call takes (None: the graph computes them)."""
 
     def refresh(self) -> None:
-        """Copies each group's learning rate into the tensor the graph reads."""
-        for rate, group in zip(self.learning_rates, self.optimizer.param_groups, strict=True):
-            rate.fill_(float(group["lr"]))
+        """Copies each group's learning rate into the tensor the graph reads (and, for
+        `corrections`, its parameters' bias corrections for the coming step)."""
+        for group, rate, members, corrections in zip(
+            self.optimizer.param_groups,
+            self.learning_rates,
+            self.members,
+            self.corrections,
+            strict=True,
+        ):
+            lr = float(group["lr"])
+            rate.fill_(lr)
+            if corrections is not None:
+                steps = torch.stack([self.states[i]["step"] for i in members]).tolist()
+                _fill_corrections(corrections, steps, lr, *group["betas"])
 
     def reattach(self) -> None:
         """After ``optimizer.load_state_dict``, which makes new state tensors: their values
@@ -445,18 +480,19 @@ class GraphOptimizer:
         start spends tracing an optimizer (compiled, the arithmetic fuses alike)."""
         if len(grads) != len(self.params):
             raise ValueError(f"{len(grads)} gradients for {len(self.params)} parameters")
-        for members, constants, lr in zip(
-            self.members, self.constants, self.learning_rates, strict=True
+        for members, constants, lr, corrections in zip(
+            self.members, self.constants, self.learning_rates, self.corrections, strict=True
         ):
-            stepped = [i for i in members if grads[i] is not None]
+            stepped = [k for k, i in enumerate(members) if grads[i] is not None]
             if stepped:
                 self._step_group(
-                    [self.params[i] for i in stepped],
-                    [grads[i] for i in stepped],
-                    [self.states[i] for i in stepped],
+                    [self.params[members[k]] for k in stepped],
+                    [grads[members[k]] for k in stepped],
+                    [self.states[members[k]] for k in stepped],
                     constants,
                     lr,
                     apply,
+                    None if corrections is None else [[c[k] for k in stepped] for c in corrections],
                 )
 
     def _step_group(
@@ -467,6 +503,7 @@ class GraphOptimizer:
         constants: dict[str, torch.Tensor],
         lr: torch.Tensor,
         apply: torch.Tensor | None,
+        corrections: list[list[torch.Tensor]] | None,
     ) -> None:
         if "weight_decay" in constants:
             grads = torch._foreach_add(grads, torch._foreach_mul(params, constants["weight_decay"]))
@@ -492,19 +529,20 @@ class GraphOptimizer:
             torch._foreach_add_(exp_avg, old_avg)
             exp_avg_sq = torch._foreach_mul(old_square, beta2)
             torch._foreach_add_(exp_avg_sq, torch._foreach_mul(squares, 1 - beta2))
-            # 1 - beta ** step, per parameter's own step (on the steps' device, the CPU unless
-            # the optimizer is fused or capturable)
-            powers1 = torch._foreach_pow([constants["step_beta1"]] * len(steps), steps)
-            powers2 = torch._foreach_pow([constants["step_beta2"]] * len(steps), steps)
-            bias_correction1 = torch._foreach_neg(powers1)
-            bias_correction2 = torch._foreach_neg(powers2)
-            torch._foreach_add_(bias_correction1, 1)
-            torch._foreach_add_(bias_correction2, 1)
-            denom = torch._foreach_div(
-                torch._foreach_sqrt(exp_avg_sq), torch._foreach_sqrt(bias_correction2)
-            )
+            if corrections is not None:
+                step_sizes, roots = corrections
+            else:
+                # 1 - beta ** step, per parameter's own step (on the steps' device)
+                powers1 = torch._foreach_pow([constants["step_beta1"]] * len(steps), steps)
+                powers2 = torch._foreach_pow([constants["step_beta2"]] * len(steps), steps)
+                bias_correction1 = torch._foreach_neg(powers1)
+                bias_correction2 = torch._foreach_neg(powers2)
+                torch._foreach_add_(bias_correction1, 1)
+                torch._foreach_add_(bias_correction2, 1)
+                roots = torch._foreach_sqrt(bias_correction2)
+                step_sizes = torch._foreach_div([lr] * len(params), bias_correction1)
+            denom = torch._foreach_div(torch._foreach_sqrt(exp_avg_sq), roots)
             torch._foreach_add_(denom, [constants["eps"]] * len(denom))
-            step_sizes = torch._foreach_div([lr] * len(params), bias_correction1)
             change = torch._foreach_div(torch._foreach_mul(exp_avg, step_sizes), denom)
             updates = [(old_avg, exp_avg), (old_square, exp_avg_sq)]
         updates += [(old_steps, steps), (params, torch._foreach_sub(params, change))]
@@ -512,6 +550,35 @@ class GraphOptimizer:
             if apply is not None:
                 values = [torch.where(apply, v, t) for v, t in zip(values, targets, strict=True)]
             torch._foreach_copy_(targets, values)
+
+
+def _zeros_pair(size: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.zeros(size, device=device), torch.zeros(size, device=device)
+
+
+def _fill_corrections(
+    corrections: tuple[torch.Tensor, torch.Tensor],
+    steps: list[float],
+    lr: float,
+    beta1: float,
+    beta2: float,
+) -> None:
+    """Adam's step sizes and second bias-correction roots for parameters at ``steps``
+    about to take one more, in double precision as ``torch.optim.Adam`` computes them."""
+
+    def scalars(step: float) -> tuple[float, float]:
+        step += 1
+        return lr / (1 - beta1**step), math.sqrt(1 - beta2**step)
+
+    step_sizes, roots = corrections
+    if all(step == steps[0] for step in steps):  # the usual case: one fill each
+        size, root = scalars(steps[0])
+        step_sizes.fill_(size)
+        roots.fill_(root)
+        return
+    values = torch.tensor([scalars(step) for step in steps], dtype=torch.float64)
+    step_sizes.copy_(values[:, 0])
+    roots.copy_(values[:, 1])
 
 
 def _group_constants(group: dict[str, Any], step_device: torch.device) -> dict[str, torch.Tensor]:

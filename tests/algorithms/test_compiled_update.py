@@ -203,14 +203,21 @@ def _optimizer_case(kind: str) -> tuple[list[torch.nn.Parameter], torch.optim.Op
 
 @pytest.mark.parametrize("kind", ["adam", "adam+decay", "rmsprop"])
 @pytest.mark.parametrize("compile_step", [False, True])
-def test_the_graph_optimizer_steps_as_torch_does(kind, compile_step):
+@pytest.mark.parametrize("host_corrections", [None, False], ids=["host", "in-graph"])
+def test_the_graph_optimizer_steps_as_torch_does(kind, compile_step, host_corrections):
     """`GraphOptimizer.step` against ``optimizer.step()``: both param groups, a parameter
-    left without a gradient (skipped, as eager skips one without ``.grad``), and a
-    non-applied step that changes nothing."""
+    left without a gradient (skipped, as eager skips one without ``.grad``, so that its
+    step count falls behind its group's), and a non-applied step that changes nothing;
+    with Adam's bias corrections computed before the call (the default for step counts
+    on the CPU) and in the graph (as for counts on an accelerator)."""
     params, optimizer = _optimizer_case(kind)
     mirror, reference = _optimizer_case(kind)
-    stepper = compiled.GraphOptimizer(optimizer)
-    # one graph (a graph break fails), dynamic as an on-policy update's
+    stepper = compiled.GraphOptimizer(optimizer, host_corrections)
+    has_corrections = [c is not None for c in stepper.corrections]
+    assert has_corrections == [kind != "rmsprop" and host_corrections is None] * 2
+    # one graph (a graph break fails), dynamic as an on-policy update's; every case
+    # compiles the same method, so each starts afresh under dynamo's recompile limit
+    torch._dynamo.reset()
     step = (
         torch.compile(stepper.step, fullgraph=True, dynamic=True) if compile_step else stepper.step
     )
