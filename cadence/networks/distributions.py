@@ -18,9 +18,12 @@ class LeanCategorical(Categorical):
     action head's cost (on CartPole's 8 x 2 logits, one thread: about 41 us per step for
     construct, sample and log-prob against 12 us here).
 
-    Samples are torch's own: the same ``torch.multinomial`` draw on the same
-    probabilities, so a seed gives the actions `Categorical` would. Everything else
-    (entropy, mode, KL) is `Categorical`'s.
+    A sample is the category of the first arrival among independent exponential clocks
+    of rates ``probs``, i.e. ``argmax(probs / E)`` with ``E ~ Exp(1)`` per category (the
+    Gumbel-max trick, exact in distribution). It costs a third of ``torch.multinomial``'s
+    draw (5 against 11 us on 8 x 2 probabilities), most of which goes to checking its
+    input; a compiled unroll fuses it into its step (the multinomial was half of a
+    compiled CartPole unroll). Everything else (entropy, mode, KL) is `Categorical`'s.
 
     >>> d = LeanCategorical(torch.tensor([[0.0, 0.0], [0.0, 50.0]]))
     >>> d.log_prob(torch.tensor([0, 1])).exp()
@@ -38,8 +41,9 @@ class LeanCategorical(Categorical):
     def sample(self, sample_shape: Sequence[int] = torch.Size()) -> torch.Tensor:
         if len(sample_shape):
             return super().sample(torch.Size(sample_shape))
-        draw = torch.multinomial(self.probs.reshape(-1, self._num_events), 1, True)
-        return draw.reshape(self._batch_shape)
+        with torch.no_grad():
+            clocks = torch.empty_like(self.logits).exponential_()
+            return (self.probs / clocks).argmax(-1)
 
     def log_prob(self, value: torch.Tensor) -> torch.Tensor:
         if value.shape != self._batch_shape:  # broadcasting: torch's general path
