@@ -169,6 +169,7 @@ class CompiledWithFallback:
         dynamic: ``torch.compile``'s: True compiles one graph for every size of the
             inputs' dims (parameters keep theirs); None, one graph per shape until a
             second size of a dim turns up, then one for all its sizes.
+        options: inductor options on top of ``mode``'s (e.g. ``{"cpp_wrapper": True}``).
 
     >>> double = CompiledWithFallback(lambda x: 2 * x, "default")
     >>> [float(double(torch.ones(1))) for _ in range(3)]
@@ -182,9 +183,11 @@ class CompiledWithFallback:
         state_key: Callable[[], Hashable] | None = None,
         on_compile: Callable[[bool], None] | None = None,
         dynamic: bool | None = None,
+        options: dict[str, Any] | None = None,
     ):
         self.fn = fn
         self.mode = mode
+        self.options = options
         # Made by the first call, inside `on_compile`'s bracket: the first torch.compile of
         # a process imports the rest of inductor (about 0.7 s after `configure_inductor`),
         # which is compile time, not run time.
@@ -216,7 +219,7 @@ class CompiledWithFallback:
                 self.on_compile(True)
             try:
                 if self.compiled is None:
-                    self.compiled = torch.compile(self.fn, mode=self.mode, dynamic=self.dynamic)
+                    self.compiled = self._compile()
                 with torch._dynamo.config.patch(trace_autograd_ops=True):
                     result = self.compiled(*args)
             finally:
@@ -231,6 +234,13 @@ class CompiledWithFallback:
             return self.fn(*args)
         self._guarded_calls[key] = calls + 1
         return result
+
+    def _compile(self) -> Callable[..., Any]:
+        if not self.options:
+            return torch.compile(self.fn, mode=self.mode, dynamic=self.dynamic)
+        # torch.compile takes a mode or options, not both: the mode as its options
+        options = {**torch._inductor.list_mode_options(self.mode, self.dynamic), **self.options}
+        return torch.compile(self.fn, options=options, dynamic=self.dynamic)
 
     def signature(self, args: tuple[Any, ...]) -> Hashable:
         """What a call's graph depends on beyond the guards skipped in steady state."""

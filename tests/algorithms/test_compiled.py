@@ -76,3 +76,26 @@ def test_a_graph_the_signature_does_not_show_compiles_with_guards(caplog):
     torch.testing.assert_close(fn(torch.arange(1.0, 6.0)), torch.tensor([6.0, 8.0, 10.0]))
     assert fn.compiled is not None
     assert "running it eagerly" not in caplog.text
+
+
+def test_options_reach_inductor_on_top_of_the_mode(monkeypatch):
+    calls = []
+    real_compile = torch.compile
+
+    def recording_compile(fn, **kwargs):
+        calls.append(kwargs)
+        return real_compile(fn, **kwargs)
+
+    monkeypatch.setattr(torch, "compile", recording_compile)
+    x = torch.arange(4.0)
+    for mode, options in [("default", None), ("max-autotune-no-cudagraphs", {"cpp_wrapper": True})]:
+        fn = CompiledWithFallback(_affine, mode, options=options)
+        torch.testing.assert_close(fn(x, 2.0), _affine(x, 2.0))
+    assert calls[0] == {"mode": "default", "dynamic": None}
+    assert calls[1]["options"] == {
+        "max_autotune": True,
+        "coordinate_descent_tuning": True,
+        "cpp_wrapper": True,
+    }
+    assert "mode" not in calls[1]
+

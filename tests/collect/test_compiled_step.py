@@ -37,6 +37,8 @@ def test_compiled_steps_give_the_eager_unroll():
     _, expected = _unrolls("off", eager_algorithm)
     collector, got = _unrolls("default", compiled_algorithm)
     assert collector._compiled_steps is not None and collector._compiled_steps.compiled is not None
+    # on the CPU the graph's kernels are called from C++, not a Python wrapper
+    assert collector._compiled_steps.options == {"cpp_wrapper": True}
     for (experience, stats), (eager_experience, eager_stats) in zip(got, expected, strict=True):
         time_step, eager_step = experience.time_step, eager_experience.time_step
         assert torch.equal(time_step.step_type, eager_step.step_type)
