@@ -12,7 +12,7 @@ from cadence.algorithms.algorithm import Algorithm, Batch
 from cadence.algorithms.scheme import IterationResult, UpdateTotals
 from cadence.data import distributed
 from cadence.data.experience import Experience
-from cadence.data.nest import flatten, map_structure
+from cadence.data.nest import flatten
 
 
 class ExperienceSource(Protocol):
@@ -30,7 +30,7 @@ class OnPolicyScheme:
     dim: ``[T * B]`` samples for a feed-forward policy (it may drop some, e.g. actions
     ignored by auto-reset), or ``[B]`` whole env sequences for a recurrent one. Each pass
     shuffles that dim and cuts it into minibatches of the algorithm's ``mini_batch_size``
-    (all of it when None), each one `Algorithm.update`; after each pass,
+    (all of it when None), each one `Algorithm.update_rows`; after each pass,
     `Algorithm.stop_epochs` sees that pass's mean metrics and may end the passes early.
 
     Under several ranks (docs/ddp.md), ``mini_batch_size`` counts the samples of all
@@ -93,7 +93,7 @@ class OnPolicyScheme:
             permutation = torch.randperm(num_samples, device=first_leaf.device)
             for start in range(0, num_samples, mini_batch_size):
                 indices = permutation[start : start + mini_batch_size]
-                epoch.add(algorithm.update(_select(batch, indices)))
+                epoch.add(algorithm.update_rows(batch, indices))
             totals.merge(epoch)
             if algorithm.stop_epochs(epoch.means()):
                 break
@@ -113,12 +113,8 @@ class OnPolicyScheme:
             epoch = UpdateTotals(algorithm.skip_nonfinite_updates)
             permutation = torch.randperm(num_samples, device=device)
             for indices in permutation.tensor_split(num_minibatches):
-                epoch.add(algorithm.update(_select(batch, indices)))
+                epoch.add(algorithm.update_rows(batch, indices))
             totals.merge(epoch)
             if algorithm.stop_epochs(distributed.mean_over_ranks(dict(epoch.means()), device)):
                 break
         return totals
-
-
-def _select(batch: Batch, indices: torch.Tensor) -> Batch:
-    return map_structure(lambda x: x[indices], batch)

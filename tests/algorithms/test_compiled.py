@@ -98,4 +98,3 @@ def test_options_reach_inductor_on_top_of_the_mode(monkeypatch):
         "cpp_wrapper": True,
     }
     assert "mode" not in calls[1]
-

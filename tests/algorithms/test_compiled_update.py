@@ -16,6 +16,7 @@ import torch
 
 from cadence.algorithms import compiled
 from cadence.algorithms.a2c import A2CConfig, make_a2c
+from cadence.algorithms.algorithm import select_rows
 from cadence.algorithms.ddpg import DDPGConfig, make_ddpg
 from cadence.algorithms.dqn import DQNConfig, make_dqn
 from cadence.algorithms.off_policy import replay_minibatches
@@ -23,6 +24,7 @@ from cadence.algorithms.off_policy_config import OffPolicyConfig
 from cadence.algorithms.ppo import PPOConfig, make_ppo
 from cadence.algorithms.sac import SACConfig, make_sac
 from cadence.algorithms.td3 import TD3Config, make_td3
+from cadence.data.nest import flatten
 from cadence.data.specs import BoundedTensorSpec, DiscreteTensorSpec, TensorSpec
 from cadence.networks import NetworkConfig
 from cadence.replay.buffer import ReplayBuffer
@@ -148,6 +150,30 @@ def test_a_compiled_update_gives_the_eager_numbers(name):
     fresh.load_state_dict(graph.state_dict())
     assert_close_states(eager, fresh)
     graph.load_state_dict(eager.state_dict())
+
+
+@pytest.mark.parametrize("name", ["ppo", "a2c"])
+def test_a_compiled_update_of_rows_gathers_them_in_its_graph(name):
+    """`Algorithm.update_rows` (the on-policy scheme's minibatches): compiled, the rows are
+    gathered inside the update's graph; the numbers are eager ``update(batch[rows])``'s,
+    for minibatches of varying size."""
+    eager, batches = CASES[name]()
+    graph = copy.deepcopy(eager)
+    graph.set_compile("default")
+    eager.train()
+    graph.train()
+    torch._dynamo.utils.counters.clear()
+    generator = torch.Generator().manual_seed(0)
+    for index, batch in enumerate(batches):
+        size = flatten(batch)[0].shape[0]
+        rows = torch.randperm(size, generator=generator)[: size - 3 * (index % 2)]
+        expected = eager.update(select_rows(batch, rows))
+        result = graph.update_rows(batch, rows)
+        for key, value in expected.metrics.items():
+            torch.testing.assert_close(result.metrics[key], value, rtol=1e-4, atol=1e-5)
+        assert_close_states(eager, graph)
+    assert list(graph.compiler._graphs) == ["Algorithm._update_step_on_rows"]
+    assert not torch._dynamo.utils.counters["graph_break"]
 
 
 def test_auto_times_both_ways_records_its_choice_and_a_checkpoint_keeps_it(caplog):
