@@ -1,7 +1,6 @@
 """`LeanCategorical` scores as torch's `Categorical` and draws from the same distribution
 for less per-call work."""
 
-import pytest
 import torch
 from torch.distributions import Categorical
 
