@@ -122,14 +122,21 @@ def _ddpg():
 CASES = {"ppo": _ppo, "a2c": _a2c, "dqn": _dqn, "sac": _sac, "td3": _td3, "ddpg": _ddpg}
 
 
-@pytest.mark.parametrize("name", list(CASES))
-def test_a_compiled_update_gives_the_eager_numbers(name):
+def _eager_and_compiled(name: str):
+    """A case's algorithm, a compiled copy (both training) and its batches; dynamo's
+    counters cleared."""
     eager, batches = CASES[name]()
     graph = copy.deepcopy(eager)
     graph.set_compile("default")
     eager.train()
     graph.train()
     torch._dynamo.utils.counters.clear()
+    return eager, graph, batches
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_a_compiled_update_gives_the_eager_numbers(name):
+    eager, graph, batches = _eager_and_compiled(name)
     for index, batch in enumerate(batches):
         fraction = index / len(batches)  # a learning-rate schedule must not recompile
         eager.set_progress(fraction)
@@ -157,12 +164,7 @@ def test_a_compiled_update_of_rows_gathers_them_in_its_graph(name):
     """`Algorithm.update_rows` (the on-policy scheme's minibatches): compiled, the rows are
     gathered inside the update's graph; the numbers are eager ``update(batch[rows])``'s,
     for minibatches of varying size."""
-    eager, batches = CASES[name]()
-    graph = copy.deepcopy(eager)
-    graph.set_compile("default")
-    eager.train()
-    graph.train()
-    torch._dynamo.utils.counters.clear()
+    eager, graph, batches = _eager_and_compiled(name)
     generator = torch.Generator().manual_seed(0)
     for index, batch in enumerate(batches):
         size = flatten(batch)[0].shape[0]
