@@ -154,9 +154,9 @@ class CompiledWithFallback:
     noticeable part of a small update. In steady-state training none of them can change
     between calls except through the inputs, so once a call with inputs of one signature
     (each tensor's shape, with ``dynamic`` each size only as 0, 1 or more; whether it is
-    contiguous; its dtype, device and ``requires_grad``; every other input's value; grad mode; ``state_key()``)
-    has run with all guards `GUARDED_CALLS` times, later calls with that signature skip
-    them (``skip_guard_eval_unsafe``). Any other signature, e.g. a smaller minibatch, runs
+    contiguous; its dtype, device and ``requires_grad``; every other input's value; grad
+    mode; ``state_key()``) has run with all guards `GUARDED_CALLS` times, later calls with
+    that signature skip them (``skip_guard_eval_unsafe``). Any other signature, e.g. a smaller minibatch, runs
     with all guards and may recompile.
 
     Args:
