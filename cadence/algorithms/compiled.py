@@ -156,8 +156,8 @@ class CompiledWithFallback:
     (each tensor's shape, with ``dynamic`` each size only as 0, 1 or more; whether it is
     contiguous; its dtype, device and ``requires_grad``; every other input's value; grad
     mode; ``state_key()``) has run with all guards `GUARDED_CALLS` times, later calls with
-    that signature skip them (``skip_guard_eval_unsafe``). Any other signature, e.g. a smaller minibatch, runs
-    with all guards and may recompile.
+    that signature skip them (``skip_guard_eval_unsafe``). Any other signature, e.g. a
+    smaller minibatch, runs with all guards and may recompile.
 
     Args:
         fn: the function to compile.
@@ -466,8 +466,9 @@ class GraphOptimizer:
         square root, for the step the call takes (None: the graph computes them)."""
 
     def refresh(self) -> None:
-        """Copies each group's learning rate into the tensor the graph reads (and, for
-        `corrections`, its parameters' bias corrections for the coming step)."""
+        """Before each call: each group's learning rate into the tensor the graph reads,
+        or, for a group with `corrections`, its parameters' step sizes (which hold the
+        rate) and bias corrections for the coming step."""
         for group, rate, members, corrections in zip(
             self.optimizer.param_groups,
             self.learning_rates,
@@ -476,8 +477,9 @@ class GraphOptimizer:
             strict=True,
         ):
             lr = float(group["lr"])
-            rate.fill_(lr)
-            if corrections is not None:
+            if corrections is None:
+                rate.fill_(lr)
+            else:  # the graph reads the step sizes, not the rate
                 steps = torch.stack([self.states[i]["step"] for i in members]).tolist()
                 _fill_corrections(corrections, steps, lr, *group["betas"])
 

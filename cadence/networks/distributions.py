@@ -23,7 +23,8 @@ class LeanCategorical(Categorical):
     Gumbel-max trick, exact in distribution). It costs less than half of a
     ``torch.multinomial`` draw (5 against 11 us on 8 x 2 probabilities, most of which
     goes to checking its input), and a compiled unroll fuses it into its step (the
-    multinomial was half of a compiled CartPole unroll). Everything else (entropy, mode, KL) is `Categorical`'s.
+    multinomial was half of a compiled CartPole unroll). Everything else (entropy, mode,
+    KL) is `Categorical`'s.
 
     >>> d = LeanCategorical(torch.tensor([[0.0, 0.0], [0.0, 50.0]]))
     >>> d.log_prob(torch.tensor([0, 1])).exp()
