@@ -6,9 +6,11 @@ second can say what fraction of the machine's matmul peak it reaches::
     achieved = count_flops(update) * updates_per_s / 1e9      # GFLOP/s
     fraction = achieved / matmul_peak_gflops(threads)
 
-The peak is the best ``torch.mm`` rate over a few square sizes (small ones fit the caches,
-large ones amortise the threading), each timed as the fastest of ``repeats`` calls after
-one untimed call, with ``threads`` intra-op threads. Run it to print the peak::
+The peak is the best rate over a few square sizes (small ones fit the caches, large ones
+amortise the threading) and over the two CPU backends cadence's layers can use
+(`cadence.networks.matmul`): ``torch.mm`` (MKL) and oneDNN, which on AMD processors runs
+AVX-512 code where MKL runs AVX2. Each size is timed as the fastest of ``repeats`` calls
+after one untimed call, with ``threads`` intra-op threads. Run it to print the peaks::
 
     python benchmarks/matmul_peak.py --threads 1 2
 """
@@ -27,7 +29,8 @@ DEFAULT_SIZES = (256, 512, 1024, 2048)
 def matmul_peak_gflops(
     threads: int, sizes: Sequence[int] = DEFAULT_SIZES, repeats: int = 5
 ) -> float:
-    """Best float32 ``n x n`` matmul rate over ``sizes``, GFLOP/s (2 n^3 FLOPs a call).
+    """Best float32 ``n x n`` matmul rate over ``sizes`` and backends, GFLOP/s (2 n^3
+    FLOPs a call).
 
     Args:
         threads: intra-op threads for the measurement; the caller's setting is restored.
@@ -37,22 +40,37 @@ def matmul_peak_gflops(
     Returns:
         The best rate, in GFLOP/s.
     """
+    return max(matmul_peaks_gflops(threads, sizes, repeats).values())
+
+
+def matmul_peaks_gflops(
+    threads: int, sizes: Sequence[int] = DEFAULT_SIZES, repeats: int = 5
+) -> dict[str, float]:
+    """`matmul_peak_gflops` per backend: ``aten`` and, where torch has it, ``onednn``."""
+    from cadence.networks.matmul import onednn_available, onednn_matmul
+
+    multiplies = {"aten": lambda a, b: torch.mm(a, b)}
+    if onednn_available():
+        multiplies["onednn"] = lambda a, b: onednn_matmul(a, b, None)
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        return max(_mm_gflops(n, repeats) for n in sizes)
+        with torch.no_grad():
+            return {
+                name: max(_mm_gflops(multiply, n, repeats) for n in sizes)
+                for name, multiply in multiplies.items()
+            }
     finally:
         torch.set_num_threads(previous)
 
 
-def _mm_gflops(n: int, repeats: int) -> float:
+def _mm_gflops(multiply: Callable, n: int, repeats: int) -> float:
     a, b = torch.randn(n, n), torch.randn(n, n)
-    out = torch.empty(n, n)
-    torch.mm(a, b, out=out)  # untimed: first-call allocation and kernel selection
+    multiply(a, b)  # untimed: first-call allocation and kernel selection
     fastest = float("inf")
     for _ in range(repeats):
         begin = time.perf_counter()
-        torch.mm(a, b, out=out)
+        multiply(a, b)
         fastest = min(fastest, time.perf_counter() - begin)
     return 2 * n**3 / fastest / 1e9
 
@@ -75,8 +93,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
     for threads in args.threads:
-        peak = matmul_peak_gflops(threads, args.sizes, args.repeats)
-        print(f"threads={threads}: float32 matmul peak {peak:.1f} GFLOP/s")
+        peaks = matmul_peaks_gflops(threads, args.sizes, args.repeats)
+        rates = ", ".join(f"{name} {rate:.1f}" for name, rate in peaks.items())
+        print(f"threads={threads}: float32 matmul peak GFLOP/s: {rates}")
 
 
 if __name__ == "__main__":

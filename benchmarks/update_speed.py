@@ -16,8 +16,10 @@ Shapes: Pendulum-like (obs 3, action 1) and HalfCheetah-like (obs 17, action 6).
 Each shape's table also gives the update's matmul floor: the FLOPs of its matrix
 multiplies (counted on one cadence update: forward and backward, about 0.6 GFLOP at
 256x256, batch 256) over this machine's matmul peak at the same threads
-(`matmul_peak.py`), as the most updates/s any implementation could reach, and the fraction
-of that peak each side reaches.
+(`matmul_peak.py`, the faster of MKL and oneDNN), as the most updates/s any implementation
+could reach, and the fraction of that peak each side reaches. cadence's rows name the
+backend of its layers' multiplies (``--cpu-matmul``, `cadence.networks.matmul`): ``auto``
+is what a training run picks on this machine; SB3 multiplies with ``torch.mm`` (MKL).
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ import numpy as np
 import torch
 from matmul_peak import count_flops, matmul_peak_gflops
 
+from cadence.networks.matmul import set_cpu_matmul
+
 SHAPES = {"pendulum": (3, 1), "halfcheetah": (17, 6)}
 BATCH_SIZE = 256
 HIDDEN = (256, 256)
@@ -40,15 +44,20 @@ BUFFER_SIZE = 10_000
 TARGET_RATIO = 2.0
 
 
-def make_cadence(obs_dim: int, act_dim: int, compile_mode: str) -> Callable[[int], None]:
-    """A function running ``n`` cadence SAC updates on a pre-filled buffer."""
+def make_cadence(
+    obs_dim: int, act_dim: int, compile_mode: str, cpu_matmul: str = "auto"
+) -> Callable[[int], None]:
+    """A function running ``n`` cadence SAC updates on a pre-filled buffer, its layers'
+    multiplies on the ``cpu_matmul`` backend (`cadence.networks.matmul`)."""
     from cadence.algorithms.off_policy import replay_minibatches
     from cadence.algorithms.off_policy_config import OffPolicyConfig
     from cadence.algorithms.sac import SACConfig, make_sac
     from cadence.data.specs import BoundedTensorSpec, TensorSpec
     from cadence.networks import NetworkConfig
+    from cadence.networks.matmul import using_cpu_matmul
     from cadence.replay.buffer import ReplayBuffer
 
+    backend = set_cpu_matmul(cpu_matmul)
     network = NetworkConfig(hidden_sizes=HIDDEN, activation="relu", orthogonal_init=False)
     action_spec = BoundedTensorSpec((act_dim,), minimum=-1.0, maximum=1.0)
     sac = make_sac(SACConfig(compile=compile_mode), TensorSpec((obs_dim,)), action_spec, network)
@@ -75,8 +84,9 @@ def make_cadence(obs_dim: int, act_dim: int, compile_mode: str) -> Callable[[int
         # The training path (`OffPolicyScheme`): n minibatches drawn at once, each read when
         # trained on, with only the fields SAC reads.
         config = OffPolicyConfig(mini_batch_size=BATCH_SIZE, num_updates_per_train_iter=n)
-        for sample in replay_minibatches(buffer, config, sac.replay_fields):
-            sac.update(sac.preprocess_experience(sample))
+        with using_cpu_matmul(backend):
+            for sample in replay_minibatches(buffer, config, sac.replay_fields):
+                sac.update(sac.preprocess_experience(sample))
 
     return run
 
@@ -146,6 +156,14 @@ def main(argv: list[str] | None = None) -> int:
         default=["off", "default"],
         help="cadence's SACConfig.compile modes to measure ('off' is eager)",
     )
+    parser.add_argument(
+        "--cpu-matmul",
+        nargs="+",
+        default=["auto"],
+        choices=["auto", "aten", "onednn"],
+        help="the backends of cadence's layer multiplies to measure (trainer.cpu_matmul; "
+        "'auto' is what a run picks on this machine)",
+    )
     parser.add_argument("--skip-sb3", action="store_true")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -159,8 +177,10 @@ def main(argv: list[str] | None = None) -> int:
     for shape in args.shapes:
         obs_dim, act_dim = SHAPES[shape]
         runners: dict[str, Callable[[int], None]] = {}
-        for mode in args.compile:
-            runners[f"cadence[{mode}]"] = make_cadence(obs_dim, act_dim, mode)
+        for backend in args.cpu_matmul:
+            for mode in args.compile:
+                name = f"cadence[{mode}, {set_cpu_matmul(backend)}]"
+                runners[name] = make_cadence(obs_dim, act_dim, mode, backend)
         if not args.skip_sb3:
             runners["sb3"] = make_sb3(obs_dim, act_dim)
         for name, run in runners.items():  # warm-up (and compilation), not timed
@@ -168,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
             run(5)
             print(f"  {shape} {name}: warm-up {time.perf_counter() - start:.1f} s", flush=True)
         rates = measure(runners, args.block, args.repeats)
-        eager = make_cadence(obs_dim, act_dim, "off")
+        eager = make_cadence(obs_dim, act_dim, "off", "aten")
         flops = count_flops(lambda eager=eager: eager(1))
         peak = matmul_peak_gflops(args.threads)
         floor = peak * 1e9 / flops

@@ -46,7 +46,7 @@ def test_update_speed_times_cadence_updates():
         "update_speed.py", "--skip-sb3", "--shapes", "pendulum", "--compile", "off",
         "--block", "3", "--repeats", "1",
     )  # fmt: skip
-    assert "cadence[off]" in out and "updates/s" in out
+    assert "cadence[off, " in out and "updates/s" in out
 
 
 def test_time_to_solve_answers_help():

@@ -43,6 +43,7 @@ import torch
 from torch.utils._pytree import tree_flatten
 
 from cadence.algorithms.compile_config import COMPILE_MODES
+from cadence.networks.matmul import cpu_matmul
 
 logger = logging.getLogger(__name__)
 
@@ -155,7 +156,7 @@ class CompiledWithFallback:
     between calls except through the inputs, so once a call with inputs of one signature
     (each tensor's shape, with ``dynamic`` each size only as 0, 1 or more; whether it is
     contiguous; its dtype, device and ``requires_grad``; every other input's value; grad
-    mode; ``state_key()``) has run with all guards `GUARDED_CALLS` times, later calls with
+    mode; the layers' CPU matmul backend; ``state_key()``) has run with all guards `GUARDED_CALLS` times, later calls with
     that signature skip them (``skip_guard_eval_unsafe``). Any other signature, e.g. a
     smaller minibatch, runs with all guards and may recompile.
 
@@ -258,7 +259,8 @@ class CompiledWithFallback:
             for leaf in leaves
         )
         state = self.state_key() if self.state_key is not None else None
-        return (spec, tensors, torch.is_grad_enabled(), torch.is_inference_mode_enabled(), state)
+        modes = (torch.is_grad_enabled(), torch.is_inference_mode_enabled(), cpu_matmul())
+        return (spec, tensors, modes, state)
 
     def _shape(self, shape: torch.Size) -> tuple[int, ...]:
         """A shape as the graph depends on it: with ``dynamic`` True, each size only as

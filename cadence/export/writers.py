@@ -18,6 +18,7 @@ import torch
 
 from cadence.export.errors import ExportError, require_onnx_exporter
 from cadence.export.graph import PolicyGraph
+from cadence.networks.matmul import using_cpu_matmul
 
 ExportFormat = Literal["onnx", "torchscript"]
 """The file formats `cadence export` writes."""
@@ -38,7 +39,12 @@ def write_onnx(graph: PolicyGraph, path: Path, input_names: list[str], output_na
     example = graph.example_inputs(3)  # not 1 or 2: the exporter would take them as constants
     batch = torch.export.Dim("batch", min=1)
     dynamic_shapes = (tuple({0: batch} for _ in example),)  # forward takes *inputs
-    with torch.no_grad(), warnings.catch_warnings(), _quiet(*_EXPORTER_LOGGERS):
+    with (
+        torch.no_grad(),
+        warnings.catch_warnings(),
+        _quiet(*_EXPORTER_LOGGERS),
+        using_cpu_matmul("aten"),  # the file holds standard ops (a custom one would not load)
+    ):
         warnings.simplefilter("ignore")  # the exporter's notes about its own internals
         # torch.export first: it fails loudly where the batch cannot stay dynamic, where
         # torch.onnx.export would fall back to a file of fixed batch size.
@@ -96,7 +102,7 @@ def _quiet(*names: str) -> Iterator[None]:
 
 def write_torchscript(graph: PolicyGraph, path: Path) -> None:
     """Writes ``graph`` to ``path`` as a traced TorchScript module (``torch.jit.load``)."""
-    with torch.no_grad(), warnings.catch_warnings():
+    with torch.no_grad(), warnings.catch_warnings(), using_cpu_matmul("aten"):
         warnings.simplefilter("ignore", torch.jit.TracerWarning)
         # torch.jit warns that it is deprecated in favour of torch.export, whose programs
         # need Python to load; TorchScript is what torch.jit.load and LibTorch (C++) run.

@@ -25,6 +25,7 @@ from torch import nn
 
 from cadence.data.specs import BoundedTensorSpec, TensorSpec
 from cadence.mbrl.config import WorldModelConfig
+from cadence.networks.matmul import Linear
 from cadence.networks.mlp import MLP
 from cadence.networks.rssm import RSSM, Gaussian, GroupSizes, Latent, Observed, gaussian_kl
 
@@ -78,7 +79,7 @@ class ConvDecoder(nn.Module):
     def __init__(self, feature_size: int, channels: int, activation: type[nn.Module]):
         super().__init__()
         self.channels = channels
-        self.project = nn.Linear(feature_size, 1024)
+        self.project = Linear(feature_size, 1024)
         self.net = nn.Sequential(
             nn.ConvTranspose2d(1024, 128, 5, 2),
             activation(),

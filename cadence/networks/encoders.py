@@ -18,6 +18,7 @@ from torch import nn
 from cadence.data.nest import Nest
 from cadence.data.specs import CompositeSpec, DiscreteTensorSpec, Spec, TensorSpec
 from cadence.networks.config import CNNKind, NetworkConfig
+from cadence.networks.matmul import Linear
 from cadence.networks.mlp import HIDDEN_GAIN
 
 MIN_IMAGE_SIZE: dict[str, int] = {"nature": 36, "small": 8}
@@ -91,7 +92,7 @@ class ImageEncoder(nn.Module):
         with torch.no_grad():
             flat_dim = self.conv(torch.zeros(1, *spec.shape)).shape[1]
         feature_dim = 512 if kind == "nature" else 256
-        self.projection = nn.Sequential(nn.Linear(flat_dim, feature_dim), nn.ReLU())
+        self.projection = nn.Sequential(Linear(flat_dim, feature_dim), nn.ReLU())
         self.output_dim = feature_dim
         if orthogonal_init:
             _orthogonal_(self)

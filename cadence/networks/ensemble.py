@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from cadence.networks.config import ActivationName
+from cadence.networks.matmul import batched_linear, cpu_matmul
 from cadence.networks.mlp import ACTIVATIONS, HIDDEN_GAIN
 
 
@@ -37,6 +38,7 @@ class EnsembleLinear(nn.Module):
 
     def __init__(self, in_dim: int, out_dim: int, ensemble_size: int, gain: float | None = None):
         super().__init__()
+        cpu_matmul()  # `auto` measures now, never inside a compiled graph's trace
         self.weight = nn.Parameter(torch.empty(ensemble_size, in_dim, out_dim))
         self.bias = nn.Parameter(torch.empty(ensemble_size, 1, out_dim))
         bound = 1 / math.sqrt(in_dim)
@@ -56,9 +58,10 @@ class EnsembleLinear(nn.Module):
         weight, bias = self.weight, self.bias
         if detach_parameters:
             weight, bias = weight.detach(), bias.detach()
-        if torch.compiler.is_compiling():
+        out = batched_linear(flat, weight, bias)
+        if out is None and torch.compiler.is_compiling():
             out = _compiled_linear(flat, weight, bias)
-        else:
+        elif out is None:
             out = torch.baddbmm(bias, flat, weight)
         return out.reshape(*x.shape[:-1], out.shape[-1])
 
@@ -91,7 +94,8 @@ def ensemble_matmul(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         for k in range(1, x.shape[-1]):
             out = out + x[..., k : k + 1] * weight[:, k : k + 1]
         return out
-    return torch.bmm(x, weight)
+    out = batched_linear(x, weight)
+    return torch.bmm(x, weight) if out is None else out
 
 
 class EnsembleLayerNorm(nn.Module):

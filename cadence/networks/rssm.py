@@ -30,6 +30,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from cadence.networks.matmul import Linear
+
 Latent = dict[str, torch.Tensor]
 """``{"<g>_belief": [B, belief_size], "<g>_state": [B, state_size]}`` for every group g."""
 
@@ -76,12 +78,12 @@ class _Group(nn.Module):
     ):
         super().__init__()
         self.min_std = min_std
-        self.input = nn.Sequential(nn.Linear(input_size, hidden_size), activation())
+        self.input = nn.Sequential(Linear(input_size, hidden_size), activation())
         self.cell = nn.GRUCell(hidden_size, sizes.belief)
         self.prior = nn.Sequential(
-            nn.Linear(sizes.belief, hidden_size),
+            Linear(sizes.belief, hidden_size),
             activation(),
-            nn.Linear(hidden_size, 2 * sizes.state),
+            Linear(hidden_size, 2 * sizes.state),
         )
 
     def step_belief(self, belief: torch.Tensor, inputs: torch.Tensor) -> torch.Tensor:
@@ -112,11 +114,11 @@ class _Posterior(nn.Module):
         super().__init__()
         self.min_std = min_std
         self.beliefs = nn.ModuleDict(
-            {g: nn.Linear(sizes.belief, hidden_size, bias=False) for g, sizes in groups.items()}
+            {g: Linear(sizes.belief, hidden_size, bias=False) for g, sizes in groups.items()}
         )
-        self.embedding = nn.Linear(embedding_size, hidden_size)
+        self.embedding = Linear(embedding_size, hidden_size)
         self.head = nn.Sequential(
-            activation(), nn.Linear(hidden_size, 2 * sum(s.state for s in groups.values()))
+            activation(), Linear(hidden_size, 2 * sum(s.state for s in groups.values()))
         )
         self.splits = [2 * sizes.state for sizes in groups.values()]
 

@@ -102,6 +102,16 @@ class TrainerConfig:
             "'parallel' env workers)."
         },
     )
+    cpu_matmul: Literal["auto", "aten", "onednn"] = field(
+        default="auto",
+        validator=in_(["auto", "aten", "onednn"]),
+        metadata={
+            "doc": "Who multiplies the CPU layers' matrices: 'aten' (torch's BLAS, MKL), "
+            "'onednn' (oneDNN, for multiplies large enough to gain: on AMD processors about "
+            "twice MKL's speed), or 'auto': whichever measures faster here (recorded in the "
+            "run's placement.json; a resume reuses it)."
+        },
+    )
     progress_bar: Literal["auto", "on", "off"] = field(
         default="auto",
         validator=in_(["auto", "on", "off"]),

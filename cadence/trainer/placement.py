@@ -13,13 +13,16 @@ acts in the environments:
   CPU, where a GPU would spend more on launching kernels and copying than on the math;
 - a device (``cpu``, ``cuda``, ``cuda:1``): acts there.
 
+``trainer.cpu_matmul`` picks who multiplies the CPU layers' matrices (ATen's BLAS or
+oneDNN, `cadence.networks.matmul`); ``auto`` measures both.
+
 When the collector's device differs from the learner's, the collector acts with a copy of
 the algorithm refreshed from the learner before every unroll, and its experience moves to
 the learner through pinned memory.
 
 The placement is written to the run directory (``placement.json``) and a resumed run
 reuses it, so a measurement that came out differently on the second start cannot change
-how the run collects.
+how the run collects, nor how its matmuls round.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ import torch
 from cadence.algorithms.algorithm import Algorithm
 from cadence.data.nest import map_structure
 from cadence.data.time_step import StepType, TimeStep
+from cadence.networks.matmul import set_cpu_matmul
 
 logger = logging.getLogger(__name__)
 
@@ -80,12 +84,15 @@ class Placement:
         env: the device tensor-native environments run on (``cpu`` for Gymnasium ones).
         rollout_step_us: when ``auto`` measured it, one rollout step's microseconds per
             candidate device (transfers included); empty otherwise.
+        cpu_matmul: the backend of the CPU layers' multiplies, ``aten`` or ``onednn``
+            (empty in a placement recorded before it was part of one).
     """
 
     learner: str
     collector: str
     env: str
     rollout_step_us: dict[str, float] = attrs.field(factory=dict)
+    cpu_matmul: str = ""
 
     @property
     def split(self) -> bool:
@@ -117,6 +124,8 @@ class Placement:
         if self.rollout_step_us:
             times = ", ".join(f"{us:.0f} us on {d}" for d, us in self.rollout_step_us.items())
             text += f" (one rollout step: {times})"
+        if self.cpu_matmul:
+            text += f", CPU matmuls by {self.cpu_matmul}"
         return text
 
 
@@ -189,6 +198,17 @@ def resolve_placement(
         return decided
     recorded = Placement.load(run_dir, warn=False)  # `record_placement` names a damaged one
     return recorded if recorded is not None and recorded.learner == learner else None
+
+
+def resolve_cpu_matmul(setting: str, run_dir: Path) -> str:
+    """Sets the CPU matmul backend for ``trainer.cpu_matmul`` and returns it: ``auto`` is
+    the one this run recorded when it started (``run_dir/placement.json``), else measured.
+    Call before any network is built."""
+    if setting == "auto":
+        recorded = Placement.load(run_dir, warn=False)  # `record_placement` names a damaged one
+        if recorded is not None and recorded.cpu_matmul:
+            return set_cpu_matmul(recorded.cpu_matmul)
+    return set_cpu_matmul(setting)
 
 
 def record_placement(placement: Placement, run_dir: Path, is_writer: bool) -> None:

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import attrs
 import torch
 
 from cadence.algorithms.algorithm import Algorithm
@@ -29,6 +30,7 @@ from cadence.trainer.placement import (
     learner_device,
     measured_placement,
     record_placement,
+    resolve_cpu_matmul,
     resolve_placement,
 )
 from cadence.trainer.rng import rank_seed, seed_everything
@@ -142,6 +144,7 @@ def build_trainer(
     ranks = ranks if ranks is not None else Ranks.single()
     trainer_config = config.trainer
     _configure_torch(trainer_config)
+    cpu_matmul = resolve_cpu_matmul(trainer_config.cpu_matmul, run_dir)
     seed_everything(config.seed)
     learner = rank_device(learner_device(trainer_config.device), ranks)
     device = torch.device(learner)
@@ -190,6 +193,7 @@ def build_trainer(
             f"({learner}), which data transformers do not support (they keep their "
             "statistics on one device); set trainer.collector_device=learner"
         )
+    placement = attrs.evolve(placement, cpu_matmul=cpu_matmul)
     record_placement(placement, run_dir, ranks.is_writer)
     collector = Collector(
         env,

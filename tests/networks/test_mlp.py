@@ -4,6 +4,7 @@ import pytest
 import torch
 from torch import nn
 
+from cadence.networks.matmul import Linear
 from cadence.networks.mlp import MLP
 
 
@@ -17,7 +18,7 @@ def test_shapes_with_and_without_projection():
 def test_no_hidden_layers_is_identity_or_one_linear():
     x = torch.randn(3, 4)
     assert torch.equal(MLP(4, ())(x), x)
-    assert [type(m) for m in MLP(4, (), out_dim=2)] == [nn.Linear]
+    assert [type(m) for m in MLP(4, (), out_dim=2)] == [Linear]
 
 
 def test_orthogonal_init_gains_and_zero_biases():
@@ -44,4 +45,4 @@ def test_default_init_keeps_torch_biases():
 )
 def test_activation_by_name_or_class(activation, cls):
     mlp = MLP(4, (8, 8), activation=activation, layer_norm=True)
-    assert [type(m) for m in mlp] == [nn.Linear, nn.LayerNorm, cls] * 2
+    assert [type(m) for m in mlp] == [Linear, nn.LayerNorm, cls] * 2

@@ -11,6 +11,7 @@ collected that way must equal one collected by the learner itself.
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 import torch
@@ -19,6 +20,8 @@ from cadence.algorithms.build import build_algorithm
 from cadence.collect.unroll import Collector
 from cadence.config import load_config
 from cadence.envs.make import make_env
+from cadence.networks import matmul
+from cadence.networks.matmul import cpu_matmul
 from cadence.testing.resume import (
     SimulatedCrash,
     assert_equal_nests,
@@ -35,6 +38,7 @@ from cadence.trainer.placement import (
     learner_device,
     measure_rollout_step,
     record_placement,
+    resolve_cpu_matmul,
     resolve_placement,
 )
 
@@ -69,7 +73,14 @@ def test_auto_places_everything_on_the_cpu_without_a_gpu_and_records_it(tmp_path
     root = tmp_path / "run"
     assert train_named("ppo_cartpole", root, PPO) == "complete"
     recorded = json.loads((root / PLACEMENT_FILE).read_text())
-    assert recorded == {"learner": "cpu", "collector": "cpu", "env": "cpu", "rollout_step_us": {}}
+    assert recorded == {
+        "learner": "cpu",
+        "collector": "cpu",
+        "env": "cpu",
+        "rollout_step_us": {},
+        "cpu_matmul": cpu_matmul(),
+    }
+    assert recorded["cpu_matmul"] in ("aten", "onednn")
 
 
 @no_gpu
@@ -99,6 +110,28 @@ def test_a_resumed_run_reuses_the_measured_placement_of_the_same_learner(tmp_pat
     assert resolve_placement("cuda", "auto", tmp_path, tensor_env=True).env == "cuda"
     assert resolve_placement("cuda:1", "auto", tmp_path, tensor_env=False) is None
     assert resolve_placement("cpu", "auto", tmp_path, tensor_env=False).collector == "cpu"
+
+
+@pytest.mark.skipif(not matmul.onednn_available(), reason="this torch build has no oneDNN")
+def test_a_resumed_run_multiplies_on_the_backend_it_started_with(tmp_path, monkeypatch):
+    backend, inherited = matmul._backend, os.environ.get(matmul.ENV_VAR)
+    try:
+        # This start measures oneDNN faster, and records it.
+        monkeypatch.setattr(matmul, "measure_cpu_matmul", lambda: {"aten": 3.0, "onednn": 1.0})
+        root = tmp_path / "run"
+        assert train_named("ppo_cartpole", root, PPO) == "complete"
+        assert Placement.load(root).cpu_matmul == "onednn"
+        # The next start would measure ATen faster; the run keeps what it recorded ...
+        monkeypatch.setattr(matmul, "measure_cpu_matmul", lambda: {"aten": 1.0, "onednn": 3.0})
+        assert resolve_cpu_matmul("auto", root) == "onednn" == cpu_matmul()
+        # ... unless told otherwise, and a new run measures.
+        assert resolve_cpu_matmul("aten", root) == "aten"
+        assert resolve_cpu_matmul("auto", tmp_path / "new") == "aten"
+    finally:
+        matmul._backend = backend
+        os.environ.pop(matmul.ENV_VAR, None)
+        if inherited is not None:
+            os.environ[matmul.ENV_VAR] = inherited
 
 
 def test_measuring_a_rollout_step_changes_neither_the_algorithm_nor_the_random_numbers():

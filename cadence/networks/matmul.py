@@ -1,0 +1,230 @@
+"""The CPU matrix multiplies of linear layers, run by ATen's BLAS or by oneDNN, whichever is faster here.
+
+PyTorch's CPU builds multiply float32 matrices with Intel's MKL. On AMD processors MKL
+takes its AVX2 code path even where the core has AVX-512, so a network's matmuls run at
+half the arithmetic the machine has: on this project's 2-core AMD EPYC (Zen 5), 110
+GFLOP/s against 240 for oneDNN (the library torch ships for its CPU convolutions), and a
+256-wide SAC update's forward and backward multiplies take 1.9x as long. On Intel
+processors the two are about equal.
+
+`set_cpu_matmul` picks the backend for every layer built from this module (`Linear`,
+which `MLP` uses, and `EnsembleLinear`):
+
+- ``aten``: ``torch.nn.functional.linear`` and ``torch.bmm``, as plain PyTorch;
+- ``onednn``: multiplies with at least `ONEDNN_MIN_MACS` multiply-adds per matrix go to
+  oneDNN (`onednn_matmul`, a custom op with its own backward, so eager and compiled
+  graphs both use it); smaller ones, where oneDNN's fixed cost per call outweighs its
+  speed (a policy acting on 8 environments), stay with ATen;
+- ``auto``: times both on a 256 x 256 x 256 multiply and its two backward multiplies
+  (`measure_cpu_matmul`) and keeps oneDNN when it is at least `ONEDNN_MIN_SPEEDUP` faster.
+
+Only CPU float32 tensors are affected; CUDA tensors always use ATen. The choice is
+process-wide, and children started afterwards inherit it (``CADENCE_CPU_MATMUL``). The
+two backends round differently, so a run's numbers depend on the choice: the trainer
+records it (``trainer.cpu_matmul``, in the run's ``placement.json``) and a resume reuses it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import statistics
+import time
+from collections.abc import Iterator
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.flop_counter import register_flop_formula
+
+CPU_MATMULS = ("auto", "aten", "onednn")
+
+ENV_VAR = "CADENCE_CPU_MATMUL"
+"""Holds the process's resolved backend (``aten`` or ``onednn``), for its child processes."""
+
+ONEDNN_MIN_MACS = 1 << 21
+"""A multiply goes to oneDNN from this many multiply-adds per matrix (rows x in x out), e.g.
+256 x 64 x 128. Measured on the AMD machine above (forward and both backward multiplies):
+256 x 64 x 64 ran 0.74x as fast as ATen, 256 x 64 x 256 1.36x, 256 x 256 x 256 1.9x;
+8 x 256 x 256 0.55x."""
+
+ONEDNN_MIN_SPEEDUP = 1.25
+"""``auto`` keeps oneDNN when ATen takes at least this many times as long."""
+
+_backend: str | None = None
+
+
+def onednn_available() -> bool:
+    """Whether this torch build has oneDNN's linear kernel."""
+    return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+
+
+def set_cpu_matmul(name: str) -> str:
+    """Sets the backend of CPU float32 matmuls: ``aten``, ``onednn`` or ``auto`` (measured).
+
+    Returns:
+        The backend in effect: ``aten`` or ``onednn``.
+
+    Raises:
+        ValueError: an unknown name, or ``onednn`` on a torch build without it.
+    """
+    global _backend
+    if name not in CPU_MATMULS:
+        raise ValueError(f"cpu_matmul={name!r} is not one of {', '.join(CPU_MATMULS)}")
+    if name == "onednn" and not onednn_available():
+        raise ValueError(
+            f"cpu_matmul=onednn but this torch build ({torch.__version__}) has no oneDNN "
+            "(torch.backends.mkldnn.is_available() is False); use aten or auto"
+        )
+    if name == "auto":
+        name = "onednn" if _onednn_measures_faster() else "aten"
+    _backend = name
+    os.environ[ENV_VAR] = name
+    return name
+
+
+def cpu_matmul() -> str:
+    """The backend in effect (``aten`` or ``onednn``), resolving ``auto`` on first use:
+    from ``CADENCE_CPU_MATMUL`` when a parent process set it, else by measuring."""
+    if _backend is None:
+        inherited = os.environ.get(ENV_VAR, "auto")
+        set_cpu_matmul(inherited if inherited in CPU_MATMULS else "auto")
+    assert _backend is not None
+    return _backend
+
+
+@contextlib.contextmanager
+def using_cpu_matmul(name: str) -> Iterator[str]:
+    """Runs the block with another backend (e.g. ``aten`` for an export, which must not
+    contain the custom op), restoring the previous one after."""
+    previous = cpu_matmul()
+    try:
+        yield set_cpu_matmul(name)
+    finally:
+        set_cpu_matmul(previous)
+
+
+def measure_cpu_matmul(size: int = 256, repeats: int = 10) -> dict[str, float]:
+    """The median microseconds of a ``size``-cube multiply and its two backward multiplies
+    (``x @ w``, ``g @ w.T``, ``x.T @ g``), by backend, at the current thread count.
+
+    Uses no random numbers. Only ``aten`` where this torch has no oneDNN.
+    """
+    x = torch.linspace(-1, 1, size * size).reshape(size, size)
+    w = x.flip(0).contiguous()
+    g = x.t().contiguous()
+    multiplies = {"aten": lambda a, b: a @ b}
+    if onednn_available():
+        multiplies["onednn"] = lambda a, b: _onednn_2d(a, b, None)
+    times = {}
+    with torch.no_grad():
+        for name, multiply in multiplies.items():
+            samples = []
+            for index in range(repeats + 3):
+                start = time.perf_counter()
+                multiply(x, w), multiply(g, w.t()), multiply(x.t(), g)
+                if index >= 3:
+                    samples.append(time.perf_counter() - start)
+            times[name] = statistics.median(samples) * 1e6
+    return times
+
+
+def _onednn_measures_faster() -> bool:
+    if not onednn_available():
+        return False
+    times = measure_cpu_matmul()
+    return times["aten"] >= ONEDNN_MIN_SPEEDUP * times["onednn"]
+
+
+def _uses_onednn(x: torch.Tensor, macs_per_matrix: int) -> bool:
+    return (
+        x.device.type == "cpu"
+        and x.dtype == torch.float32
+        and cpu_matmul() == "onednn"
+        and macs_per_matrix >= ONEDNN_MIN_MACS
+    )
+
+
+def _onednn_2d(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """``a @ b + bias`` for ``[N, K]``, ``[K, M]``, ``[M]`` by oneDNN (which takes the
+    weight as ``[M, K]``; transposed views go in without a copy)."""
+    return torch.ops.mkldnn._linear_pointwise(a, b.t(), bias, "none", [], "")
+
+
+@torch.library.custom_op("cadence::onednn_matmul", mutates_args=())
+def onednn_matmul(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """``a @ b + bias`` by oneDNN: ``[N, K] @ [K, M] + [M]``, or per member of an ensemble,
+    ``[E, N, K] @ [E, K, M] + [E, 1, M]``. CPU float32; differentiable in all three."""
+    if a.dim() == 2:
+        return _onednn_2d(a, b, bias)
+    members = [
+        _onednn_2d(a[e], b[e], None if bias is None else bias[e].reshape(-1))
+        for e in range(a.shape[0])
+    ]
+    return torch.stack(members)
+
+
+@onednn_matmul.register_fake
+def _(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    return a.new_empty((*a.shape[:-1], b.shape[-1]))
+
+
+def _save_for_backward(ctx, inputs, output) -> None:
+    a, b, bias = inputs
+    ctx.save_for_backward(a, b)
+    ctx.bias_shape = None if bias is None else bias.shape
+
+
+def _backward(ctx, grad: torch.Tensor):
+    a, b = ctx.saved_tensors
+    grad_a = grad_b = grad_bias = None
+    if ctx.needs_input_grad[0]:
+        grad_a = onednn_matmul(grad, b.transpose(-1, -2), None)
+    if ctx.needs_input_grad[1]:
+        grad_b = onednn_matmul(a.transpose(-1, -2), grad, None)
+    if ctx.bias_shape is not None and ctx.needs_input_grad[2]:
+        grad_bias = grad.sum(-2).reshape(ctx.bias_shape)
+    return grad_a, grad_b, grad_bias
+
+
+onednn_matmul.register_autograd(_backward, setup_context=_save_for_backward)
+
+
+@register_flop_formula(torch.ops.cadence.onednn_matmul)
+def _onednn_matmul_flops(a_shape, b_shape, *args, **kwargs) -> int:
+    """For ``torch.utils.flop_counter.FlopCounterMode``, which counts ATen's matmuls."""
+    return 2 * math.prod(a_shape) * b_shape[-1]
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """``F.linear(x, weight, bias)`` (``x`` ``[*B, in]``, ``weight`` ``[out, in]``) on the
+    backend `cpu_matmul` picks for its size."""
+    out_features, in_features = weight.shape
+    rows = x.numel() // in_features if in_features else 0
+    if not _uses_onednn(x, rows * in_features * out_features):
+        return F.linear(x, weight, bias)
+    flat = onednn_matmul(x.reshape(rows, in_features), weight.t(), bias)
+    return flat.reshape(*x.shape[:-1], out_features)
+
+
+def batched_linear(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
+) -> torch.Tensor | None:
+    """``x @ weight + bias`` per ensemble member (``[E, N, K] @ [E, K, M] + [E, 1, M]``) by
+    oneDNN when `cpu_matmul` picks it for the size, else None (the caller's ATen path)."""
+    if not _uses_onednn(x, x.shape[1] * x.shape[2] * weight.shape[2]):
+        return None
+    return onednn_matmul(x, weight, bias)
+
+
+class Linear(nn.Linear):
+    """``nn.Linear`` whose multiply runs on the `cpu_matmul` backend (same parameters and
+    state-dict keys)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        cpu_matmul()  # `auto` measures now, never inside a compiled graph's trace
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return linear(x, self.weight, self.bias)

@@ -1,0 +1,236 @@
+"""The CPU matmul backends of cadence's layers: oneDNN's multiplies and their gradients equal
+ATen's, each multiply goes where its size says, ``auto`` follows the measurement, and a
+compiled graph runs the same multiplies as eager."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from cadence.networks import matmul
+from cadence.networks.ensemble import EnsembleMLP
+from cadence.networks.matmul import (
+    ONEDNN_MIN_MACS,
+    batched_linear,
+    cpu_matmul,
+    linear,
+    measure_cpu_matmul,
+    onednn_matmul,
+    set_cpu_matmul,
+    using_cpu_matmul,
+)
+from cadence.networks.mlp import MLP
+
+needs_onednn = pytest.mark.skipif(
+    not matmul.onednn_available(), reason="this torch build has no oneDNN"
+)
+
+
+@pytest.fixture(autouse=True)
+def restore_backend():
+    """Each test leaves the process's backend (and what children inherit) as it found it."""
+    backend, inherited = matmul._backend, os.environ.get(matmul.ENV_VAR)
+    yield
+    matmul._backend = backend
+    if inherited is None:
+        os.environ.pop(matmul.ENV_VAR, None)
+    else:
+        os.environ[matmul.ENV_VAR] = inherited
+
+
+class OpsCalled(TorchDispatchMode):
+    """Records the name of every op dispatched inside it."""
+
+    def __init__(self):
+        super().__init__()
+        self.names: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.names.append(str(func.overloadpacket))
+        return func(*args, **(kwargs or {}))
+
+
+def ops_called(fn) -> list[str]:
+    with OpsCalled() as mode:
+        fn()
+    return mode.names
+
+
+def _values_and_grads(fn, *inputs):
+    leaves = [x.detach().clone().requires_grad_(x.requires_grad) for x in inputs]
+    out = fn(*leaves)
+    weights = torch.linspace(-1, 1, out.numel()).reshape(out.shape)
+    grads = torch.autograd.grad((out * weights).sum(), [x for x in leaves if x.requires_grad])
+    return out.detach(), grads
+
+
+@needs_onednn
+@pytest.mark.parametrize("transposed", [False, True])
+@pytest.mark.parametrize("bias", [True, False])
+def test_a_onednn_multiply_and_its_gradients_equal_atens(bias, transposed):
+    torch.manual_seed(0)
+    a = torch.randn(48, 40, requires_grad=True)
+    if transposed:  # a view with a column stride, as a backward passes in
+        a = torch.randn(40, 48).t().requires_grad_(True)
+    b = torch.randn(40, 24, requires_grad=True)
+    c = torch.randn(24, requires_grad=True) if bias else None
+    inputs = [a, b] + ([c] if bias else [])
+
+    def reference(a, b, *c):
+        return a @ b + c[0] if c else a @ b
+
+    def by_onednn(a, b, *c):
+        return onednn_matmul(a, b, c[0] if c else None)
+
+    expected, expected_grads = _values_and_grads(reference, *inputs)
+    got, got_grads = _values_and_grads(by_onednn, *inputs)
+    torch.testing.assert_close(got, expected)
+    for g, e in zip(got_grads, expected_grads, strict=True):
+        torch.testing.assert_close(g, e)
+
+
+@needs_onednn
+def test_an_ensembles_onednn_multiply_and_its_gradients_equal_a_baddbmm():
+    torch.manual_seed(1)
+    x = torch.randn(3, 32, 20, requires_grad=True)
+    w = torch.randn(3, 20, 16, requires_grad=True)
+    bias = torch.randn(3, 1, 16, requires_grad=True)
+    expected, expected_grads = _values_and_grads(torch.baddbmm, bias, x, w)
+    got, got_grads = _values_and_grads(lambda b, x, w: onednn_matmul(x, w, b), bias, x, w)
+    torch.testing.assert_close(got, expected)
+    for g, e in zip(got_grads, expected_grads, strict=True):
+        torch.testing.assert_close(g, e)
+
+
+@needs_onednn
+def test_only_multiplies_large_enough_to_gain_go_to_onednn():
+    set_cpu_matmul("onednn")
+    weight, bias = torch.randn(128, 64), torch.randn(128)
+    rows = ONEDNN_MIN_MACS // (64 * 128)
+    assert "cadence.onednn_matmul" in ops_called(
+        lambda: linear(torch.randn(rows, 64), weight, bias)
+    )
+    small = ops_called(lambda: linear(torch.randn(rows - 1, 64), weight, bias))
+    assert "cadence.onednn_matmul" not in small and "aten.addmm" in small
+    # Leading dims count as rows.
+    stacked = torch.randn(2, rows // 2, 64)
+    assert linear(stacked, weight, bias).shape == (2, rows // 2, 128)
+    assert "cadence.onednn_matmul" in ops_called(lambda: linear(stacked, weight, bias))
+    # Other dtypes and ATen's backend never do.
+    assert "cadence.onednn_matmul" not in ops_called(
+        lambda: linear(torch.randn(rows, 64).double(), weight.double(), bias.double())
+    )
+    set_cpu_matmul("aten")
+    assert "cadence.onednn_matmul" not in ops_called(
+        lambda: linear(torch.randn(rows, 64), weight, bias)
+    )
+    ensemble = torch.randn(2, rows, 64), torch.randn(2, 64, 128)
+    assert batched_linear(*ensemble) is None
+    set_cpu_matmul("onednn")
+    assert batched_linear(*ensemble).shape == (2, rows, 128)
+
+
+@needs_onednn
+@pytest.mark.parametrize(("aten_us", "expected"), [(200.0, "onednn"), (110.0, "aten")])
+def test_auto_keeps_onednn_only_where_it_measures_faster(monkeypatch, aten_us, expected):
+    monkeypatch.setattr(matmul, "measure_cpu_matmul", lambda: {"aten": aten_us, "onednn": 100.0})
+    assert set_cpu_matmul("auto") == expected == cpu_matmul()
+    assert os.environ[matmul.ENV_VAR] == expected  # what child processes start with
+
+
+def test_a_child_process_takes_its_parents_backend_without_measuring(monkeypatch):
+    def no_measuring():
+        raise AssertionError("measured although the parent had decided")
+
+    monkeypatch.setattr(matmul, "measure_cpu_matmul", no_measuring)
+    monkeypatch.setattr(matmul, "_backend", None)
+    monkeypatch.setenv(matmul.ENV_VAR, "aten")
+    assert cpu_matmul() == "aten"
+
+
+def test_the_measurement_times_each_backend_and_draws_no_random_numbers():
+    state = torch.get_rng_state()
+    times = measure_cpu_matmul(size=32, repeats=2)
+    assert set(times) == ({"aten", "onednn"} if matmul.onednn_available() else {"aten"})
+    assert all(t > 0 for t in times.values())
+    assert torch.equal(torch.get_rng_state(), state)
+
+
+def test_unknown_backends_are_rejected_with_the_accepted_ones():
+    with pytest.raises(ValueError, match="'fast' is not one of auto, aten, onednn"):
+        set_cpu_matmul("fast")
+
+
+@needs_onednn
+def test_using_a_backend_restores_the_previous_one():
+    set_cpu_matmul("onednn")
+    with using_cpu_matmul("aten") as inside:
+        assert inside == cpu_matmul() == "aten"
+    assert cpu_matmul() == "onednn"
+
+
+@needs_onednn
+def test_networks_give_the_same_values_and_gradients_on_either_backend():
+    torch.manual_seed(2)
+    mlp = MLP(17, (256, 256), out_dim=6, activation="relu")
+    critics = EnsembleMLP(23, (256, 256), 1, ensemble_size=2)
+    x = torch.randn(256, 17)
+    pairs = torch.randn(2, 256, 23)
+
+    def run():
+        loss = mlp(x).square().mean() + critics(pairs).square().mean()
+        params = [*mlp.parameters(), *critics.parameters()]
+        return [loss.detach(), *torch.autograd.grad(loss, params)]
+
+    with using_cpu_matmul("aten"):
+        expected = run()
+    with using_cpu_matmul("onednn"):
+        calls = ops_called(run)
+        got = run()
+    assert calls.count("cadence.onednn_matmul") >= 2 + 2 * 2  # forward and backward
+    for g, e in zip(got, expected, strict=True):
+        torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-5)
+
+
+@needs_onednn
+@pytest.mark.skipif(sys.platform == "win32", reason="inductor needs a C++ compiler")
+def test_a_compiled_graph_runs_the_onednn_multiplies_as_eager_does(monkeypatch):
+    torch.manual_seed(3)
+    set_cpu_matmul("onednn")
+    mlp = MLP(17, (256, 256), out_dim=1, activation="relu")
+    x = torch.randn(256, 17)
+
+    def step(x):
+        loss = mlp(x).square().mean()
+        return [loss.detach(), *torch.autograd.grad(loss, list(mlp.parameters()))]
+
+    expected = step(x)
+    torch._dynamo.reset()
+    with torch._dynamo.config.patch(trace_autograd_ops=True):
+        compiled = torch.compile(step, fullgraph=True)
+        compiled(x)
+        multiplies = []
+        by_onednn = matmul._onednn_2d
+        monkeypatch.setattr(
+            matmul, "_onednn_2d", lambda *args: multiplies.append(1) or by_onednn(*args)
+        )
+        got = compiled(x)
+    # The 256 x 256 layer's forward and two backward multiplies (the others are smaller
+    # than ONEDNN_MIN_MACS).
+    assert len(multiplies) == 3
+    for g, e in zip(got, expected, strict=True):
+        torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-6)
+
+
+@needs_onednn
+def test_the_flop_counter_counts_onednn_multiplies():
+    from torch.utils.flop_counter import FlopCounterMode
+
+    a, b = torch.randn(2, 64, 32, requires_grad=True), torch.randn(2, 32, 16, requires_grad=True)
+    with FlopCounterMode(display=False) as counter:
+        onednn_matmul(a, b, None).sum().backward()
+    assert counter.get_total_flops() == 3 * 2 * (2 * 64 * 32 * 16)  # forward, two backward
