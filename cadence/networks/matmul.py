@@ -218,6 +218,28 @@ def batched_linear(
     return onednn_matmul(x, weight, bias)
 
 
+class GRUCell(nn.GRUCell):
+    """``nn.GRUCell`` whose two multiplies run on the `cpu_matmul` backend (same parameters
+    and state-dict keys). Where both stay with ATen it is ``nn.GRUCell``'s fused cell."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        cpu_matmul()  # `auto` measures now, never inside a compiled graph's trace
+
+    def forward(self, x: torch.Tensor, h: torch.Tensor | None = None) -> torch.Tensor:
+        rows = x.numel() // self.input_size
+        if h is None or not _uses_onednn(x, rows * self.input_size * 3 * self.hidden_size):
+            return super().forward(x, h)
+        # torch's GRU: r, z = sigmoid(W_i x + b_i + W_h h + b_h) per gate; n = tanh(W_in x +
+        # b_in + r * (W_hn h + b_hn)); h' = (1 - z) * n + z * h.
+        x_r, x_z, x_n = linear(x, self.weight_ih, self.bias_ih).chunk(3, -1)
+        h_r, h_z, h_n = linear(h, self.weight_hh, self.bias_hh).chunk(3, -1)
+        reset = torch.sigmoid(x_r + h_r)
+        update = torch.sigmoid(x_z + h_z)
+        new = torch.tanh(x_n + reset * h_n)
+        return new + update * (h - new)
+
+
 class Linear(nn.Linear):
     """``nn.Linear`` whose multiply runs on the `cpu_matmul` backend (same parameters and
     state-dict keys)."""

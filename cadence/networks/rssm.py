@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from cadence.networks.matmul import Linear
+from cadence.networks.matmul import GRUCell, Linear
 
 Latent = dict[str, torch.Tensor]
 """``{"<g>_belief": [B, belief_size], "<g>_state": [B, state_size]}`` for every group g."""
@@ -79,7 +79,7 @@ class _Group(nn.Module):
         super().__init__()
         self.min_std = min_std
         self.input = nn.Sequential(Linear(input_size, hidden_size), activation())
-        self.cell = nn.GRUCell(hidden_size, sizes.belief)
+        self.cell = GRUCell(hidden_size, sizes.belief)
         self.prior = nn.Sequential(
             Linear(sizes.belief, hidden_size),
             activation(),

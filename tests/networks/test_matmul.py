@@ -15,6 +15,7 @@ from cadence.networks import matmul
 from cadence.networks.ensemble import EnsembleMLP
 from cadence.networks.matmul import (
     ONEDNN_MIN_MACS,
+    GRUCell,
     batched_linear,
     cpu_matmul,
     linear,
@@ -234,3 +235,25 @@ def test_the_flop_counter_counts_onednn_multiplies():
     with FlopCounterMode(display=False) as counter:
         onednn_matmul(a, b, None).sum().backward()
     assert counter.get_total_flops() == 3 * 2 * (2 * 64 * 32 * 16)  # forward, two backward
+
+
+@needs_onednn
+def test_a_gru_cell_on_onednn_equals_torchs_cell():
+    torch.manual_seed(4)
+    cell = GRUCell(96, 128)
+    x, h = torch.randn(64, 96), torch.randn(64, 128)
+    params = list(cell.parameters())
+
+    def run():
+        out = cell(x, h)
+        weights = torch.linspace(-1, 1, out.numel()).reshape(out.shape)
+        return [out.detach(), *torch.autograd.grad((out * weights).sum(), params)]
+
+    with using_cpu_matmul("aten"):
+        expected = run()
+    with using_cpu_matmul("onednn"):
+        assert "cadence.onednn_matmul" in ops_called(run)
+        got = run()
+    for g, e in zip(got, expected, strict=True):
+        torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-5)
+    assert list(cell.state_dict()) == list(torch.nn.GRUCell(96, 128).state_dict())
