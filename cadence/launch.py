@@ -53,10 +53,13 @@ def launch_ranks(config: Any, resume_with_changes: bool = False) -> str | None:
             rank starts.
         RankFailedError: a rank exited with an error (its output says which).
     """
+    from cadence.trainer.placement import resolve_cpu_matmul
     from cadence.trainer.run import prepare_run
 
     if not prepare_run(config, resume_with_changes):
         return None
+    # Decided once here, so that every rank multiplies on the same backend (they inherit it).
+    resolve_cpu_matmul(config.trainer.cpu_matmul, Path(config.root_dir))
     num_ranks = config.trainer.num_ranks
     with (
         tempfile.TemporaryDirectory(prefix="cadence-launch-") as scratch,

@@ -30,6 +30,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -40,7 +41,8 @@ import torch
 from cadence.algorithms.algorithm import Algorithm
 from cadence.data.nest import map_structure
 from cadence.data.time_step import StepType, TimeStep
-from cadence.networks.matmul import set_cpu_matmul
+from cadence.networks.matmul import CPU_MATMULS, set_cpu_matmul
+from cadence.networks.matmul import ENV_VAR as CPU_MATMUL_ENV_VAR
 
 logger = logging.getLogger(__name__)
 
@@ -201,13 +203,16 @@ def resolve_placement(
 
 
 def resolve_cpu_matmul(setting: str, run_dir: Path) -> str:
-    """Sets the CPU matmul backend for ``trainer.cpu_matmul`` and returns it: ``auto`` is
-    the one this run recorded when it started (``run_dir/placement.json``), else measured.
-    Call before any network is built."""
+    """Sets the CPU matmul backend for ``trainer.cpu_matmul`` and returns it. ``auto`` is
+    the one this run recorded when it started (``run_dir/placement.json``), else the one
+    this process or its parent decided (``CADENCE_CPU_MATMUL``: the ranks of a launch all
+    take the launcher's), else measured. Call before any network is built."""
     if setting == "auto":
         recorded = Placement.load(run_dir, warn=False)  # `record_placement` names a damaged one
         if recorded is not None and recorded.cpu_matmul:
             return set_cpu_matmul(recorded.cpu_matmul)
+        decided = os.environ.get(CPU_MATMUL_ENV_VAR, "auto")
+        setting = decided if decided in CPU_MATMULS else "auto"
     return set_cpu_matmul(setting)
 
 

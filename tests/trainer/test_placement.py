@@ -11,7 +11,6 @@ collected that way must equal one collected by the learner itself.
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 import torch
@@ -114,24 +113,24 @@ def test_a_resumed_run_reuses_the_measured_placement_of_the_same_learner(tmp_pat
 
 @pytest.mark.skipif(not matmul.onednn_available(), reason="this torch build has no oneDNN")
 def test_a_resumed_run_multiplies_on_the_backend_it_started_with(tmp_path, monkeypatch):
-    backend, inherited = matmul._backend, os.environ.get(matmul.ENV_VAR)
-    try:
-        # This start measures oneDNN faster, and records it.
-        monkeypatch.setattr(matmul, "measure_cpu_matmul", lambda: {"aten": 3.0, "onednn": 1.0})
-        root = tmp_path / "run"
-        assert train_named("ppo_cartpole", root, PPO) == "complete"
-        assert Placement.load(root).cpu_matmul == "onednn"
-        # The next start would measure ATen faster; the run keeps what it recorded ...
-        monkeypatch.setattr(matmul, "measure_cpu_matmul", lambda: {"aten": 1.0, "onednn": 3.0})
-        assert resolve_cpu_matmul("auto", root) == "onednn" == cpu_matmul()
-        # ... unless told otherwise, and a new run measures.
-        assert resolve_cpu_matmul("aten", root) == "aten"
-        assert resolve_cpu_matmul("auto", tmp_path / "new") == "aten"
-    finally:
-        matmul._backend = backend
-        os.environ.pop(matmul.ENV_VAR, None)
-        if inherited is not None:
-            os.environ[matmul.ENV_VAR] = inherited
+    # Restored after the test: the process's backend and what its children inherit.
+    monkeypatch.setattr(matmul, "_backend", None)
+    monkeypatch.delenv(matmul.ENV_VAR, raising=False)
+    # This start measures oneDNN faster, and records it.
+    monkeypatch.setattr(matmul, "measure_cpu_matmul", lambda: {"aten": 3.0, "onednn": 1.0})
+    root = tmp_path / "run"
+    assert train_named("ppo_cartpole", root, PPO) == "complete"
+    assert Placement.load(root).cpu_matmul == "onednn"
+    # The next start would measure ATen faster; the run keeps what it recorded ...
+    monkeypatch.setattr(matmul, "measure_cpu_matmul", lambda: {"aten": 1.0, "onednn": 3.0})
+    assert resolve_cpu_matmul("auto", root) == "onednn" == cpu_matmul()
+    # ... unless told otherwise. A new run takes what this process (or its parent, e.g.
+    # the launcher of a run's ranks) decided, and measures where none did.
+    assert resolve_cpu_matmul("aten", root) == "aten"
+    monkeypatch.setenv(matmul.ENV_VAR, "onednn")
+    assert resolve_cpu_matmul("auto", tmp_path / "new") == "onednn"
+    monkeypatch.delenv(matmul.ENV_VAR)
+    assert resolve_cpu_matmul("auto", tmp_path / "new") == "aten"
 
 
 def test_measuring_a_rollout_step_changes_neither_the_algorithm_nor_the_random_numbers():
