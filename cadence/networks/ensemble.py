@@ -59,10 +59,13 @@ class EnsembleLinear(nn.Module):
         if detach_parameters:
             weight, bias = weight.detach(), bias.detach()
         out = batched_linear(flat, weight, bias)
-        if out is None and torch.compiler.is_compiling():
-            out = _compiled_linear(flat, weight, bias)
-        elif out is None:
-            out = torch.baddbmm(bias, flat, weight)
+        if out is None:
+            compiling = torch.compiler.is_compiling()
+            out = (
+                _compiled_linear(flat, weight, bias)
+                if compiling
+                else torch.baddbmm(bias, flat, weight)
+            )
         return out.reshape(*x.shape[:-1], out.shape[-1])
 
 

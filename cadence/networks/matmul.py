@@ -84,14 +84,17 @@ def set_cpu_matmul(name: str) -> str:
     return name
 
 
+def inherit_cpu_matmul() -> str:
+    """Sets and returns the backend this process or its parent decided
+    (``CADENCE_CPU_MATMUL``), measuring where none did."""
+    inherited = os.environ.get(ENV_VAR, "auto")
+    return set_cpu_matmul(inherited if inherited in CPU_MATMULS else "auto")
+
+
 def cpu_matmul() -> str:
-    """The backend in effect (``aten`` or ``onednn``), resolving ``auto`` on first use:
-    from ``CADENCE_CPU_MATMUL`` when a parent process set it, else by measuring."""
-    if _backend is None:
-        inherited = os.environ.get(ENV_VAR, "auto")
-        set_cpu_matmul(inherited if inherited in CPU_MATMULS else "auto")
-    assert _backend is not None
-    return _backend
+    """The backend in effect (``aten`` or ``onednn``), decided on first use
+    (`inherit_cpu_matmul`)."""
+    return _backend if _backend is not None else inherit_cpu_matmul()
 
 
 @contextlib.contextmanager
@@ -137,13 +140,11 @@ def _onednn_measures_faster() -> bool:
     return times["aten"] >= ONEDNN_MIN_SPEEDUP * times["onednn"]
 
 
-def _uses_onednn(x: torch.Tensor, macs_per_matrix: int) -> bool:
-    return (
-        x.device.type == "cpu"
-        and x.dtype == torch.float32
-        and cpu_matmul() == "onednn"
-        and macs_per_matrix >= ONEDNN_MIN_MACS
-    )
+def _onednn_in_effect(x: torch.Tensor) -> bool:
+    """Whether ``x``'s multiplies may go to oneDNN (then their size decides). Reads the
+    backend the layers decided when they were built, before any size arithmetic: this
+    runs for every layer of every acting step."""
+    return _backend == "onednn" and x.dtype == torch.float32 and x.device.type == "cpu"
 
 
 def _onednn_2d(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
@@ -200,9 +201,11 @@ def _onednn_matmul_flops(a_shape, b_shape, *args, **kwargs) -> int:
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     """``F.linear(x, weight, bias)`` (``x`` ``[*B, in]``, ``weight`` ``[out, in]``) on the
     backend `cpu_matmul` picks for its size."""
+    if not _onednn_in_effect(x):
+        return F.linear(x, weight, bias)
     out_features, in_features = weight.shape
     rows = x.numel() // in_features if in_features else 0
-    if not _uses_onednn(x, rows * in_features * out_features):
+    if rows * in_features * out_features < ONEDNN_MIN_MACS:
         return F.linear(x, weight, bias)
     flat = onednn_matmul(x.reshape(rows, in_features), weight.t(), bias)
     return flat.reshape(*x.shape[:-1], out_features)
@@ -213,7 +216,7 @@ def batched_linear(
 ) -> torch.Tensor | None:
     """``x @ weight + bias`` per ensemble member (``[E, N, K] @ [E, K, M] + [E, 1, M]``) by
     oneDNN when `cpu_matmul` picks it for the size, else None (the caller's ATen path)."""
-    if not _uses_onednn(x, x.shape[1] * x.shape[2] * weight.shape[2]):
+    if not _onednn_in_effect(x) or x.shape[1] * x.shape[2] * weight.shape[2] < ONEDNN_MIN_MACS:
         return None
     return onednn_matmul(x, weight, bias)
 
@@ -227,8 +230,10 @@ class GRUCell(nn.GRUCell):
         cpu_matmul()  # `auto` measures now, never inside a compiled graph's trace
 
     def forward(self, x: torch.Tensor, h: torch.Tensor | None = None) -> torch.Tensor:
+        if h is None or not _onednn_in_effect(x):
+            return super().forward(x, h)
         rows = x.numel() // self.input_size
-        if h is None or not _uses_onednn(x, rows * self.input_size * 3 * self.hidden_size):
+        if rows * self.input_size * 3 * self.hidden_size < ONEDNN_MIN_MACS:
             return super().forward(x, h)
         # torch's GRU: r, z = sigmoid(W_i x + b_i + W_h h + b_h) per gate; n = tanh(W_in x +
         # b_in + r * (W_hn h + b_hn)); h' = (1 - z) * n + z * h.
@@ -249,4 +254,6 @@ class Linear(nn.Linear):
         cpu_matmul()  # `auto` measures now, never inside a compiled graph's trace
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if _backend != "onednn":  # ATen's: as nn.Linear, without a call more per step
+            return F.linear(x, self.weight, self.bias)
         return linear(x, self.weight, self.bias)

@@ -30,7 +30,6 @@ from __future__ import annotations
 import copy
 import json
 import logging
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -41,8 +40,7 @@ import torch
 from cadence.algorithms.algorithm import Algorithm
 from cadence.data.nest import map_structure
 from cadence.data.time_step import StepType, TimeStep
-from cadence.networks.matmul import CPU_MATMULS, set_cpu_matmul
-from cadence.networks.matmul import ENV_VAR as CPU_MATMUL_ENV_VAR
+from cadence.networks.matmul import inherit_cpu_matmul, set_cpu_matmul
 
 logger = logging.getLogger(__name__)
 
@@ -211,8 +209,7 @@ def resolve_cpu_matmul(setting: str, run_dir: Path) -> str:
         recorded = Placement.load(run_dir, warn=False)  # `record_placement` names a damaged one
         if recorded is not None and recorded.cpu_matmul:
             return set_cpu_matmul(recorded.cpu_matmul)
-        decided = os.environ.get(CPU_MATMUL_ENV_VAR, "auto")
-        setting = decided if decided in CPU_MATMULS else "auto"
+        return inherit_cpu_matmul()
     return set_cpu_matmul(setting)
 
 
