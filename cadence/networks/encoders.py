@@ -37,6 +37,8 @@ class FlattenEncoder(nn.Module):
         self.output_dim = math.prod(spec.shape)
 
     def forward(self, observation: torch.Tensor) -> torch.Tensor:
+        if self._ndim == 1:  # already [*B, features]: no reshape (an acting step's µs)
+            return observation.float()
         batch_shape = observation.shape[: observation.dim() - self._ndim]
         return observation.reshape(*batch_shape, self.output_dim).float()
 

@@ -252,8 +252,12 @@ class Linear(nn.Linear):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         cpu_matmul()  # `auto` measures now, never inside a compiled graph's trace
+        # Inputs with fewer elements stay with ATen on either backend (`ONEDNN_MIN_MACS`
+        # over the outputs per input element): an acting step's few rows decide by one
+        # comparison, as nn.Linear's cost, not by `linear`'s size arithmetic.
+        self._onednn_min_numel = -(-ONEDNN_MIN_MACS // max(self.out_features, 1))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if _backend != "onednn":  # ATen's: as nn.Linear, without a call more per step
+        if _backend != "onednn" or x.numel() < self._onednn_min_numel:
             return F.linear(x, self.weight, self.bias)
         return linear(x, self.weight, self.bias)
