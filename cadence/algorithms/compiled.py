@@ -43,6 +43,7 @@ import torch
 from torch.utils._pytree import tree_flatten
 
 from cadence.algorithms.compile_config import COMPILE_MODES
+from cadence.algorithms.precompiled import Precompiled, load_or_compile, precompilable
 from cadence.networks.matmul import cpu_matmul
 
 logger = logging.getLogger(__name__)
@@ -198,13 +199,24 @@ class CompiledWithFallback:
         self.state_key = state_key
         self.on_compile = on_compile
         self._guarded_calls: dict[Hashable, int] = {}
+        self.precompile = precompilable(fn) and os.environ.get("CADENCE_PRECOMPILE") != "0"
+        # Per signature: its graph saved whole (`cadence.algorithms.precompiled`), or None
+        # where it runs through `compiled`.
+        self._precompiled: dict[Hashable, Precompiled | None] = {}
 
     def __call__(self, *args: Any) -> Any:
         if self.failed:
             return self.fn(*args)
         key = self.signature(args)
         calls = self._guarded_calls.get(key, 0)
-        if calls >= GUARDED_CALLS:
+        precompiled = self._precompiled.get(key)
+        if precompiled is not None and calls >= GUARDED_CALLS:
+            # A static signature shows every size the graph depends on; a dynamic one does
+            # not (a size of 1 derived from larger ones), so its guards run (about 12 us).
+            if not self.dynamic or precompiled.check(*args):
+                return precompiled(*args)
+            calls = 0
+        elif calls >= GUARDED_CALLS:
             try:
                 with torch.compiler.set_stance("default", skip_guard_eval_unsafe=True):
                     return self.compiled(*args)
@@ -219,10 +231,7 @@ class CompiledWithFallback:
             if calls == 0 and self.on_compile is not None:
                 self.on_compile(True)
             try:
-                if self.compiled is None:
-                    self.compiled = self._compile()
-                with torch._dynamo.config.patch(trace_autograd_ops=True):
-                    result = self.compiled(*args)
+                result = self._guarded_call(key, args)
             finally:
                 if calls == 0 and self.on_compile is not None:
                     self.on_compile(False)
@@ -236,12 +245,38 @@ class CompiledWithFallback:
         self._guarded_calls[key] = calls + 1
         return result
 
-    def _compile(self) -> Callable[..., Any]:
+    def _guarded_call(self, key: Hashable, args: tuple[Any, ...]) -> Any:
+        """A call that checks every guard, compiling (or loading) the graph it needs."""
+        if self.precompile and key not in self._precompiled:
+            self._precompiled[key] = self._load_or_compile(key, args)
+        precompiled = self._precompiled.get(key)
+        if precompiled is not None and precompiled.check(*args):
+            return precompiled(*args)
+        if self.compiled is None:  # inputs its guards reject, or none: torch.compile's way
+            self.compiled = torch.compile(self.fn, **self._compile_kwargs())
+        with torch._dynamo.config.patch(trace_autograd_ops=True):
+            return self.compiled(*args)
+
+    def _load_or_compile(self, key: Hashable, args: tuple[Any, ...]) -> Precompiled | None:
+        """The signature's graph saved whole, or None (then `torch.compile` compiles it)."""
+        directory = Path(os.environ.get("TORCHINDUCTOR_CACHE_DIR") or compile_cache_dir())
+        return load_or_compile(
+            self.fn, args, key, directory / "cadence" / "graphs", self._compile_kwargs()
+        )
+
+    @property
+    def is_compiled(self) -> bool:
+        """Whether calls have run compiled (through ``torch.compile`` or a graph saved
+        whole) and compiling has not failed."""
+        has_graph = self.compiled is not None or any(self._precompiled.values())
+        return has_graph and not self.failed
+
+    def _compile_kwargs(self) -> dict[str, Any]:
         if not self.options:
-            return torch.compile(self.fn, mode=self.mode, dynamic=self.dynamic)
+            return {"mode": self.mode, "dynamic": self.dynamic}
         # torch.compile takes a mode or options, not both: the mode as its options
         options = {**torch._inductor.list_mode_options(self.mode, self.dynamic), **self.options}
-        return torch.compile(self.fn, options=options, dynamic=self.dynamic)
+        return {"options": options, "dynamic": self.dynamic}
 
     def signature(self, args: tuple[Any, ...]) -> Hashable:
         """What a call's graph depends on beyond the guards skipped in steady state."""

@@ -125,7 +125,7 @@ def test_a_compiled_model_based_update_gives_the_eager_numbers(name):
     assert not torch._dynamo.utils.counters["graph_break"]
     steps = sorted(key.rsplit(".", 1)[-1] for key in graph.compiler._graphs)
     assert steps == ["model_step", "policy_step"]
-    assert all(g.compiled is not None for g in graph.compiler._graphs.values())
+    assert all(g.is_compiled for g in graph.compiler._graphs.values())
     fresh = _make(name)
     fresh.load_state_dict(graph.state_dict())
     assert_close_states(eager, fresh, atol=1e-5)
