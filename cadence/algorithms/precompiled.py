@@ -27,11 +27,13 @@ matmul backend, which is part of the signature.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import importlib
 import inspect
 import logging
 import os
+import platform
 from collections.abc import Callable, Hashable
 from pathlib import Path
 from typing import Any
@@ -113,7 +115,7 @@ def load_or_compile(
 def _file_stem(fn: Callable[..., Any], signature: Hashable, compile_kwargs: dict) -> str:
     """The saved graphs' name: the method, its module's tensors (names, shapes, dtypes,
     devices: a sweep over network sizes does not try each other's files), the call's
-    signature, the compile options and the torch version."""
+    signature, the compile options, the torch version and the processor."""
     owner = fn.__self__
     tensors = [
         (name, tuple(t.shape), t.dtype, t.device)
@@ -122,6 +124,7 @@ def _file_stem(fn: Callable[..., Any], signature: Hashable, compile_kwargs: dict
     key = "|".join(
         (
             torch.__version__,
+            _machine(),
             f"{type(owner).__module__}.{type(owner).__qualname__}.{fn.__name__}",
             repr(tensors),
             repr(sorted(compile_kwargs.items())),
@@ -129,6 +132,18 @@ def _file_stem(fn: Callable[..., Any], signature: Hashable, compile_kwargs: dict
         )
     )
     return f"{fn.__name__.strip('_')}-{hashlib.sha256(key.encode()).hexdigest()[:24]}"
+
+
+@functools.cache
+def _machine() -> str:
+    """The processor's architecture and instruction-set flags: a cache folder shared by
+    several machines keeps each one's kernels apart."""
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            flags = next((line for line in cpuinfo if line.startswith("flags")), "")
+    except OSError:
+        flags = ""
+    return f"{platform.machine()}:{hashlib.sha256(flags.encode()).hexdigest()[:16]}"
 
 
 def _mtime(path: Path) -> float:
