@@ -32,7 +32,6 @@ import hashlib
 import logging
 import math
 import os
-import platform
 import shutil
 import time
 from collections.abc import Callable, Hashable, Iterable, Sequence
@@ -43,7 +42,7 @@ import torch
 from torch.utils._pytree import tree_flatten
 
 from cadence.algorithms.compile_config import COMPILE_MODES
-from cadence.algorithms.precompiled import Precompiled, load_or_compile, precompilable
+from cadence.algorithms.precompiled import Precompiled, load_or_compile, machine, precompilable
 from cadence.networks.matmul import cpu_matmul
 
 logger = logging.getLogger(__name__)
@@ -129,12 +128,7 @@ def check_vec_isa(directory: Path) -> bool:
 def _vec_isa_marker(directory: Path) -> Path:
     import torch._inductor.config as inductor_config
 
-    try:
-        with open("/proc/cpuinfo") as cpuinfo:
-            flags = next((line for line in cpuinfo if line.startswith("flags")), "")
-    except OSError:
-        flags = ""
-    key = "|".join((torch.__version__, platform.machine(), flags, str(inductor_config.cpp.cxx)))
+    key = "|".join((torch.__version__, machine(), str(inductor_config.cpp.cxx)))
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     return directory / "cadence" / f"vec-isa-ok-{digest}"
 

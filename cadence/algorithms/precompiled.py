@@ -124,7 +124,7 @@ def _file_stem(fn: Callable[..., Any], signature: Hashable, compile_kwargs: dict
     key = "|".join(
         (
             torch.__version__,
-            _machine(),
+            machine(),
             f"{type(owner).__module__}.{type(owner).__qualname__}.{fn.__name__}",
             repr(tensors),
             repr(sorted(compile_kwargs.items())),
@@ -135,9 +135,9 @@ def _file_stem(fn: Callable[..., Any], signature: Hashable, compile_kwargs: dict
 
 
 @functools.cache
-def _machine() -> str:
-    """The processor's architecture and instruction-set flags: a cache folder shared by
-    several machines keeps each one's kernels apart."""
+def machine() -> str:
+    """The processor's architecture and a digest of its instruction-set flags: a cache
+    folder shared by several machines keeps each one's kernels and records apart."""
     try:
         with open("/proc/cpuinfo") as cpuinfo:
             flags = next((line for line in cpuinfo if line.startswith("flags")), "")
