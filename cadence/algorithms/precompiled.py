@@ -9,11 +9,12 @@ and calls it directly.
 
 What may load, and when:
 
-- the compiled function is a method of an ``nn.Module`` (an algorithm's update), which is
-  kept out of the file and bound again at load; anything else compiles as usual;
+- the compiled function is a method of an ``nn.Module`` (an algorithm's update, a
+  collector's unroll steps), which is kept out of the file and bound again at load;
+  anything else compiles as usual;
 - the file is found by the call's signature (`CompiledWithFallback.signature`), the
-  method's class and name, its module's tensor shapes, the compile mode and the torch
-  version; several may share one name (e.g. configs that differ in a hyperparameter the
+  method's class and name, its module's tensor shapes and repr, the compile mode and the
+  torch version; several may share one name (e.g. configs that differ in a hyperparameter the
   graph holds as a constant): the newest whose guards pass is taken;
 - every module whose code the trace went through (cadence's, a user's subclass, torch's)
   must read as it did at save time, or the file is skipped;
@@ -34,6 +35,7 @@ import inspect
 import logging
 import os
 import platform
+import re
 from collections.abc import Callable, Hashable
 from pathlib import Path
 from typing import Any
@@ -114,8 +116,9 @@ def load_or_compile(
 
 def _file_stem(fn: Callable[..., Any], signature: Hashable, compile_kwargs: dict) -> str:
     """The saved graphs' name: the method, its module's tensors (names, shapes, dtypes,
-    devices: a sweep over network sizes does not try each other's files), the call's
-    signature, the compile options, the torch version and the processor."""
+    devices: a sweep over network sizes does not try each other's files) and structure
+    (its repr, object addresses left out: e.g. which activation), the call's signature,
+    the compile options, the torch version and the processor."""
     owner = fn.__self__
     tensors = [
         (name, tuple(t.shape), t.dtype, t.device)
@@ -127,6 +130,7 @@ def _file_stem(fn: Callable[..., Any], signature: Hashable, compile_kwargs: dict
             machine(),
             f"{type(owner).__module__}.{type(owner).__qualname__}.{fn.__name__}",
             repr(tensors),
+            re.sub(r"0x[0-9a-fA-F]+", "0x", repr(owner)),
             repr(sorted(compile_kwargs.items())),
             repr(signature),
         )

@@ -36,7 +36,7 @@ def test_compiled_steps_give_the_eager_unroll():
     compiled_algorithm = copy.deepcopy(eager_algorithm)
     _, expected = _unrolls("off", eager_algorithm)
     collector, got = _unrolls("default", compiled_algorithm)
-    assert collector._compiled_steps is not None and collector._compiled_steps.compiled is not None
+    assert collector._compiled_steps is not None and collector._compiled_steps.is_compiled
     # on the CPU the graph's kernels are called from C++, not a Python wrapper
     assert collector._compiled_steps.options == {"cpp_wrapper": True}
     for (experience, stats), (eager_experience, eager_stats) in zip(got, expected, strict=True):
@@ -50,6 +50,35 @@ def test_compiled_steps_give_the_eager_unroll():
         torch.testing.assert_close(stats["return"], eager_stats["return"])
 
 
+def test_a_later_collector_loads_the_saved_unroll_graph(tmp_path, monkeypatch):
+    # The unroll's graph is saved whole: a second collector (a later start) loads it instead
+    # of tracing it, and the loaded graph steps the live env with the live parameters.
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    eager_algorithm = make_ppo(PPOConfig(), *_specs(), NetworkConfig(hidden_sizes=(16, 16)))
+    first_algorithm, later_algorithm = (copy.deepcopy(eager_algorithm) for _ in range(2))
+    eager_collector, expected = _unrolls("off", eager_algorithm, count=2, unroll_length=4)
+    _unrolls("default", first_algorithm, count=1, unroll_length=4)
+    assert len(list((tmp_path / "cadence" / "graphs").glob("unroll_steps-*.bin"))) == 1
+
+    def traced(*args, **kwargs):
+        raise AssertionError("traced although a saved graph fits")
+
+    monkeypatch.setattr(torch, "compile", traced)
+    collector, got = _unrolls("default", later_algorithm, count=2, unroll_length=4)
+    assert collector._compiled_steps is not None and collector._compiled_steps.is_compiled
+    assert collector._compiled_steps.compiled is None  # nothing went through dynamo
+    for (experience, _), (eager_experience, _) in zip(got, expected, strict=True):
+        assert torch.equal(experience.time_step.step_type, eager_experience.time_step.step_type)
+        torch.testing.assert_close(
+            experience.time_step.observation, eager_experience.time_step.observation
+        )
+        assert torch.equal(experience.action, eager_experience.action)
+    # The loaded graph stepped this collector's env, as the eager steps did theirs.
+    env_state, eager_env_state = collector.env.get_state(), eager_collector.env.get_state()
+    assert torch.equal(env_state["episode_steps"], eager_env_state["episode_steps"])
+    torch.testing.assert_close(env_state["state"], eager_env_state["state"])
+
+
 def test_a_compiled_recurrent_unroll_gives_the_eager_one():
     # The state resets at FIRST steps inside the graph; unroll_length 12 runs as 2 calls of 6.
     network = NetworkConfig(hidden_sizes=(16,), recurrent="gru", recurrent_size=8)
@@ -57,7 +86,7 @@ def test_a_compiled_recurrent_unroll_gives_the_eager_one():
     compiled_algorithm = copy.deepcopy(eager_algorithm)
     _, expected = _unrolls("off", eager_algorithm, unroll_length=12)
     collector, got = _unrolls("default", compiled_algorithm, unroll_length=12)
-    assert collector._compiled_steps is not None and collector._compiled_steps.compiled is not None
+    assert collector._compiled_steps is not None and collector._compiled_steps.is_compiled
     for (experience, _), (eager_experience, _) in zip(got, expected, strict=True):
         assert torch.equal(experience.time_step.step_type, eager_experience.time_step.step_type)
         assert torch.equal(experience.action, eager_experience.action)
@@ -125,7 +154,7 @@ def test_a_compiled_unroll_follows_the_exploration_schedule():
         collector.unroll()
     dqn.set_progress(1.0)  # epsilon 0: greedy
     experience, _ = collector.unroll()
-    assert collector._compiled_steps is not None and collector._compiled_steps.compiled is not None
+    assert collector._compiled_steps is not None and collector._compiled_steps.is_compiled
     with torch.no_grad():
         greedy = dqn.q_network(experience.time_step.observation[:-1]).argmax(-1)
     assert torch.equal(experience.action, greedy)

@@ -155,6 +155,12 @@ class TensorEnvironment(Environment):
         self._needs_reset = torch.ones(num_envs, dtype=torch.bool, device=self._device)
         self._single_thread = self._device.type == "cpu" and num_envs <= SINGLE_THREAD_MAX_ENVS
 
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}({type(self._dynamics).__name__}, num_envs={self._num_envs}, "
+            f"max_episode_steps={self._max_episode_steps}, device={self._device})"
+        )
+
     @property
     def batch_size(self) -> int:
         return self._num_envs
