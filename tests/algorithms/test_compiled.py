@@ -98,3 +98,29 @@ def test_options_reach_inductor_on_top_of_the_mode(monkeypatch):
         "cpp_wrapper": True,
     }
     assert "mode" not in calls[1]
+
+
+def test_the_signature_tells_structures_apart_and_not_values():
+    from collections import namedtuple
+
+    from cadence.data.time_step import TimeStep
+
+    fn = CompiledWithFallback(_affine, "default")
+    pair = namedtuple("pair", "a b")
+
+    def time_step(rows=3, untransformed=None):
+        zeros = torch.zeros(rows)
+        return TimeStep(zeros.long(), zeros, zeros, zeros, zeros, zeros.long(), {}, untransformed)
+
+    def args(keys=("x", "y"), rows=3, untransformed=None):
+        step = time_step(rows, untransformed)
+        nest = {key: torch.randn(rows) for key in keys}
+        return (nest, pair(torch.ones(rows), [torch.zeros(2), 1]), step, 0.5)
+
+    signature = fn.signature(args())
+    assert fn.signature(args()) == signature  # new tensors, same shapes: the same graph
+    hash(signature)
+    assert fn.signature(args(keys=("x", "z"))) != signature
+    assert fn.signature(args(rows=4)) != signature
+    assert fn.signature(args(untransformed=time_step())) != signature
+    assert fn.signature((*args()[:3], 0.25)) != signature  # a Python number is a constant
