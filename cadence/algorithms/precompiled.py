@@ -110,7 +110,14 @@ def load_or_compile(
             directory.mkdir(parents=True, exist_ok=True)
             unsupported.touch()
         return None
-    _save(result, directory / f"{stem}-{os.getpid()}-{id(result):x}.bin", files)
+    path = directory / f"{stem}-{os.getpid()}-{id(result):x}.bin"
+    if _save(result, path, files) and not _loads_back(path, fn, args):
+        # E.g. an object that pickles without the state it needs to load (an optimizer
+        # in a plain dict beside the traced modules): a later start would try in vain.
+        logger.info("%s does not load back; later starts compile it the usual way", path.name)
+        path.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            unsupported.touch()
     return result
 
 
@@ -186,14 +193,23 @@ def _sources_unchanged(compiled: Any) -> bool:
     return True
 
 
-def _save(result: Precompiled, path: Path, existing: list[Path]) -> None:
+def _save(result: Precompiled, path: Path, existing: list[Path]) -> bool:
     """Writes the graph (atomically, so runs sharing the folder never read half a file)
-    and removes the oldest files of its name beyond `MAX_FILES_PER_NAME`."""
+    and removes the oldest files of its name beyond `MAX_FILES_PER_NAME`; whether it was
+    written."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         result.compiled.save_compiled_function(str(path), external_data={"owner": result.owner})
     except Exception as error:  # noqa: BLE001 - only a shortcut for the next start
         logger.info("could not save the compiled graph (%s); the next start traces it", error)
-        return
+        return False
     for old in existing[MAX_FILES_PER_NAME - 1 :]:
         old.unlink(missing_ok=True)
+    return True
+
+
+def _loads_back(path: Path, fn: Callable[..., Any], args: tuple[Any, ...]) -> bool:
+    """Whether the graph just saved at ``path`` loads and takes the inputs it was traced
+    for, as a later start would load it (a fraction of a second, on a cold compile)."""
+    loaded = _load(path, fn)
+    return loaded is not None and loaded.check(*args)
