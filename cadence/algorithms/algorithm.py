@@ -149,7 +149,7 @@ class Algorithm(nn.Module, abc.ABC):
         """
         if self._compiler is None or self._gradient_sync is not None:
             return fn(*args)
-        return self._compiler(fn, *args)
+        return self._compiler.run(fn, *args)
 
     # ------------------------------------------------------------------ acting
     def initial_state(self, batch_size: int) -> Nest:

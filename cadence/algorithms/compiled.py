@@ -363,8 +363,12 @@ class UpdateCompiler:
             )
             self.mode = "eager"
 
-    def __call__(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """``fn(*args)``, compiled (or, under ``"auto"``, as measured faster)."""
+    def run(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)``, compiled (or, under ``"auto"``, as measured faster).
+
+        A method, not ``__call__``: a saved graph's guards pickle the callable attributes
+        of the modules the trace went through (the unroll's, the algorithm), and a
+        compiler that is not callable stays out of the unroll's file."""
         if self.mode == "eager":
             return fn(*args)
         name = _name(fn)
@@ -382,6 +386,13 @@ class UpdateCompiler:
         if choice is not None:
             return self._run(graph, args)
         return self._measure(name, fn, graph, args)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Copied or pickled without its graphs and ``on_compile`` hook: a copy compiles
+        (or loads) its own graphs for its own algorithm's methods. A saved update's guards
+        pickle the compiler (the graph reads its optimizers' state), and another graph
+        already loaded, or a progress bar's hook, would not pickle."""
+        return {**self.__dict__, "_graphs": {}, "on_compile": None}
 
     def graph_optimizer(self, optimizer: torch.optim.Optimizer) -> GraphOptimizer:
         """``optimizer`` as the graph steps it (made by the first compiled call)."""

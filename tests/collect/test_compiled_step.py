@@ -79,6 +79,36 @@ def test_a_later_collector_loads_the_saved_unroll_graph(tmp_path, monkeypatch):
     torch.testing.assert_close(env_state["state"], eager_env_state["state"])
 
 
+def test_an_off_policy_run_loads_its_unroll_graph_saved_after_its_updates(tmp_path, monkeypatch):
+    # An off-policy run compiles its unroll after its first updates, with the optimizers'
+    # state filled in; the saved graph must still load in the next run (the guards pickle
+    # the algorithm's attributes with it).
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "cache"))
+    overrides = [
+        "algorithm.compile=default",
+        "algorithm.off_policy.initial_collect_steps=8",
+        "algorithm.off_policy.mini_batch_size=8",
+        "algorithm.off_policy.num_updates_per_train_iter=1",
+        "network.hidden_sizes=[8]",
+        "trainer.unroll_length=4",
+        "trainer.progress_bar=off",
+    ]
+    for run in ("first", "later"):
+        trainer = build_trainer(compose_config("sac_pendulum", overrides), tmp_path / run)
+        try:
+            for _ in range(4):
+                trainer.scheme.train_iter()
+            steps = trainer.collector._compiled_steps
+            assert steps is not None and steps.is_compiled
+        finally:
+            trainer.collector.env.close()
+        graphs = tmp_path / "cache" / "cadence" / "graphs"
+        assert not list(graphs.glob("unroll_steps-*.unsupported"))
+        if run == "later":  # loaded, not traced again
+            assert steps.compiled is None
+        assert len(list(graphs.glob("unroll_steps-*.bin"))) == 1
+
+
 def test_a_compiled_recurrent_unroll_gives_the_eager_one():
     # The state resets at FIRST steps inside the graph; unroll_length 12 runs as 2 calls of 6.
     network = NetworkConfig(hidden_sizes=(16,), recurrent="gru", recurrent_size=8)

@@ -110,18 +110,23 @@ class SACAlgorithm(Algorithm):
         self.target_entropy = float(target_entropy)
         self.autotune_alpha = autotune_alpha
         self.max_grad_norm = max_grad_norm
-        self._optimizers = {
-            "actor": _adam(self.actor.parameters(), actor_learning_rate),
-            "critic": _adam(self.critic.parameters(), critic_learning_rate),
-        }
-        if autotune_alpha:
-            self._optimizers["alpha"] = _adam([self.log_alpha], alpha_learning_rate)
-        self._joint_adam = JointAdamStep(list(self._optimizers.values()))
+        # Attributes of their own rather than a dict: a saved unroll graph's guards pickle
+        # the module's attributes, and an optimizer inside a plain dict would be pickled
+        # without its state tensors, which it cannot load (`cadence.algorithms.precompiled`).
+        self._actor_optimizer = _adam(self.actor.parameters(), actor_learning_rate)
+        self._critic_optimizer = _adam(self.critic.parameters(), critic_learning_rate)
+        self._alpha_optimizer = (
+            _adam([self.log_alpha], alpha_learning_rate) if autotune_alpha else None
+        )
+        self._joint_adam = JointAdamStep(list(self.optimizers().values()))
         self._online = list(self.critic.parameters())
         self._target = list(self.target_critic.parameters())
 
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:
-        return self._optimizers
+        optimizers = {"actor": self._actor_optimizer, "critic": self._critic_optimizer}
+        if self._alpha_optimizer is not None:
+            optimizers["alpha"] = self._alpha_optimizer
+        return optimizers
 
     # ------------------------------------------------------------------ acting
     def predict_step(self, time_step: TimeStep, state: Nest, agent_info: Nest = ()) -> AlgStep:
@@ -202,10 +207,10 @@ class SACAlgorithm(Algorithm):
             return self.update_result(LossInfo(loss, extra), grad_norm, priorities)
         self._joint_adam.zero_grad()
         loss.backward()
-        grad_norm = self.sync_and_clip(self._optimizers.values())
+        grad_norm = self.sync_and_clip(self.optimizers().values())
         finite = True
         if self.skip_nonfinite_updates:
-            finite, grad_norm = self.finite_or_dropped(loss, self._optimizers.values(), grad_norm)
+            finite, grad_norm = self.finite_or_dropped(loss, self.optimizers().values(), grad_norm)
         if finite:
             self._joint_adam.step()
             self.after_update()
