@@ -7,7 +7,7 @@ import copy
 
 import torch
 
-from cadence.algorithms.compiled import CompiledWithFallback
+from cadence.algorithms.compiled import GUARDED_CALLS, CompiledWithFallback
 from cadence.algorithms.dqn import DQNConfig, make_dqn
 from cadence.algorithms.ppo import PPOConfig, make_ppo
 from cadence.collect import Collector
@@ -158,17 +158,29 @@ def test_the_trainer_unrolls_off_policy_one_step_per_graph(tmp_path):
         trainer.collector.env.close()
 
 
-def test_gymnasium_envs_keep_the_eager_steps():
-    env = make_env("CartPole-v1", num_envs=2, backend="serial", seed=1)
-    algorithm = make_ppo(
-        PPOConfig(compile="default"),
-        env.observation_spec,
-        env.action_spec,
-        NetworkConfig(hidden_sizes=(16, 16)),
-    )
-    collector = Collector(env, algorithm, unroll_length=4)
-    collector.unroll()
+def test_gymnasium_envs_step_eagerly_beside_a_compiled_policy_step():
+    # A Gymnasium env steps outside any graph; the policy's step alone runs compiled, with
+    # the eager one's actions.
+    def unrolls(compile_mode: str, algorithm):
+        env = make_env("CartPole-v1", num_envs=2, backend="serial", seed=1)
+        algorithm.set_compile(compile_mode)
+        collector = Collector(env, algorithm, unroll_length=6)
+        torch.manual_seed(0)
+        try:
+            return collector, [collector.unroll()[0] for _ in range(GUARDED_CALLS)]
+        finally:
+            env.close()
+
+    eager_algorithm = make_ppo(PPOConfig(), *_specs(), NetworkConfig(hidden_sizes=(16, 16)))
+    compiled_algorithm = copy.deepcopy(eager_algorithm)
+    _, expected = unrolls("off", eager_algorithm)
+    collector, got = unrolls("default", compiled_algorithm)
     assert collector._compiled_steps is None
+    assert collector._compiled_act is not None and collector._compiled_act.is_compiled
+    for experience, eager_experience in zip(got, expected, strict=True):
+        assert torch.equal(experience.action, eager_experience.action)
+        torch.testing.assert_close(experience.info["log_prob"], eager_experience.info["log_prob"])
+        assert torch.equal(experience.time_step.step_type, eager_experience.time_step.step_type)
 
 
 def test_a_compiled_unroll_follows_the_exploration_schedule():
