@@ -111,7 +111,12 @@ def load_or_compile(
             unsupported.touch()
         return None
     path = directory / f"{stem}-{os.getpid()}-{id(result):x}.bin"
-    if _save(result, path, files) and not _loads_back(path, fn, args):
+    if not _save(result, path):
+        return result
+    if _loads_back(path, fn, args):
+        for old in files[MAX_FILES_PER_NAME - 1 :]:  # room for it among its name's files
+            old.unlink(missing_ok=True)
+    else:
         # E.g. an object that pickles without the state it needs to load (an optimizer
         # in a plain dict beside the traced modules): a later start would try in vain.
         logger.info("%s does not load back; later starts compile it the usual way", path.name)
@@ -193,18 +198,15 @@ def _sources_unchanged(compiled: Any) -> bool:
     return True
 
 
-def _save(result: Precompiled, path: Path, existing: list[Path]) -> bool:
-    """Writes the graph (atomically, so runs sharing the folder never read half a file)
-    and removes the oldest files of its name beyond `MAX_FILES_PER_NAME`; whether it was
-    written."""
+def _save(result: Precompiled, path: Path) -> bool:
+    """Writes the graph (atomically, so runs sharing the folder never read half a file);
+    whether it was written."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         result.compiled.save_compiled_function(str(path), external_data={"owner": result.owner})
     except Exception as error:  # noqa: BLE001 - only a shortcut for the next start
         logger.info("could not save the compiled graph (%s); the next start traces it", error)
         return False
-    for old in existing[MAX_FILES_PER_NAME - 1 :]:
-        old.unlink(missing_ok=True)
     return True
 
 

@@ -148,6 +148,33 @@ def test_steady_state_calls_check_guards_only_where_the_signature_hides_sizes(
     assert fn.is_compiled
 
 
+class Activated(nn.Module):
+    """A method whose graph holds a string (always a constant of the graph, where a number
+    that changes becomes an input of one graph for all its values)."""
+
+    def __init__(self, activation: str):
+        super().__init__()
+        self.activation = activation
+
+    def step(self, x: torch.Tensor) -> torch.Tensor:
+        return getattr(torch, self.activation)(x)
+
+
+def test_a_name_keeps_its_newest_files(cache, monkeypatch):
+    monkeypatch.setattr(precompiled, "MAX_FILES_PER_NAME", 2)
+    x = torch.linspace(-1, 1, 4)
+    names = ("tanh", "sigmoid", "relu")  # three graphs of one name: the oldest is removed
+    for name in names:
+        _run(CompiledWithFallback(Activated(name).step, "default"), x)
+    assert len(list(cache.glob("step-*.bin"))) == 2
+    _no_tracing(monkeypatch)
+    for name in names[1:]:
+        module = Activated(name)
+        torch.testing.assert_close(
+            _run(CompiledWithFallback(module.step, "default"), x), module.step(x)
+        )
+
+
 def test_precompiling_can_be_turned_off(cache, monkeypatch):
     monkeypatch.setenv("CADENCE_PRECOMPILE", "0")
     fn = CompiledWithFallback(Scaled(2.0).step, "default")
