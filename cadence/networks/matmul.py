@@ -52,6 +52,12 @@ ONEDNN_MIN_MACS = 1 << 21
 ONEDNN_MIN_SPEEDUP = 1.25
 """``auto`` keeps oneDNN when ATen takes at least this many times as long."""
 
+NARROW_INPUT_MAX = 16
+"""`Linear` layers with at most this many inputs, and more outputs than inputs, take their
+weight gradient as ``x.T @ grad`` (`narrow_input_linear`). Measured at batch 256 on the AMD
+machine above (one thread), forward and backward of the layer: 4 -> 64 in 30 us instead of
+36, 3 -> 256 in 46 instead of 93, 17 -> 256 in 87 instead of 101; 32 -> 256 gains nothing."""
+
 _backend: str | None = None
 
 
@@ -211,6 +217,23 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> 
     return flat.reshape(*x.shape[:-1], out_features)
 
 
+def narrow_input_linear(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
+) -> torch.Tensor:
+    """``F.linear(x, weight, bias)`` multiplied by ``weight.t().contiguous()``.
+
+    ``F.linear``'s backward computes the weight's gradient in the weight's layout, ``grad.T
+    @ x`` (``[out, in]``); for a weight with few inputs and many outputs MKL multiplies
+    that far more slowly than ``x.T @ grad`` (``[in, out]``; 256 rows, 4 inputs, 64 outputs:
+    14.5 us against 4.9). Multiplying by a contiguous ``[in, out]`` copy of the weight (a
+    few hundred floats) makes autograd, eager or compiled, compute the second.
+    """
+    flat = x.reshape(-1, x.shape[-1])
+    transposed = weight.t().contiguous()
+    out = flat @ transposed if bias is None else torch.addmm(bias, flat, transposed)
+    return out.reshape(*x.shape[:-1], weight.shape[0])
+
+
 def batched_linear(
     x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
 ) -> torch.Tensor | None:
@@ -247,7 +270,13 @@ class GRUCell(nn.GRUCell):
 
 class Linear(nn.Linear):
     """``nn.Linear`` whose multiply runs on the `cpu_matmul` backend (same parameters and
-    state-dict keys)."""
+    state-dict keys).
+
+    A layer with few inputs and more outputs (a network's first layer on a small
+    observation) multiplies by a contiguous copy of its transposed weight while gradients
+    are taken (`narrow_input_linear`): the weight's gradient then comes out as ``x.T @ grad``
+    rather than ``grad.T @ x``, the layout in which MKL multiplies it 3-5x faster.
+    """
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -256,8 +285,13 @@ class Linear(nn.Linear):
         # over the outputs per input element): an acting step's few rows decide by one
         # comparison, as nn.Linear's cost, not by `linear`'s size arithmetic.
         self._onednn_min_numel = -(-ONEDNN_MIN_MACS // max(self.out_features, 1))
+        self._narrow_input = self.in_features <= NARROW_INPUT_MAX and (
+            self.in_features < self.out_features
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if _backend != "onednn" or x.numel() < self._onednn_min_numel:
+            if self._narrow_input and self.weight.requires_grad and torch.is_grad_enabled():
+                return narrow_input_linear(x, self.weight, self.bias)
             return F.linear(x, self.weight, self.bias)
         return linear(x, self.weight, self.bias)
