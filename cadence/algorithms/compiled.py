@@ -197,17 +197,20 @@ class CompiledWithFallback:
         # Per signature: its graph saved whole (`cadence.algorithms.precompiled`), or None
         # where it runs through `compiled`.
         self._precompiled: dict[Hashable, Precompiled | None] = {}
+        # Per signature of a dynamic graph: the exact input sizes its guards passed.
+        self._passed_sizes: dict[Hashable, set[tuple[torch.Size, ...]]] = {}
 
     def __call__(self, *args: Any) -> Any:
         if self.failed:
             return self.fn(*args)
-        key = self.signature(args)
+        key, sizes = self._signatures(args)
         calls = self._guarded_calls.get(key, 0)
         precompiled = self._precompiled.get(key)
         if precompiled is not None and calls >= GUARDED_CALLS:
             # A static signature shows every size the graph depends on; a dynamic one does
-            # not (a size of 1 derived from larger ones), so its guards run (about 12 us).
-            if not self.dynamic or precompiled.check(*args):
+            # not (a size of 1 derived from larger ones), so its guards run (about 12 us)
+            # once for each set of exact sizes.
+            if not self.dynamic or self._sizes_pass(key, sizes, precompiled, args):
                 return precompiled(*args)
             calls = 0
         elif calls >= GUARDED_CALLS:
@@ -274,18 +277,44 @@ class CompiledWithFallback:
 
     def signature(self, args: tuple[Any, ...]) -> Hashable:
         """What a call's graph depends on beyond the guards skipped in steady state."""
+        return self._signatures(args)[0]
+
+    def _signatures(self, args: tuple[Any, ...]) -> tuple[Hashable, tuple[torch.Size, ...]]:
+        """`signature`, and the exact sizes of the input tensors (which a dynamic
+        signature shows only as 0, 1 or more)."""
         described: list[Hashable] = []
-        self._describe(args, described)
+        sizes: list[torch.Size] = []
+        self._describe(args, described, sizes)
         state = self.state_key() if self.state_key is not None else None
         modes = (torch.is_grad_enabled(), torch.is_inference_mode_enabled(), cpu_matmul())
-        return (tuple(described), modes, state)
+        return (tuple(described), modes, state), tuple(sizes)
 
-    def _describe(self, value: Any, described: list[Hashable]) -> None:
-        """Appends ``value``'s structure and leaves to ``described``, depth first: what
-        ``tree_flatten``'s spec and leaves tell, in flat tuples that hash fast (a call's
-        signature took 10-16 us through ``tree_flatten``, 5 us so)."""
+    def _sizes_pass(
+        self,
+        key: Hashable,
+        sizes: tuple[torch.Size, ...],
+        precompiled: Precompiled,
+        args: tuple[Any, ...],
+    ) -> bool:
+        """Whether the dynamic graph ``precompiled`` takes inputs of these exact sizes: its
+        guards (about 12 us of a PPO update) run the first time only, as a static
+        signature's do."""
+        passed = self._passed_sizes.setdefault(key, set())
+        if sizes in passed:
+            return True
+        if not precompiled.check(*args):
+            return False
+        passed.add(sizes)
+        return True
+
+    def _describe(self, value: Any, described: list[Hashable], sizes: list[torch.Size]) -> None:
+        """Appends ``value``'s structure and leaves to ``described`` (and its tensors'
+        sizes to ``sizes``), depth first: what ``tree_flatten``'s spec and leaves tell, in
+        flat tuples that hash fast (a call's signature took 10-16 us through
+        ``tree_flatten``, 5 us so)."""
         kind = type(value)
         if isinstance(value, torch.Tensor):
+            sizes.append(value.shape)
             described.append(
                 (
                     self._shape(value.shape),
@@ -298,16 +327,16 @@ class CompiledWithFallback:
         elif isinstance(value, (tuple, list)):  # named tuples too
             described.append((kind, len(value)))
             for item in value:
-                self._describe(item, described)
+                self._describe(item, described, sizes)
         elif kind is dict:
             described.append((kind, tuple(value)))
             for item in value.values():
-                self._describe(item, described)
+                self._describe(item, described, sizes)
         elif kind in SUPPORTED_NODES:  # e.g. a registered dataclass such as TimeStep
             children, context = SUPPORTED_NODES[kind].flatten_fn(value)
             described.append((kind, _frozen(context)))
             for child in children:
-                self._describe(child, described)
+                self._describe(child, described, sizes)
         else:
             described.append((kind, value))
 

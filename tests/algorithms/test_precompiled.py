@@ -121,12 +121,13 @@ def test_a_method_with_a_graph_break_is_marked_and_compiled_the_usual_way(cache,
 
 
 @pytest.mark.parametrize("dynamic", [True, None])
-def test_steady_state_calls_check_guards_only_where_the_signature_hides_sizes(
+def test_steady_state_calls_check_guards_only_for_sizes_the_signature_hides(
     cache, monkeypatch, dynamic
 ):
     # A dynamic graph's signature shows each size only as 0, 1 or more, while the graph
-    # may depend on more (here a size-1 slice when x has 3 elements), so every call checks
-    # its guards; a static signature shows every size, so steady-state calls skip them.
+    # may depend on more (here a size-1 slice when x has 3 elements), so steady-state calls
+    # check its guards once for each set of exact sizes; a static signature shows every
+    # size, so steady-state calls never check them.
     class Pairs(nn.Module):
         def step(self, x: torch.Tensor) -> torch.Tensor:
             return x[2:] * x[1:2]
@@ -142,7 +143,13 @@ def test_steady_state_calls_check_guards_only_where_the_signature_hides_sizes(
     calls = compiled.GUARDED_CALLS + 3
     for _ in range(calls):
         torch.testing.assert_close(fn(torch.arange(1.0, 6.0)), torch.tensor([6.0, 8.0, 10.0]))
-    assert len(checks) == (calls if dynamic else compiled.GUARDED_CALLS - 1)
+    assert len(checks) == compiled.GUARDED_CALLS - 1 + (1 if dynamic else 0)
+    checks.clear()
+    for _ in range(calls):
+        torch.testing.assert_close(fn(torch.arange(1.0, 7.0)), torch.tensor([6.0, 8.0, 10.0, 12.0]))
+    # Another size: a dynamic graph checks its guards once more; a static one compiles a
+    # graph for it, checks that its file loads back, and checks it in its guarded calls.
+    assert len(checks) == (1 if dynamic else 1 + compiled.GUARDED_CALLS)
     torch.testing.assert_close(fn(torch.arange(1.0, 4.0)), torch.tensor([6.0]))
     torch.testing.assert_close(fn(torch.arange(1.0, 6.0)), torch.tensor([6.0, 8.0, 10.0]))
     assert fn.is_compiled
