@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from cadence.algorithms import compiled
@@ -124,3 +126,10 @@ def test_the_signature_tells_structures_apart_and_not_values():
     assert fn.signature(args(rows=4)) != signature
     assert fn.signature(args(untransformed=time_step())) != signature
     assert fn.signature((*args()[:3], 0.25)) != signature  # a Python number is a constant
+    step = time_step()
+    for other in (  # a time step's every field counts: its env info, observation nest, ...
+        dataclasses.replace(step, env_info={"lives": torch.zeros(3)}),
+        dataclasses.replace(step, observation={"x": torch.zeros(3)}),
+        dataclasses.replace(step, prev_action=torch.zeros(3, 2)),
+    ):
+        assert fn.signature((*args()[:2], other, 0.5)) != signature
