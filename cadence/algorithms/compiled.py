@@ -414,7 +414,9 @@ class UpdateCompiler:
         if graph is None:
             mode = "default" if self.mode == "auto" else self.mode
             dynamic = True if self.dynamic else None
-            graph = CompiledWithFallback(fn, mode, self.state_key, self.note_compiling, dynamic)
+            graph = CompiledWithFallback(
+                fn, mode, self.state_key, self.note_compiling, dynamic, self._options()
+            )
             self._graphs[name] = graph
         if self.mode != "auto":
             return self._run(graph, args)
@@ -424,6 +426,15 @@ class UpdateCompiler:
         if choice is not None:
             return self._run(graph, args)
         return self._measure(name, fn, graph, args)
+
+    def _options(self) -> dict[str, Any] | None:
+        """Inductor's options for the graphs: on the CPU their kernels are called from C++
+        (``cpp_wrapper``) rather than from a Python wrapper, as the unroll's are. Measured
+        on CartPole's compiled PPO loop (one thread): 2.73 s of run instead of 2.90, 1.0 s
+        of warm compile instead of 1.15; the model-based graphs also compile faster."""
+        params = (p for o in self.optimizers() for g in o.param_groups for p in g["params"])
+        first = next(params, None)
+        return {"cpp_wrapper": True} if first is not None and first.device.type == "cpu" else None
 
     def __getstate__(self) -> dict[str, Any]:
         """Copied or pickled without its graphs and ``on_compile`` hook: a copy compiles

@@ -154,6 +154,8 @@ def test_a_compiled_update_gives_the_eager_numbers(name):
     assert graph.compiler.compile_seconds > 0  # it did compile rather than fall back
     assert not torch._dynamo.utils.counters["graph_break"]  # one graph per update
     assert all(g.is_compiled for g in graph.compiler._graphs.values())
+    # On the CPU the graphs' kernels are called from C++.
+    assert all(g.options == {"cpp_wrapper": True} for g in graph.compiler._graphs.values())
     # A compiled run's checkpoint loads into an eager algorithm and the other way round.
     fresh, _ = CASES[name]()
     fresh.load_state_dict(graph.state_dict())
