@@ -138,7 +138,8 @@ class ActorCriticAlgorithm(Algorithm):
         Steps whose time step is LAST are dropped: their action was ignored by
         the auto-reset (DESIGN §2). A recurrent network gets whole env sequences instead
         (`_sequences`). With a compiled update the values and advantages are one graph
-        (`_samples`): on CartPole's 33 x 8 unroll, 0.1 ms instead of eager's 0.45 ms.
+        (`_samples`): on CartPole's 33 x 8 unroll, preprocessing takes 0.27 ms instead of
+        eager's 0.52.
         """
         if self.recurrent:
             return self._sequences(experience)

@@ -428,13 +428,10 @@ class UpdateCompiler:
         return self._measure(name, fn, graph, args)
 
     def _options(self) -> dict[str, Any] | None:
-        """Inductor's options for the graphs: on the CPU their kernels are called from C++
-        (``cpp_wrapper``) rather than from a Python wrapper, as the unroll's are. Measured
-        on CartPole's compiled PPO loop (one thread): 2.73 s of run instead of 2.90, 1.0 s
-        of warm compile instead of 1.15; the model-based graphs also compile faster."""
+        """`graph_options` for the device of the optimizers' parameters."""
         params = (p for o in self.optimizers() for g in o.param_groups for p in g["params"])
         first = next(params, None)
-        return {"cpp_wrapper": True} if first is not None and first.device.type == "cpu" else None
+        return None if first is None else graph_options(first.device)
 
     def __getstate__(self) -> dict[str, Any]:
         """Copied or pickled without its graphs and ``on_compile`` hook: a copy compiles
@@ -783,6 +780,16 @@ def _sync(result: Any) -> None:
         if isinstance(leaf, torch.Tensor) and leaf.is_cuda:
             torch.cuda.synchronize(leaf.device)
             return
+
+
+def graph_options(device: torch.device) -> dict[str, Any] | None:
+    """Inductor's options for cadence's graphs (updates, unrolls, acting steps) on
+    ``device``: on the CPU their kernels are called from C++ (``cpp_wrapper``) rather than
+    from a Python wrapper. Measured on one thread: a CartPole unroll of 32 steps x 8 envs
+    took 1.2 ms from Python, 0.84 ms from C++; a PPO acting step 36 us, 31 us; the compiled
+    PPO CartPole loop ran 2.73 s instead of 2.90 and warmed up in 1.0 s instead of 1.15 (the
+    saved graphs load faster), and the model-based graphs compile faster."""
+    return {"cpp_wrapper": True} if device.type == "cpu" else None
 
 
 _time_step_fields = operator.attrgetter(

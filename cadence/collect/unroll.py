@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from cadence.algorithms.algorithm import Algorithm, AlgStep, reset_state
-from cadence.algorithms.compiled import CompiledWithFallback
+from cadence.algorithms.compiled import CompiledWithFallback, graph_options
 from cadence.collect.episode_stats import EpisodeStats
 from cadence.data.experience import Experience
 from cadence.data.nest import Nest, flatten, map_structure
@@ -240,13 +240,11 @@ class Collector:
         return self._compiled_act
 
     def _compile(self, fn: Callable[..., Any], mode: str) -> CompiledWithFallback:
-        # On the CPU a graph's small kernels are called from C++ rather than from a Python
-        # wrapper: a CartPole unroll of 32 steps x 8 envs took 1.2 ms called from Python,
-        # 0.84 ms from C++; a PPO acting step 36 us, 31 us from C++ (compiling takes about
-        # as long; a warm start loads it 0.1-0.3 s more slowly).
-        options = {"cpp_wrapper": True} if self.device.type == "cpu" else None
         return CompiledWithFallback(
-            fn, mode, on_compile=self.acting.compiler.note_compiling, options=options
+            fn,
+            mode,
+            on_compile=self.acting.compiler.note_compiling,
+            options=graph_options(self.device),
         )
 
     def _transform(self, raw: TimeStep) -> TimeStep:

@@ -285,8 +285,8 @@ class Linear(nn.Linear):
         # over the outputs per input element): an acting step's few rows decide by one
         # comparison, as nn.Linear's cost, not by `linear`'s size arithmetic.
         self._onednn_min_numel = -(-ONEDNN_MIN_MACS // max(self.out_features, 1))
-        self._narrow_input = self.in_features <= NARROW_INPUT_MAX and (
-            self.in_features < self.out_features
+        self._narrow_input = (
+            self.in_features <= NARROW_INPUT_MAX and self.in_features < self.out_features
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
