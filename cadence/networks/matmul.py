@@ -1,27 +1,35 @@
-"""The CPU matrix multiplies of linear layers, run by ATen's BLAS or by oneDNN, whichever is faster here.
+"""The CPU matrix multiplies of linear layers, run by ATen's BLAS, by oneDNN or by cadence's
+own AVX-512 kernel, whichever is fastest here.
 
 PyTorch's CPU builds multiply float32 matrices with Intel's MKL. On AMD processors MKL
 takes its AVX2 code path even where the core has AVX-512, so a network's matmuls run at
 half the arithmetic the machine has: on this project's 2-core AMD EPYC (Zen 5), 110
 GFLOP/s against 240 for oneDNN (the library torch ships for its CPU convolutions), and a
-256-wide SAC update's forward and backward multiplies take 1.9x as long. On Intel
-processors the two are about equal.
+256-wide SAC update's forward and backward multiplies take 1.9x as long. oneDNN costs
+about 10 us per call, though, as much as a 256 x 64 by 64 x 64 multiply (PPO's layers);
+cadence's own kernel (`cadence.networks.native`, ``torch.ops.cadence_native.mm``) runs that
+one in about 10 us where MKL takes 22. On Intel processors all are about equal.
 
 `set_cpu_matmul` picks the backend for every layer built from this module (`Linear`,
-which `MLP` uses, and `EnsembleLinear`):
+which `MLP` uses, `EnsembleLinear` and `GRUCell`):
 
 - ``aten``: ``torch.nn.functional.linear`` and ``torch.bmm``, as plain PyTorch;
 - ``onednn``: multiplies with at least `ONEDNN_MIN_MACS` multiply-adds per matrix go to
   oneDNN (`onednn_matmul`, a custom op with its own backward, so eager and compiled
   graphs both use it); smaller ones, where oneDNN's fixed cost per call outweighs its
   speed (a policy acting on 8 environments), stay with ATen;
-- ``auto``: times both on a 256 x 256 x 256 multiply and its two backward multiplies
-  (`measure_cpu_matmul`) and keeps oneDNN when it is at least `ONEDNN_MIN_SPEEDUP` faster.
+- ``avx512``: a layer's multiplies from `AVX512_MIN_MACS` multiply-adds go to cadence's
+  kernel (`avx512_matmul`, forward and backward, eager and compiled), an ensemble's as
+  ``onednn`` sends them; built on this machine at first use (a C++ compiler and an
+  AVX-512 CPU are needed);
+- ``auto``: times them on a 256 x 256 x 256 multiply and its two backward multiplies
+  (`measure_cpu_matmul`), and the kernel also at 256 x 64 x 64, and leaves ATen for the
+  fastest when it is at least `ONEDNN_MIN_SPEEDUP` faster.
 
 Only CPU float32 tensors are affected; CUDA tensors always use ATen. The choice is
 process-wide, and children started afterwards inherit it (``CADENCE_CPU_MATMUL``). The
-two backends round differently, so a run's numbers depend on the choice: the trainer
-records it (``trainer.cpu_matmul``, in the run's ``placement.json``) and a resume reuses it.
+backends round differently, so a run's numbers depend on the choice: the trainer records
+it (``trainer.cpu_matmul``, in the run's ``placement.json``) and a resume reuses it.
 """
 
 from __future__ import annotations
@@ -38,7 +46,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.flop_counter import register_flop_formula
 
-CPU_MATMULS = ("auto", "aten", "onednn")
+CPU_MATMULS = ("auto", "aten", "onednn", "avx512")
 
 ENV_VAR = "CADENCE_CPU_MATMUL"
 """Holds the process's resolved backend (``aten`` or ``onednn``), for its child processes."""
@@ -49,8 +57,17 @@ ONEDNN_MIN_MACS = 1 << 21
 256 x 64 x 64 ran 0.74x as fast as ATen, 256 x 64 x 256 1.36x, 256 x 256 x 256 1.9x;
 8 x 256 x 256 0.55x."""
 
+AVX512_MIN_MACS = 1 << 17
+"""Under ``avx512``, a layer's multiplies go to the kernel from this many multiply-adds (256
+x 64 x 8). Below it the custom op's call costs more than it saves: 8 x 64 x 64 (acting on
+8 envs) takes 3.9 us against ATen's 3.3."""
+
 ONEDNN_MIN_SPEEDUP = 1.25
-"""``auto`` keeps oneDNN when ATen takes at least this many times as long."""
+"""``auto`` leaves ATen for another backend when ATen takes at least this many times as
+long."""
+
+_MIN_MACS = {"onednn": ONEDNN_MIN_MACS, "avx512": AVX512_MIN_MACS}
+"""A layer's multiplies leave ATen from this size, by backend."""
 
 NARROW_INPUT_MAX = 16
 """`Linear` layers with at most this many inputs, and more outputs than inputs, take their
@@ -67,13 +84,15 @@ def onednn_available() -> bool:
 
 
 def set_cpu_matmul(name: str) -> str:
-    """Sets the backend of CPU float32 matmuls: ``aten``, ``onednn`` or ``auto`` (measured).
+    """Sets the backend of CPU float32 matmuls: ``aten``, ``onednn``, ``avx512`` or
+    ``auto`` (measured).
 
     Returns:
-        The backend in effect: ``aten`` or ``onednn``.
+        The backend in effect: ``aten``, ``onednn`` or ``avx512``.
 
     Raises:
-        ValueError: an unknown name, or ``onednn`` on a torch build without it.
+        ValueError: an unknown name, ``onednn`` on a torch build without it, or ``avx512``
+            where the kernel cannot run (the reason is in the message).
     """
     global _backend
     if name not in CPU_MATMULS:
@@ -83,8 +102,10 @@ def set_cpu_matmul(name: str) -> str:
             f"cpu_matmul=onednn but this torch build ({torch.__version__}) has no oneDNN "
             "(torch.backends.mkldnn.is_available() is False); use aten or auto"
         )
+    if name == "avx512" and (reason := avx512_unavailable()) is not None:
+        raise ValueError(f"cpu_matmul=avx512 cannot run here: {reason}; use aten or auto")
     if name == "auto":
-        name = "onednn" if _onednn_measures_faster() else "aten"
+        name = _fastest_backend()
     _backend = name
     os.environ[ENV_VAR] = name
     return name
@@ -98,7 +119,7 @@ def inherit_cpu_matmul() -> str:
 
 
 def cpu_matmul() -> str:
-    """The backend in effect (``aten`` or ``onednn``), decided on first use
+    """The backend in effect (``aten``, ``onednn`` or ``avx512``), decided on first use
     (`inherit_cpu_matmul`)."""
     return _backend if _backend is not None else inherit_cpu_matmul()
 
@@ -114,18 +135,29 @@ def using_cpu_matmul(name: str) -> Iterator[str]:
         set_cpu_matmul(previous)
 
 
-def measure_cpu_matmul(size: int = 256, repeats: int = 10) -> dict[str, float]:
-    """The median microseconds of a ``size``-cube multiply and its two backward multiplies
-    (``x @ w``, ``g @ w.T``, ``x.T @ g``), by backend, at the current thread count.
+CUBE = (256, 256, 256)
+"""`measure_cpu_matmul`'s default shape (rows, inputs, outputs): a 256-wide SAC layer."""
 
-    Uses no random numbers. Only ``aten`` where this torch has no oneDNN.
+NARROW = (256, 64, 64)
+"""The second shape ``auto`` times the kernel at: a 64-wide PPO layer, where oneDNN loses."""
+
+
+def measure_cpu_matmul(shape: tuple[int, int, int] = CUBE, repeats: int = 10) -> dict[str, float]:
+    """The median microseconds of a layer's three multiplies at ``shape`` (rows, inputs,
+    outputs: ``x @ w``, ``g @ w.T``, ``x.T @ g``), by backend, at the current thread count.
+
+    Uses no random numbers. ``onednn`` where this torch has oneDNN, ``avx512`` where the
+    kernel runs (building it the first time on a machine).
     """
-    x = torch.linspace(-1, 1, size * size).reshape(size, size)
-    w = x.flip(0).contiguous()
-    g = x.t().contiguous()
+    rows, inputs, outputs = shape
+    x = torch.linspace(-1, 1, rows * inputs).reshape(rows, inputs)
+    w = torch.linspace(1, -1, inputs * outputs).reshape(inputs, outputs)
+    g = torch.linspace(-1, 1, rows * outputs).reshape(outputs, rows).t()
     multiplies = {"aten": lambda a, b: a @ b}
     if onednn_available():
         multiplies["onednn"] = lambda a, b: _onednn_2d(a, b, None)
+    if avx512_unavailable() is None:
+        multiplies["avx512"] = lambda a, b: torch.ops.cadence_native.mm(a, b, None)
     times = {}
     with torch.no_grad():
         for name, multiply in multiplies.items():
@@ -139,18 +171,26 @@ def measure_cpu_matmul(size: int = 256, repeats: int = 10) -> dict[str, float]:
     return times
 
 
-def _onednn_measures_faster() -> bool:
-    if not onednn_available():
-        return False
-    times = measure_cpu_matmul()
-    return times["aten"] >= ONEDNN_MIN_SPEEDUP * times["onednn"]
+def _fastest_backend() -> str:
+    """``auto``'s choice: ATen unless oneDNN or the kernel is `ONEDNN_MIN_SPEEDUP` faster
+    on a `CUBE`; the kernel over oneDNN when it also is on a `NARROW` layer."""
+    cube = measure_cpu_matmul()
+
+    def faster(times: dict[str, float], name: str) -> bool:
+        return name in times and times["aten"] >= ONEDNN_MIN_SPEEDUP * times[name]
+
+    if faster(cube, "avx512") and faster(measure_cpu_matmul(NARROW), "avx512"):
+        return "avx512"
+    return "onednn" if faster(cube, "onednn") else "aten"
 
 
-def _onednn_in_effect(x: torch.Tensor) -> bool:
-    """Whether ``x``'s multiplies may go to oneDNN (then their size decides). Reads the
-    backend the layers decided when they were built, before any size arithmetic: this
-    runs for every layer of every acting step."""
-    return _backend == "onednn" and x.dtype == torch.float32 and x.device.type == "cpu"
+def _routed(x: torch.Tensor) -> str | None:
+    """The backend ``x``'s multiplies may leave ATen for (then their size decides), or
+    None. Reads the backend the layers decided when they were built, before any size
+    arithmetic: this runs for every layer of every acting step."""
+    if _backend in _MIN_MACS and x.dtype == torch.float32 and x.device.type == "cpu":
+        return _backend
+    return None
 
 
 def _onednn_2d(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
@@ -204,16 +244,54 @@ def _onednn_matmul_flops(a_shape, b_shape, *args, **kwargs) -> int:
     return 2 * math.prod(a_shape) * b_shape[-1]
 
 
+_avx512_ready: list[str | None] = []
+"""[None] once ``torch.ops.cadence_native.mm`` is loaded and registered here, [why not] if it
+cannot be; [] before the first look."""
+
+
+def avx512_unavailable() -> str | None:
+    """None where cadence's AVX-512 kernel runs (built and registered at the first call),
+    else why not."""
+    if not _avx512_ready:
+        from cadence.networks.native import NativeKernelsUnavailable, load_native_kernels
+
+        try:
+            load_native_kernels()
+        except NativeKernelsUnavailable as error:
+            _avx512_ready.append(str(error))
+        else:
+            _register_avx512()
+            _avx512_ready.append(None)
+    return _avx512_ready[0]
+
+
+def avx512_matmul(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """``a @ b + bias`` (``[N, K] @ [K, M] + [M]``, CPU float32) by cadence's AVX-512
+    kernel, differentiable in all three; `avx512_unavailable` must have returned None."""
+    return torch.ops.cadence_native.mm(a, b, bias)
+
+
+def _register_avx512() -> None:
+    """The kernel's shape function, for compiled graphs (its backward is in C++), and its
+    FLOP count."""
+    torch.library.register_fake("cadence_native::mm")(
+        lambda a, b, bias: a.new_empty((a.shape[0], b.shape[1]))
+    )
+    register_flop_formula(torch.ops.cadence_native.mm)(_onednn_matmul_flops)
+
+
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     """``F.linear(x, weight, bias)`` (``x`` ``[*B, in]``, ``weight`` ``[out, in]``) on the
     backend `cpu_matmul` picks for its size."""
-    if not _onednn_in_effect(x):
+    backend = _routed(x)
+    if backend is None:
         return F.linear(x, weight, bias)
     out_features, in_features = weight.shape
     rows = x.numel() // in_features if in_features else 0
-    if rows * in_features * out_features < ONEDNN_MIN_MACS:
+    if rows * in_features * out_features < _MIN_MACS[backend]:
         return F.linear(x, weight, bias)
-    flat = onednn_matmul(x.reshape(rows, in_features), weight.t(), bias)
+    multiply = avx512_matmul if backend == "avx512" else onednn_matmul
+    flat = multiply(x.reshape(rows, in_features), weight.t(), bias)
     return flat.reshape(*x.shape[:-1], out_features)
 
 
@@ -238,8 +316,9 @@ def batched_linear(
     x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
 ) -> torch.Tensor | None:
     """``x @ weight + bias`` per ensemble member (``[E, N, K] @ [E, K, M] + [E, 1, M]``) by
-    oneDNN when `cpu_matmul` picks it for the size, else None (the caller's ATen path)."""
-    if not _onednn_in_effect(x) or x.shape[1] * x.shape[2] * weight.shape[2] < ONEDNN_MIN_MACS:
+    oneDNN when `cpu_matmul` picks it or the kernel (which multiplies one matrix at a time)
+    for the size, else None (the caller's ATen path)."""
+    if _routed(x) is None or x.shape[1] * x.shape[2] * weight.shape[2] < ONEDNN_MIN_MACS:
         return None
     return onednn_matmul(x, weight, bias)
 
@@ -253,10 +332,11 @@ class GRUCell(nn.GRUCell):
         cpu_matmul()  # `auto` measures now, never inside a compiled graph's trace
 
     def forward(self, x: torch.Tensor, h: torch.Tensor | None = None) -> torch.Tensor:
-        if h is None or not _onednn_in_effect(x):
+        backend = None if h is None else _routed(x)
+        if backend is None:
             return super().forward(x, h)
         rows = x.numel() // self.input_size
-        if rows * self.input_size * 3 * self.hidden_size < ONEDNN_MIN_MACS:
+        if rows * self.input_size * 3 * self.hidden_size < _MIN_MACS[backend]:
             return super().forward(x, h)
         # torch's GRU: r, z = sigmoid(W_i x + b_i + W_h h + b_h) per gate; n = tanh(W_in x +
         # b_in + r * (W_hn h + b_hn)); h' = (1 - z) * n + z * h.
@@ -281,16 +361,19 @@ class Linear(nn.Linear):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         cpu_matmul()  # `auto` measures now, never inside a compiled graph's trace
-        # Inputs with fewer elements stay with ATen on either backend (`ONEDNN_MIN_MACS`
-        # over the outputs per input element): an acting step's few rows decide by one
-        # comparison, as nn.Linear's cost, not by `linear`'s size arithmetic.
-        self._onednn_min_numel = -(-ONEDNN_MIN_MACS // max(self.out_features, 1))
+        # Inputs with fewer elements stay with ATen, by backend (`_MIN_MACS` over the
+        # outputs per input element): an acting step's few rows decide by one comparison,
+        # as nn.Linear's cost, not by `linear`'s size arithmetic.
+        self._min_numel = {
+            name: -(-macs // max(self.out_features, 1)) for name, macs in _MIN_MACS.items()
+        }
         self._narrow_input = (
             self.in_features <= NARROW_INPUT_MAX and self.in_features < self.out_features
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if _backend != "onednn" or x.numel() < self._onednn_min_numel:
+        min_numel = self._min_numel.get(_backend)
+        if min_numel is None or x.numel() < min_numel:
             if self._narrow_input and self.weight.requires_grad and torch.is_grad_enabled():
                 return narrow_input_linear(x, self.weight, self.bias)
             return F.linear(x, self.weight, self.bias)

@@ -102,14 +102,16 @@ class TrainerConfig:
             "'parallel' env workers)."
         },
     )
-    cpu_matmul: Literal["auto", "aten", "onednn"] = field(
+    cpu_matmul: Literal["auto", "aten", "onednn", "avx512"] = field(
         default="auto",
-        validator=in_(["auto", "aten", "onednn"]),
+        validator=in_(["auto", "aten", "onednn", "avx512"]),
         metadata={
             "doc": "Who multiplies the CPU layers' matrices: 'aten' (torch's BLAS, MKL), "
             "'onednn' (oneDNN, for multiplies large enough to gain: on AMD processors about "
-            "twice MKL's speed), or 'auto': whichever measures faster here (recorded in the "
-            "run's placement.json; a resume reuses it)."
+            "twice MKL's speed), 'avx512' (cadence's own kernel, built at first use, from "
+            "256x64x8-sized multiplies; oneDNN for ensembles), or 'auto': whichever "
+            "measures fastest here (recorded in the run's placement.json; a resume reuses "
+            "it)."
         },
     )
     progress_bar: Literal["auto", "on", "off"] = field(

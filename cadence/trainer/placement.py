@@ -84,7 +84,8 @@ class Placement:
         env: the device tensor-native environments run on (``cpu`` for Gymnasium ones).
         rollout_step_us: when ``auto`` measured it, one rollout step's microseconds per
             candidate device (transfers included); empty otherwise.
-        cpu_matmul: the backend of the CPU layers' multiplies, ``aten`` or ``onednn``
+        cpu_matmul: the backend of the CPU layers' multiplies, ``aten``, ``onednn`` or
+            ``avx512``
             (empty in a placement recorded before it was part of one).
     """
 

@@ -138,7 +138,8 @@ def test_only_multiplies_large_enough_to_gain_go_to_onednn():
 @needs_onednn
 @pytest.mark.parametrize(("aten_us", "expected"), [(200.0, "onednn"), (110.0, "aten")])
 def test_auto_keeps_onednn_only_where_it_measures_faster(monkeypatch, aten_us, expected):
-    monkeypatch.setattr(matmul, "measure_cpu_matmul", lambda: {"aten": aten_us, "onednn": 100.0})
+    times = {"aten": aten_us, "onednn": 100.0}  # no kernel (this test is about oneDNN)
+    monkeypatch.setattr(matmul, "measure_cpu_matmul", lambda shape=matmul.CUBE: times)
     assert set_cpu_matmul("auto") == expected == cpu_matmul()
     assert os.environ[matmul.ENV_VAR] == expected  # what child processes start with
 
@@ -155,14 +156,18 @@ def test_a_child_process_takes_its_parents_backend_without_measuring(monkeypatch
 
 def test_the_measurement_times_each_backend_and_draws_no_random_numbers():
     state = torch.get_rng_state()
-    times = measure_cpu_matmul(size=32, repeats=2)
-    assert set(times) == ({"aten", "onednn"} if matmul.onednn_available() else {"aten"})
+    times = measure_cpu_matmul((32, 16, 8), repeats=2)
+    available = {
+        "onednn": matmul.onednn_available(),
+        "avx512": matmul.avx512_unavailable() is None,
+    }
+    assert set(times) == {"aten"} | {name for name, runs in available.items() if runs}
     assert all(t > 0 for t in times.values())
     assert torch.equal(torch.get_rng_state(), state)
 
 
 def test_unknown_backends_are_rejected_with_the_accepted_ones():
-    with pytest.raises(ValueError, match="'fast' is not one of auto, aten, onednn"):
+    with pytest.raises(ValueError, match="'fast' is not one of auto, aten, onednn, avx512"):
         set_cpu_matmul("fast")
 
 

@@ -117,12 +117,16 @@ def test_a_resumed_run_multiplies_on_the_backend_it_started_with(tmp_path, monke
     monkeypatch.setattr(matmul, "_backend", None)
     monkeypatch.delenv(matmul.ENV_VAR, raising=False)
     # This start measures oneDNN faster, and records it.
-    monkeypatch.setattr(matmul, "measure_cpu_matmul", lambda: {"aten": 3.0, "onednn": 1.0})
+    monkeypatch.setattr(
+        matmul, "measure_cpu_matmul", lambda shape=None: {"aten": 3.0, "onednn": 1.0}
+    )
     root = tmp_path / "run"
     assert train_named("ppo_cartpole", root, PPO) == "complete"
     assert Placement.load(root).cpu_matmul == "onednn"
     # The next start would measure ATen faster; the run keeps what it recorded ...
-    monkeypatch.setattr(matmul, "measure_cpu_matmul", lambda: {"aten": 1.0, "onednn": 3.0})
+    monkeypatch.setattr(
+        matmul, "measure_cpu_matmul", lambda shape=None: {"aten": 1.0, "onednn": 3.0}
+    )
     assert resolve_cpu_matmul("auto", root) == "onednn" == cpu_matmul()
     # ... unless told otherwise. A new run takes what this process (or its parent, e.g.
     # the launcher of a run's ranks) decided, and measures where none did.

@@ -1,0 +1,92 @@
+"""cadence's own C++ kernels, built on this machine at first use.
+
+One kernel so far: ``torch.ops.cadence_native.mm`` (``kernels/matmul_avx512.cpp``), a
+float32 matrix multiply with AVX-512 for the mid-sized multiplies of small networks, which
+MKL runs with AVX2 on AMD processors (see `cadence.networks.matmul`).
+
+It is compiled with ``torch.utils.cpp_extension`` (the C++ compiler that ``torch.compile``
+also needs) into ``<compile cache>/native`` (``$CADENCE_COMPILE_CACHE``, else
+``~/.cache/cadence/torch-compile``): a few seconds the first time on a machine, then a
+library load. Where the CPU lacks AVX-512, or nothing can build it, `load_native_kernels`
+says why and cadence keeps to ATen and oneDNN.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+from pathlib import Path
+
+import torch
+
+SOURCE = Path(__file__).with_name("kernels") / "matmul_avx512.cpp"
+
+
+class NativeKernelsUnavailable(RuntimeError):
+    """The kernels cannot run here; the message says why."""
+
+
+_failure: list[NativeKernelsUnavailable | None] = []
+"""The first load's outcome in this process: [None] loaded, [error] failed, [] not tried."""
+
+
+def load_native_kernels() -> None:
+    """Builds (first time on a machine) and loads ``torch.ops.cadence_native``; a no-op
+    once done.
+
+    Raises:
+        NativeKernelsUnavailable: the CPU has no AVX-512, or the build failed (the
+            compiler's last lines are in the message). Raised again, without a second
+            build, on later calls.
+    """
+    if not _failure:
+        try:
+            _build()
+            _failure.append(None)
+        except NativeKernelsUnavailable as error:
+            _failure.append(error)
+    if _failure[0] is not None:
+        raise _failure[0]
+
+
+def _build() -> None:
+    capability = torch.backends.cpu.get_cpu_capability()
+    if capability != "AVX512":  # ATen's own kernel choice for this CPU
+        raise NativeKernelsUnavailable(
+            f"this CPU has no AVX-512 (torch reports {capability!r}), which the kernel needs"
+        )
+    from torch.utils import cpp_extension
+
+    from cadence.algorithms.compiled import compile_cache_dir
+
+    flags = ["-O3", "-mavx512f", "-mfma"]
+    key = [SOURCE.read_bytes(), torch.__version__.encode(), " ".join(flags).encode()]
+    digest = hashlib.sha256(b"\0".join(key)).hexdigest()[:16]
+    directory = compile_cache_dir() / "native" / digest
+    directory.mkdir(parents=True, exist_ok=True)
+    log = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+            cpp_extension.load(
+                name=f"cadence_native_{digest}",
+                sources=[str(SOURCE)],
+                extra_cflags=flags,
+                build_directory=str(directory),
+                is_python_module=False,
+            )
+    except Exception as error:  # a missing compiler, a failed build: say what it said
+        tail = "\n".join((log.getvalue() + str(error)).strip().splitlines()[-15:])
+        raise NativeKernelsUnavailable(
+            f"building {SOURCE.name} in {directory} failed (a C++ compiler is needed, as for "
+            f"torch.compile):\n{tail}"
+        ) from error
+
+
+def native_kernels_available() -> bool:
+    """Whether `load_native_kernels` succeeds (building them the first time)."""
+    try:
+        load_native_kernels()
+    except NativeKernelsUnavailable:
+        return False
+    return True
