@@ -141,8 +141,10 @@ at::Tensor mm(const at::Tensor& a, const at::Tensor& b, const std::optional<at::
   const int64_t rows = a.size(0), inner = a.size(1), columns = b.size(1);
   at::Tensor bias_rows;
   if (bias.has_value()) {
-    TORCH_CHECK(bias->numel() == columns && bias->scalar_type() == at::kFloat,
-                "cadence_native::mm: bias must be float32 with ", columns, " elements");
+    TORCH_CHECK(bias->numel() == columns && bias->scalar_type() == at::kFloat &&
+                    bias->device().is_cpu(),
+                "cadence_native::mm: bias must be a CPU float32 tensor of ", columns,
+                " elements");
     bias_rows = bias->contiguous();
   }
   if (inner == 0 || rows == 0 || columns == 0) {
