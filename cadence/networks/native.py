@@ -16,9 +16,13 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
+import logging
+import time
 from pathlib import Path
 
 import torch
+
+logger = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("kernels") / "matmul_avx512.cpp"
 
@@ -60,18 +64,24 @@ def _build() -> None:
 
     from cadence.algorithms.compiled import compile_cache_dir
 
-    flags = ["-O3", "-mavx512f", "-mfma"]
+    flags = ["-O3", "-mavx512f", "-mfma", "-fopenmp"]  # OpenMP: at::parallel_for's threads
     key = [SOURCE.read_bytes(), torch.__version__.encode(), " ".join(flags).encode()]
     digest = hashlib.sha256(b"\0".join(key)).hexdigest()[:16]
     directory = compile_cache_dir() / "native" / digest
     directory.mkdir(parents=True, exist_ok=True)
+    name = f"cadence_native_{digest}"
+    building = not (directory / f"{name}.so").exists()
+    if building:  # the one wait a machine pays, said before it starts
+        logger.info("building cadence's AVX-512 matmul kernel in %s (once per machine)", directory)
+    start = time.perf_counter()
     log = io.StringIO()
     try:
         with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
             cpp_extension.load(
-                name=f"cadence_native_{digest}",
+                name=name,
                 sources=[str(SOURCE)],
                 extra_cflags=flags,
+                extra_ldflags=["-fopenmp"],
                 build_directory=str(directory),
                 is_python_module=False,
             )
@@ -81,6 +91,8 @@ def _build() -> None:
             f"building {SOURCE.name} in {directory} failed (a C++ compiler is needed, as for "
             f"torch.compile):\n{tail}"
         ) from error
+    if building:
+        logger.info("built the kernel in %.1f s", time.perf_counter() - start)
 
 
 def native_kernels_available() -> bool:
