@@ -31,18 +31,6 @@ needs_onednn = pytest.mark.skipif(
 )
 
 
-@pytest.fixture(autouse=True)
-def restore_backend():
-    """Each test leaves the process's backend (and what children inherit) as it found it."""
-    backend, inherited = matmul._backend, os.environ.get(matmul.ENV_VAR)
-    yield
-    matmul._backend = backend
-    if inherited is None:
-        os.environ.pop(matmul.ENV_VAR, None)
-    else:
-        os.environ[matmul.ENV_VAR] = inherited
-
-
 class OpsCalled(TorchDispatchMode):
     """Records the name of every op dispatched inside it."""
 
@@ -59,6 +47,16 @@ def ops_called(fn) -> list[str]:
     with OpsCalled() as mode:
         fn()
     return mode.names
+
+
+def loss_and_gradients(mlp):
+    """A step to compile: ``mlp``'s loss on ``x`` and its parameters' gradients."""
+
+    def step(x):
+        loss = mlp(x).square().mean()
+        return [loss.detach(), *torch.autograd.grad(loss, list(mlp.parameters()))]
+
+    return step
 
 
 def _values_and_grads(fn, *inputs):
@@ -210,10 +208,7 @@ def test_a_compiled_graph_runs_the_onednn_multiplies_as_eager_does(monkeypatch):
     mlp = MLP(17, (256, 256), out_dim=1, activation="relu")
     x = torch.randn(256, 17)
 
-    def step(x):
-        loss = mlp(x).square().mean()
-        return [loss.detach(), *torch.autograd.grad(loss, list(mlp.parameters()))]
-
+    step = loss_and_gradients(mlp)
     expected = step(x)
     torch._dynamo.reset()
     with torch._dynamo.config.patch(trace_autograd_ops=True):

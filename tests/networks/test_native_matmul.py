@@ -23,23 +23,12 @@ from cadence.networks.matmul import (
     using_cpu_matmul,
 )
 from cadence.networks.mlp import MLP
-from tests.networks.test_matmul import _values_and_grads, ops_called
+from tests.networks.test_matmul import _values_and_grads, loss_and_gradients, ops_called
 
 needs_kernel = pytest.mark.skipif(
     sys.platform == "win32" or avx512_unavailable() is not None,
     reason=f"the AVX-512 kernel cannot run here: {avx512_unavailable()}",
 )
-
-
-@pytest.fixture(autouse=True)
-def restore_backend():
-    backend, inherited = matmul._backend, os.environ.get(matmul.ENV_VAR)
-    yield
-    matmul._backend = backend
-    if inherited is None:
-        os.environ.pop(matmul.ENV_VAR, None)
-    else:
-        os.environ[matmul.ENV_VAR] = inherited
 
 
 def _reference(a, b, *bias):
@@ -172,10 +161,7 @@ def test_a_compiled_graph_calls_the_kernel_and_gives_eagers_numbers():
     mlp = MLP(17, (64, 64), out_dim=1)
     x = torch.randn(256, 17)
 
-    def step(x):
-        loss = mlp(x).square().mean()
-        return [loss.detach(), *torch.autograd.grad(loss, list(mlp.parameters()))]
-
+    step = loss_and_gradients(mlp)
     expected = step(x)
     torch._dynamo.reset()
     with torch._dynamo.config.patch(trace_autograd_ops=True):
