@@ -49,7 +49,8 @@ from torch.utils.flop_counter import register_flop_formula
 CPU_MATMULS = ("auto", "aten", "onednn", "avx512")
 
 ENV_VAR = "CADENCE_CPU_MATMUL"
-"""Holds the process's resolved backend (``aten`` or ``onednn``), for its child processes."""
+"""Holds the process's resolved backend (``aten``, ``onednn`` or ``avx512``), for its child
+processes."""
 
 ONEDNN_MIN_MACS = 1 << 21
 """A multiply goes to oneDNN from this many multiply-adds per matrix (rows x in x out), e.g.
@@ -319,6 +320,8 @@ def batched_linear(
     oneDNN when `cpu_matmul` picks it or the kernel (which multiplies one matrix at a time)
     for the size, else None (the caller's ATen path)."""
     if _routed(x) is None or x.shape[1] * x.shape[2] * weight.shape[2] < ONEDNN_MIN_MACS:
+        return None
+    if _backend == "avx512" and not onednn_available():  # a torch without oneDNN: ATen's
         return None
     return onednn_matmul(x, weight, bias)
 

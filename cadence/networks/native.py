@@ -18,6 +18,7 @@ import hashlib
 import io
 import logging
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -54,6 +55,18 @@ def load_native_kernels() -> None:
         raise _failure[0]
 
 
+FLAGS = ("-O3", "-mavx512f", "-mfma", "-fopenmp")  # OpenMP: at::parallel_for's threads
+
+
+def build_directory() -> Path:
+    """Where the kernels build and load from: ``<compile cache>/native/<key>``, keyed by
+    the source, the torch version and `FLAGS`."""
+    from cadence.algorithms.compiled import compile_cache_dir
+
+    key = [SOURCE.read_bytes(), torch.__version__.encode(), " ".join(FLAGS).encode()]
+    return compile_cache_dir() / "native" / hashlib.sha256(b"\0".join(key)).hexdigest()[:16]
+
+
 def _build() -> None:
     capability = torch.backends.cpu.get_cpu_capability()
     if capability != "AVX512":  # ATen's own kernel choice for this CPU
@@ -62,43 +75,53 @@ def _build() -> None:
         )
     from torch.utils import cpp_extension
 
-    from cadence.algorithms.compiled import compile_cache_dir
-
-    flags = ["-O3", "-mavx512f", "-mfma", "-fopenmp"]  # OpenMP: at::parallel_for's threads
-    key = [SOURCE.read_bytes(), torch.__version__.encode(), " ".join(flags).encode()]
-    digest = hashlib.sha256(b"\0".join(key)).hexdigest()[:16]
-    directory = compile_cache_dir() / "native" / digest
+    directory = build_directory()
     directory.mkdir(parents=True, exist_ok=True)
-    name = f"cadence_native_{digest}"
-    building = not (directory / f"{name}.so").exists()
-    if building:  # the one wait a machine pays, said before it starts
-        logger.info("building cadence's AVX-512 matmul kernel in %s (once per machine)", directory)
-    start = time.perf_counter()
+    name = f"cadence_native_{directory.name}"
     log = io.StringIO()
-    try:
-        with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
-            cpp_extension.load(
-                name=name,
-                sources=[str(SOURCE)],
-                extra_cflags=flags,
-                extra_ldflags=["-fopenmp"],
-                build_directory=str(directory),
-                is_python_module=False,
+    with _exclusive(directory / "cadence.lock"):
+        # torch's own lock file, which a build killed outright (SIGKILL, out of memory)
+        # leaves behind and every later load would wait on forever; a live build holds
+        # the lock above.
+        (directory / "lock").unlink(missing_ok=True)
+        building = not (directory / f"{name}.so").exists()
+        if building:  # the one wait a machine pays, said before it starts
+            logger.info(
+                "building cadence's AVX-512 matmul kernel in %s (once per machine)", directory
             )
-    except Exception as error:  # a missing compiler, a failed build: say what it said
-        tail = "\n".join((log.getvalue() + str(error)).strip().splitlines()[-15:])
-        raise NativeKernelsUnavailable(
-            f"building {SOURCE.name} in {directory} failed (a C++ compiler is needed, as for "
-            f"torch.compile):\n{tail}"
-        ) from error
+        start = time.perf_counter()
+        try:
+            with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+                cpp_extension.load(
+                    name=name,
+                    sources=[str(SOURCE)],
+                    extra_cflags=list(FLAGS),
+                    extra_ldflags=["-fopenmp"],
+                    build_directory=str(directory),
+                    is_python_module=False,
+                )
+        except Exception as error:  # a missing compiler, a failed build: say what it said
+            tail = "\n".join((log.getvalue() + str(error)).strip().splitlines()[-15:])
+            raise NativeKernelsUnavailable(
+                f"building {SOURCE.name} in {directory} failed (a C++ compiler is needed, as "
+                f"for torch.compile):\n{tail}"
+            ) from error
     if building:
         logger.info("built the kernel in %.1f s", time.perf_counter() - start)
 
 
-def native_kernels_available() -> bool:
-    """Whether `load_native_kernels` succeeds (building them the first time)."""
+@contextlib.contextmanager
+def _exclusive(path: Path) -> Iterator[None]:
+    """Holds an exclusive lock on ``path`` among processes, which the OS releases if the
+    holder dies (where ``fcntl`` exists; elsewhere nothing is locked)."""
     try:
-        load_native_kernels()
-    except NativeKernelsUnavailable:
-        return False
-    return True
+        import fcntl
+    except ImportError:  # not POSIX
+        yield
+        return
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)

@@ -221,3 +221,12 @@ def test_a_failed_build_reports_the_compilers_words(monkeypatch, tmp_path):
     monkeypatch.setenv("CADENCE_COMPILE_CACHE", str(tmp_path / "cache"))
     with pytest.raises(native.NativeKernelsUnavailable, match="(?s)failed.*error"):
         native._build()
+
+
+@needs_kernel
+@pytest.mark.timeout(120)
+def test_a_build_killed_outright_does_not_block_later_loads():
+    directory = native.build_directory()
+    (directory / "lock").touch()  # torch's lock file, as a SIGKILLed build leaves it
+    native._build()  # would wait on it forever
+    assert not (directory / "lock").exists()
