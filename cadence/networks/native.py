@@ -6,8 +6,8 @@ MKL runs with AVX2 on AMD processors (see `cadence.networks.matmul`).
 
 It is compiled with ``torch.utils.cpp_extension`` (the C++ compiler that ``torch.compile``
 also needs) into ``<compile cache>/native`` (``$CADENCE_COMPILE_CACHE``, else
-``~/.cache/cadence/torch-compile``): a few seconds the first time on a machine, then a
-library load. Where the CPU lacks AVX-512, or nothing can build it, `load_native_kernels`
+``~/.cache/cadence/torch-compile``): about 13 s on two cores the first time on a machine
+(logged), then a library load. A lock among processes lets a sweep's runs share one build. Where the CPU lacks AVX-512, or nothing can build it, `load_native_kernels`
 says why and cadence keeps to ATen and oneDNN.
 """
 
