@@ -24,7 +24,7 @@ which `MLP` uses, `EnsembleLinear` and `GRUCell`):
   AVX-512 CPU are needed);
 - ``auto``: times them on a 256 x 256 x 256 multiply and its two backward multiplies
   (`measure_cpu_matmul`), and the kernel also at 256 x 64 x 64, and leaves ATen for the
-  fastest when it is at least `ONEDNN_MIN_SPEEDUP` faster.
+  fastest when it is at least `MIN_SPEEDUP` faster.
 
 Only CPU float32 tensors are affected; CUDA tensors always use ATen. The choice is
 process-wide, and children started afterwards inherit it (``CADENCE_CPU_MATMUL``). The
@@ -35,6 +35,7 @@ it (``trainer.cpu_matmul``, in the run's ``placement.json``) and a resume reuses
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import os
 import statistics
@@ -63,7 +64,7 @@ AVX512_MIN_MACS = 1 << 17
 x 64 x 8). Below it the custom op's call costs more than it saves: 8 x 64 x 64 (acting on
 8 envs) takes 3.9 us against ATen's 3.3."""
 
-ONEDNN_MIN_SPEEDUP = 1.25
+MIN_SPEEDUP = 1.25
 """``auto`` leaves ATen for another backend when ATen takes at least this many times as
 long."""
 
@@ -173,12 +174,12 @@ def measure_cpu_matmul(shape: tuple[int, int, int] = CUBE, repeats: int = 10) ->
 
 
 def _fastest_backend() -> str:
-    """``auto``'s choice: ATen unless oneDNN or the kernel is `ONEDNN_MIN_SPEEDUP` faster
+    """``auto``'s choice: ATen unless oneDNN or the kernel is `MIN_SPEEDUP` faster
     on a `CUBE`; the kernel over oneDNN when it also is on a `NARROW` layer."""
     cube = measure_cpu_matmul()
 
     def faster(times: dict[str, float], name: str) -> bool:
-        return name in times and times["aten"] >= ONEDNN_MIN_SPEEDUP * times[name]
+        return name in times and times["aten"] >= MIN_SPEEDUP * times[name]
 
     if faster(cube, "avx512") and faster(measure_cpu_matmul(NARROW), "avx512"):
         return "avx512"
@@ -245,25 +246,18 @@ def _onednn_matmul_flops(a_shape, b_shape, *args, **kwargs) -> int:
     return 2 * math.prod(a_shape) * b_shape[-1]
 
 
-_avx512_ready: list[str | None] = []
-"""[None] once ``torch.ops.cadence_native.mm`` is loaded and registered here, [why not] if it
-cannot be; [] before the first look."""
-
-
+@functools.cache
 def avx512_unavailable() -> str | None:
-    """None where cadence's AVX-512 kernel runs (built and registered at the first call),
-    else why not."""
-    if not _avx512_ready:
-        from cadence.networks.native import NativeKernelsUnavailable, load_native_kernels
+    """None where cadence's AVX-512 kernel runs (built, loaded and registered at the first
+    call of the process), else why not."""
+    from cadence.networks.native import NativeKernelsUnavailable, load_native_kernels
 
-        try:
-            load_native_kernels()
-        except NativeKernelsUnavailable as error:
-            _avx512_ready.append(str(error))
-        else:
-            _register_avx512()
-            _avx512_ready.append(None)
-    return _avx512_ready[0]
+    try:
+        load_native_kernels()
+    except NativeKernelsUnavailable as error:
+        return str(error)
+    _register_avx512()
+    return None
 
 
 def avx512_matmul(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:

@@ -7,8 +7,10 @@ MKL runs with AVX2 on AMD processors (see `cadence.networks.matmul`).
 It is compiled with ``torch.utils.cpp_extension`` (the C++ compiler that ``torch.compile``
 also needs) into ``<compile cache>/native`` (``$CADENCE_COMPILE_CACHE``, else
 ``~/.cache/cadence/torch-compile``): about 13 s on two cores the first time on a machine
-(logged), then a library load. A lock among processes lets a sweep's runs share one build. Where the CPU lacks AVX-512, or nothing can build it, `load_native_kernels`
-says why and cadence keeps to ATen and oneDNN.
+(logged), then a library load. A lock among processes lets a sweep's runs share one build.
+Where the CPU lacks AVX-512, or nothing can build it, `load_native_kernels` says why and
+cadence keeps to ATen and oneDNN (`cadence.networks.matmul.avx512_unavailable`, which
+calls it once per process).
 """
 
 from __future__ import annotations
@@ -32,29 +34,6 @@ class NativeKernelsUnavailable(RuntimeError):
     """The kernels cannot run here; the message says why."""
 
 
-_failure: list[NativeKernelsUnavailable | None] = []
-"""The first load's outcome in this process: [None] loaded, [error] failed, [] not tried."""
-
-
-def load_native_kernels() -> None:
-    """Builds (first time on a machine) and loads ``torch.ops.cadence_native``; a no-op
-    once done.
-
-    Raises:
-        NativeKernelsUnavailable: the CPU has no AVX-512, or the build failed (the
-            compiler's last lines are in the message). Raised again, without a second
-            build, on later calls.
-    """
-    if not _failure:
-        try:
-            _build()
-            _failure.append(None)
-        except NativeKernelsUnavailable as error:
-            _failure.append(error)
-    if _failure[0] is not None:
-        raise _failure[0]
-
-
 FLAGS = ("-O3", "-mavx512f", "-mfma", "-fopenmp")  # OpenMP: at::parallel_for's threads
 
 
@@ -67,7 +46,13 @@ def build_directory() -> Path:
     return compile_cache_dir() / "native" / hashlib.sha256(b"\0".join(key)).hexdigest()[:16]
 
 
-def _build() -> None:
+def load_native_kernels() -> None:
+    """Builds (the first time on a machine) and loads ``torch.ops.cadence_native``.
+
+    Raises:
+        NativeKernelsUnavailable: the CPU has no AVX-512, or the build failed (the
+            compiler's last lines are in the message).
+    """
     capability = torch.backends.cpu.get_cpu_capability()
     if capability != "AVX512":  # ATen's own kernel choice for this CPU
         raise NativeKernelsUnavailable(

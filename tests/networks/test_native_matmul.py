@@ -203,12 +203,12 @@ def test_auto_picks_the_kernel_only_where_it_gains_on_both_sizes(
 
 
 def test_the_backend_says_why_where_the_kernel_cannot_run(monkeypatch):
-    monkeypatch.setattr(matmul, "_avx512_ready", ["this CPU has no AVX-512"])
+    monkeypatch.setattr(matmul, "avx512_unavailable", lambda: "this CPU has no AVX-512")
     with pytest.raises(ValueError, match="avx512 cannot run here: this CPU has no AVX-512"):
         set_cpu_matmul("avx512")
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")
     with pytest.raises(native.NativeKernelsUnavailable, match="no AVX-512.*'AVX2'"):
-        native._build()
+        native.load_native_kernels()
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="needs a C++ compiler")
@@ -220,7 +220,7 @@ def test_a_failed_build_reports_the_compilers_words(monkeypatch, tmp_path):
     monkeypatch.setattr(native, "SOURCE", broken)
     monkeypatch.setenv("CADENCE_COMPILE_CACHE", str(tmp_path / "cache"))
     with pytest.raises(native.NativeKernelsUnavailable, match="(?s)failed.*error"):
-        native._build()
+        native.load_native_kernels()
 
 
 @needs_kernel
@@ -228,5 +228,5 @@ def test_a_failed_build_reports_the_compilers_words(monkeypatch, tmp_path):
 def test_a_build_killed_outright_does_not_block_later_loads():
     directory = native.build_directory()
     (directory / "lock").touch()  # torch's lock file, as a SIGKILLed build leaves it
-    native._build()  # would wait on it forever
+    native.load_native_kernels()  # would wait on it forever
     assert not (directory / "lock").exists()

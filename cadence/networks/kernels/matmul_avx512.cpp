@@ -185,6 +185,7 @@ class Multiply : public torch::autograd::Function<Multiply> {
                             const at::Tensor& b, const std::optional<at::Tensor>& bias) {
     at::AutoDispatchBelowADInplaceOrView below;
     ctx->save_for_backward({a, b});
+    // Without a bias the function has two inputs: needs_input_grad(2) would be out of range.
     ctx->saved_data["bias"] = bias.has_value();
     return call_mm(a, b, bias);
   }
