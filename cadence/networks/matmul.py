@@ -240,10 +240,14 @@ def _backward(ctx, grad: torch.Tensor):
 onednn_matmul.register_autograd(_backward, setup_context=_save_for_backward)
 
 
-@register_flop_formula(torch.ops.cadence.onednn_matmul)
-def _onednn_matmul_flops(a_shape, b_shape, *args, **kwargs) -> int:
-    """For ``torch.utils.flop_counter.FlopCounterMode``, which counts ATen's matmuls."""
+def _matmul_flops(a_shape, b_shape, *args, **kwargs) -> int:
+    """For ``torch.utils.flop_counter.FlopCounterMode``, which counts ATen's matmuls. Each
+    op registers this function itself: `register_flop_formula` returns its shape-taking
+    wrapper, which registered again would be wrapped twice."""
     return 2 * math.prod(a_shape) * b_shape[-1]
+
+
+register_flop_formula(torch.ops.cadence.onednn_matmul)(_matmul_flops)
 
 
 @functools.cache
@@ -272,7 +276,7 @@ def _register_avx512() -> None:
     torch.library.register_fake("cadence_native::mm")(
         lambda a, b, bias: a.new_empty((a.shape[0], b.shape[1]))
     )
-    register_flop_formula(torch.ops.cadence_native.mm)(_onednn_matmul_flops)
+    register_flop_formula(torch.ops.cadence_native.mm)(_matmul_flops)
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:

@@ -111,6 +111,18 @@ def test_two_threads_split_the_rows_and_give_the_same_numbers():
 
 
 @needs_kernel
+def test_the_flop_counter_counts_the_kernels_multiplies():
+    from torch.utils.flop_counter import FlopCounterMode
+
+    a = torch.randn(64, 32, requires_grad=True)
+    b = torch.randn(16, 32).t().requires_grad_(True)
+    bias = torch.randn(16, requires_grad=True)
+    with FlopCounterMode(display=False) as counter:
+        avx512_matmul(a, b, bias).sum().backward()
+    assert counter.get_total_flops() == 3 * 2 * (64 * 32 * 16)  # forward, two backward
+
+
+@needs_kernel
 def test_layers_send_the_kernel_what_is_large_enough_to_gain():
     set_cpu_matmul("avx512")
     layer = Linear(64, 64)
