@@ -12,9 +12,11 @@ from cadence.networks import matmul
 @pytest.fixture(autouse=True)
 def restore_backend():
     """Each test leaves the process's matmul backend (and what children inherit) as it
-    found it: a training run sets the backend for its whole process, and a later test must
-    not multiply on whatever an earlier run's `auto` picked."""
-    backend, inherited = matmul._backend, os.environ.get(matmul.ENV_VAR)
+    found it. The whole session multiplies on what `auto` picks for this machine; a test
+    that trains with another backend (which sets it for the process) or mocks `auto`'s
+    measurement must not hand that to the tests after it."""
+    backend = matmul.cpu_matmul()  # the first test decides, as a user's first network does
+    inherited = os.environ.get(matmul.ENV_VAR)
     yield
     matmul._backend = backend
     if inherited is None:
