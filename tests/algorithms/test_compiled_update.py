@@ -317,3 +317,31 @@ def test_the_graph_optimizer_steps_as_torch_does(kind, compile_step, host_correc
     for param, expected in zip(params, mirror, strict=True):
         for name, value in reference.state[expected].items():
             torch.testing.assert_close(optimizer.state[param][name], value, rtol=1e-5, atol=1e-6)
+
+
+def test_each_groups_state_is_one_flat_tensor_per_name_that_the_optimizer_sees():
+    """The graph reads a group's states as one tensor per name; the optimizer's own
+    tensors are views of it, so eager steps, ``state_dict`` and a checkpoint's load (with
+    `reattach`) all act on what the graph reads. A group whose tensors differ in dtype
+    keeps them apart."""
+    params, optimizer = _optimizer_case("adam")
+    stepper = compiled.GraphOptimizer(optimizer)
+    for members, flat in zip(stepper.members, stepper.flat, strict=True):
+        assert set(flat) == {"step", "exp_avg", "exp_avg_sq"}
+        for name, tensor in flat.items():
+            for index in members:
+                view = optimizer.state[params[index]][name]
+                assert view.untyped_storage().data_ptr() == tensor.untyped_storage().data_ptr()
+    for param in params:  # an eager step moves the flat tensors
+        param.grad = torch.ones_like(param)
+    optimizer.step()
+    assert stepper.flat[0]["step"].tolist() == [1.0, 1.0]
+    assert torch.equal(stepper.flat[1]["exp_avg"], torch.full((9,), 0.2))
+    saved = optimizer.state_dict()
+    optimizer.load_state_dict(saved)  # new state tensors, which reattach copies back
+    stepper.reattach()
+    optimizer.step()
+    assert stepper.flat[0]["step"].tolist() == [2.0, 2.0]
+
+    mixed = [torch.nn.Parameter(torch.zeros(3)), torch.nn.Parameter(torch.zeros(2).double())]
+    assert compiled.GraphOptimizer(torch.optim.Adam(mixed)).flat == [None]
