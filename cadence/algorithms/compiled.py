@@ -506,9 +506,11 @@ class GraphOptimizer:
 
     Inside a graph, reading ``optimizer.param_groups`` would guard on every value in it,
     the learning rate included, and so recompile at every change of a schedule. This
-    holds instead what the step reads, fixed: the parameters, their state tensors (the
-    optimizer's own, created here as its first step would), each group's constants, and
-    a 0-d tensor per group that `refresh` sets to its current learning rate.
+    holds instead what the step reads, fixed: the parameters, their state tensors
+    (created here as the optimizer's first step would, then gathered into one flat tensor
+    per group and name, `flat`, of which the optimizer's own become views), each group's
+    constants, and a 0-d tensor per group that `refresh` sets to its current learning
+    rate.
 
     `step` is the arithmetic of PyTorch's Adam (L2 weight decay, bias corrections,
     ``eps`` outside the square root) or RMSprop (no momentum, no centring), in place.
