@@ -736,8 +736,8 @@ class GraphOptimizer:
 def _flatten_states(states: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor] | None:
     """One flat tensor per state name holding every ``state[name]``, each replaced by its
     view into it; None (nothing replaced) where a name's tensors differ in dtype or
-    device."""
-    if not states:
+    device (or the states differ in names)."""
+    if not states or any(state.keys() != states[0].keys() for state in states):
         return None
     names = list(states[0])
     for name in names:
