@@ -71,6 +71,8 @@ def train_to_bar(
 
     Raises:
         AssertionError: the run logged no evaluation (so nothing can be said of its learning).
+        RuntimeError: the run was pre-empted (SIGTERM or SIGUSR1: e.g. the test run was
+            stopped), so its curve ends early and says nothing of its learning either.
     """
     config = load_config(
         config_name,
@@ -81,7 +83,11 @@ def train_to_bar(
             *overrides,
         ],
     )
-    train(config)
+    if train(config) == "preempted":
+        raise RuntimeError(
+            f"{config_name} was pre-empted (SIGTERM or SIGUSR1) in {run_dir}: it checkpointed "
+            "and stopped before reaching its bar or budget, so its learning is not judged"
+        )
     evals = [r for r in read_metrics(run_dir) if r.get("eval/episode_return") is not None]
     if not evals:
         raise AssertionError(f"{config_name} logged no evaluation in {run_dir}")
