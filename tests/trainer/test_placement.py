@@ -79,7 +79,7 @@ def test_auto_places_everything_on_the_cpu_without_a_gpu_and_records_it(tmp_path
         "rollout_step_us": {},
         "cpu_matmul": cpu_matmul(),
     }
-    assert recorded["cpu_matmul"] in CPU_MATMULS
+    assert recorded["cpu_matmul"] in CPU_MATMULS and recorded["cpu_matmul"] != "auto"
 
 
 @no_gpu
