@@ -253,6 +253,10 @@ class ActorCriticAlgorithm(Algorithm):
             return False
         return metrics["train/approx_kl"] > self.target_kl
 
+    @property
+    def may_stop_epochs(self) -> bool:
+        return self.target_kl is not None
+
     def _to_env(self, action: torch.Tensor) -> torch.Tensor:
         if self._clip_actions:
             return torch.maximum(torch.minimum(action, self._action_high), self._action_low)

@@ -197,11 +197,56 @@ class Algorithm(nn.Module, abc.ABC):
     def _update_step_on_rows(self, batch: Batch, indices: torch.Tensor) -> UpdateResult:
         return self.update_step(select_rows(batch, indices))
 
-    def update_step(self, batch: Batch) -> UpdateResult:
-        """The default `update`'s work."""
+    @property
+    def fuses_updates(self) -> bool:
+        """Whether `update_rows_many` runs its updates as one compiled call: the update is
+        compiled, in one process, the default pipeline (`update_step`) without replay
+        priorities, and no update may be skipped (`skip_nonfinite_updates`)."""
+        default = all(
+            getattr(type(self), name) is getattr(Algorithm, name)
+            for name in ("update", "update_step", "minimize", "priorities")
+        )
+        return (
+            default
+            and self._compiler is not None
+            and self._gradient_sync is None
+            and not self.skip_nonfinite_updates
+        )
+
+    def update_rows_many(self, batch: Batch, indices: Sequence[torch.Tensor]) -> UpdateResult:
+        """`update_rows` for each of ``indices`` in turn, as one compiled call where the
+        algorithm `fuses_updates` (else one call each).
+
+        A compiled call has a fixed cost in Python around its kernels (tens of
+        microseconds on a CPU), a large part of a small network's update: PPO with 20
+        updates per iteration of a 64x64 network on CartPole trained 400 iterations in
+        2.0-2.15 s with 5 updates per call, 2.5 s with one per call.
+
+        Returns:
+            The updates' results stacked: every metric ``[K]`` and ``nonfinite`` ``[K]``,
+            in the order of ``indices`` (`UpdateTotals.add` takes it as K updates).
+        """
+        indices = list(indices)
+        if not indices:
+            raise ValueError("update_rows_many needs at least one minibatch of indices")
+        if self.fuses_updates:
+            steps = len(indices)
+            return self._compiler.run(self._update_steps_on_rows, batch, indices, steps=steps)
+        return stack_results([self.update_rows(batch, rows) for rows in indices])
+
+    def _update_steps_on_rows(self, batch: Batch, indices: list[torch.Tensor]) -> UpdateResult:
+        results = [
+            self.update_step(select_rows(batch, rows), update_index=index)
+            for index, rows in enumerate(indices)
+        ]
+        return stack_results(results)
+
+    def update_step(self, batch: Batch, update_index: int = 0) -> UpdateResult:
+        """The default `update`'s work; ``update_index``: its place among the updates of
+        one compiled call (`update_rows_many`), passed on to `minimize`."""
         step = self.train_step(batch, batch.get("initial_state", ()))
         loss_info = self.calc_loss(step.info)
-        grad_norm = self.minimize(loss_info.loss)
+        grad_norm = self.minimize(loss_info.loss, update_index=update_index)
         self.after_update()
         return self.update_result(loss_info, grad_norm, self.priorities(step.info))
 
@@ -220,6 +265,13 @@ class Algorithm(nn.Module, abc.ABC):
         """On-policy: whether to stop the passes over an unroll after the one that just
         ended, given the mean of every metric over that pass's updates."""
         return False
+
+    @property
+    def may_stop_epochs(self) -> bool:
+        """Whether `stop_epochs` may ever return True (an algorithm that overrides it says
+        so unless it overrides this too): the on-policy scheme then checks it after each
+        pass, rather than running the passes' updates together."""
+        return type(self).stop_epochs is not Algorithm.stop_epochs
 
     def summaries(self) -> dict[str, torch.Tensor]:
         """Videos to log at each evaluation, by TensorBoard tag: uint8 ``[T, H, W, 3]``
@@ -241,19 +293,23 @@ class Algorithm(nn.Module, abc.ABC):
             self._gradient_sync(parameters)
 
     def minimize(
-        self, loss: torch.Tensor, optimizers: Sequence[torch.optim.Optimizer] | None = None
+        self,
+        loss: torch.Tensor,
+        optimizers: Sequence[torch.optim.Optimizer] | None = None,
+        update_index: int = 0,
     ) -> torch.Tensor | None:
         """One step of ``optimizers`` (default: all) on ``loss``.
 
         zero_grad, backward, `sync_gradients`, clip each optimizer's gradients to
-        `max_grad_norm`, step.
+        `max_grad_norm`, step. ``update_index``: in a compiled call of several updates
+        (`update_rows_many`), which one this is (`GraphOptimizer.step`); eager, unused.
 
         Returns:
             The largest gradient norm before clipping (0-d), or None without clipping.
         """
         optimizers = list(self.optimizers().values()) if optimizers is None else optimizers
         if torch.compiler.is_compiling():
-            return self._graph_minimize(loss, optimizers)
+            return self._graph_minimize(loss, optimizers, update_index)
         for optimizer in optimizers:
             optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -267,7 +323,10 @@ class Algorithm(nn.Module, abc.ABC):
         return grad_norm
 
     def _graph_minimize(
-        self, loss: torch.Tensor, optimizers: Sequence[torch.optim.Optimizer]
+        self,
+        loss: torch.Tensor,
+        optimizers: Sequence[torch.optim.Optimizer],
+        update_index: int = 0,
     ) -> torch.Tensor | None:
         """`minimize` inside a compiled graph: the same arithmetic without ``.grad``.
 
@@ -296,7 +355,7 @@ class Algorithm(nn.Module, abc.ABC):
             apply = torch.isfinite(loss.detach()) & torch.isfinite(grad_norm)
         with torch.no_grad():
             for stepper, group_grads in zip(steppers, clipped, strict=True):
-                stepper.step(group_grads, apply)
+                stepper.step(group_grads, apply, update_index)
         return grad_norm
 
     def finite_or_dropped(
@@ -379,6 +438,16 @@ class Algorithm(nn.Module, abc.ABC):
         if self._compiler is not None:
             self._compiler.reattach()
         return super().load_state_dict(state_dict, strict=strict)
+
+
+def stack_results(results: Sequence[UpdateResult]) -> UpdateResult:
+    """Several updates' results as one: every metric and ``nonfinite`` stacked (``[K]``);
+    priorities concatenated (None when any update keeps them)."""
+    metrics = {key: torch.stack([r.metrics[key] for r in results]) for key in results[0].metrics}
+    nonfinite = torch.stack([r.nonfinite for r in results])
+    priorities = [r.priorities for r in results]
+    kept = any(p is None for p in priorities)
+    return UpdateResult(metrics, nonfinite, None if kept else torch.cat(priorities))
 
 
 def select_rows(batch: Batch, indices: torch.Tensor) -> Batch:

@@ -24,3 +24,8 @@ def compile_field(default: str = "off") -> Any:
             "load the graphs from the per-machine cache ($CADENCE_COMPILE_CACHE)."
         },
     )
+
+
+MAX_UPDATES_PER_GRAPH = 32
+"""Optimizer steps one compiled call may take (`Algorithm.update_rows_many`): a
+`GraphOptimizer` keeps Adam's bias corrections for that many steps ahead."""

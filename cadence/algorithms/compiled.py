@@ -43,7 +43,7 @@ from typing import Any
 import torch
 from torch.utils._pytree import SUPPORTED_NODES, tree_flatten
 
-from cadence.algorithms.compile_config import COMPILE_MODES
+from cadence.algorithms.compile_config import COMPILE_MODES, MAX_UPDATES_PER_GRAPH
 from cadence.algorithms.precompiled import Precompiled, load_or_compile, machine, precompilable
 from cadence.data.time_step import TimeStep
 from cadence.networks.matmul import cpu_matmul
@@ -401,8 +401,9 @@ class UpdateCompiler:
             )
             self.mode = "eager"
 
-    def run(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """``fn(*args)``, compiled (or, under ``"auto"``, as measured faster).
+    def run(self, fn: Callable[..., Any], *args: Any, steps: int = 1) -> Any:
+        """``fn(*args)``, compiled (or, under ``"auto"``, as measured faster); ``fn`` takes
+        ``steps`` optimizer steps (see `GraphOptimizer`).
 
         A method, not ``__call__``: a saved graph's guards pickle the callable attributes
         of the modules the trace went through (the unroll's, the algorithm), and a
@@ -419,13 +420,13 @@ class UpdateCompiler:
             )
             self._graphs[name] = graph
         if self.mode != "auto":
-            return self._run(graph, args)
+            return self._run(graph, args, steps)
         choice = self.choices.get(name)
         if choice == "eager":
             return fn(*args)
         if choice is not None:
-            return self._run(graph, args)
-        return self._measure(name, fn, graph, args)
+            return self._run(graph, args, steps)
+        return self._measure(name, fn, graph, args, steps)
 
     def _options(self) -> dict[str, Any] | None:
         """`graph_options` for the device of the optimizers' parameters."""
@@ -452,16 +453,21 @@ class UpdateCompiler:
         for graph_optimizer in self._optimizers:
             graph_optimizer.reattach()
 
-    def _run(self, graph: CompiledWithFallback, args: tuple[Any, ...]) -> Any:
+    def _run(self, graph: CompiledWithFallback, args: tuple[Any, ...], steps: int = 1) -> Any:
         optimizers = list(self.optimizers())
         if [g.optimizer for g in self._optimizers] != optimizers:
             self._optimizers = [GraphOptimizer(optimizer) for optimizer in optimizers]
         for graph_optimizer in self._optimizers:
-            graph_optimizer.refresh()
+            graph_optimizer.refresh(steps)
         return graph(*args)
 
     def _measure(
-        self, key: str, fn: Callable[..., Any], graph: CompiledWithFallback, args: tuple[Any, ...]
+        self,
+        key: str,
+        fn: Callable[..., Any],
+        graph: CompiledWithFallback,
+        args: tuple[Any, ...],
+        steps: int = 1,
     ) -> Any:
         """``"auto"``: this call runs one way and is timed; once both ways have
         `AUTO_TIMED_CALLS` timed calls (each after an untimed first), the faster wins."""
@@ -471,7 +477,7 @@ class UpdateCompiler:
             self.choices[key] = "eager"
             return fn(*args)
         start = time.perf_counter()
-        result = fn(*args) if way == "eager" else self._run(graph, args)
+        result = fn(*args) if way == "eager" else self._run(graph, args, steps)
         _sync(result)
         timings[way].append(time.perf_counter() - start)
         if len(timings["compiled"]) > AUTO_TIMED_CALLS:
@@ -518,13 +524,14 @@ class GraphOptimizer:
     Adam's bias corrections depend on each parameter's step count only. Where the counts
     live on the CPU (torch's default, and a fused optimizer's on CPU parameters),
     `refresh` computes them before the call, in double precision as torch's Adam does,
-    into two small tensors per group that the graph reads. Computed inside the graph
-    instead, they are scalar ``pow``s that inductor folds into every vector iteration of
-    every parameter's loop: a compiled step of a 64x64 PPO's 9k parameters took 70 us
-    that way, and of SAC's 200k parameters 460 us, against 15 and 50 us for the
-    arithmetic itself. Counts on an accelerator stay in the graph (reading them would
-    wait for the device). This assumes one step per optimizer per call, as every
-    algorithm's update takes.
+    into two small tensors per group that the graph reads, a row per step the call takes
+    (a call of several updates, `Algorithm.update_rows_many`, steps row ``update_index``).
+    Computed inside the graph instead, they are scalar ``pow``s that inductor folds into
+    every vector iteration of every parameter's loop: a compiled step of a 64x64 PPO's 9k
+    parameters took 70 us that way, and of SAC's 200k parameters 460 us, against 15 and
+    50 us for the arithmetic itself. Counts on an accelerator stay in the graph (reading
+    them would wait for the device). This assumes that every step of a call applies (a
+    call of several updates skips none: `Algorithm.update_rows_many`).
 
     Args:
         optimizer: a ``torch.optim.Adam`` or ``RMSprop``.
@@ -581,12 +588,17 @@ class GraphOptimizer:
         ]
         """Per Adam group computed before each call: each parameter's step size (the
         learning rate over its first bias correction) and its second bias correction's
-        square root, for the step the call takes (None: the graph computes them)."""
+        square root, ``[MAX_UPDATES_PER_GRAPH, num_params]``, row ``k`` for the call's
+        ``k``-th step (None: the graph computes them)."""
 
-    def refresh(self) -> None:
+    def refresh(self, steps: int = 1) -> None:
         """Before each call: each group's learning rate into the tensor the graph reads,
         or, for a group with `corrections`, its parameters' step sizes (which hold the
-        rate) and bias corrections for the coming step."""
+        rate) and bias corrections for the ``steps`` steps the call takes."""
+        if not 1 <= steps <= MAX_UPDATES_PER_GRAPH:
+            raise ValueError(
+                f"a compiled call takes 1 to {MAX_UPDATES_PER_GRAPH} optimizer steps; got {steps}"
+            )
         for group, rate, members, corrections, flat in zip(
             self.optimizer.param_groups,
             self.learning_rates,
@@ -604,7 +616,7 @@ class GraphOptimizer:
                     if flat is None
                     else flat["step"]
                 )
-                _fill_corrections(corrections, counts.tolist(), lr, *group["betas"])
+                _fill_corrections(corrections, counts.tolist(), lr, *group["betas"], steps)
 
     def reattach(self) -> None:
         """After ``optimizer.load_state_dict``, which makes new state tensors: their values
@@ -616,10 +628,16 @@ class GraphOptimizer:
                     tensor.copy_(loaded[name])
                 self.optimizer.state[param] = kept
 
-    def step(self, grads: Sequence[torch.Tensor | None], apply: torch.Tensor | None) -> None:
+    def step(
+        self,
+        grads: Sequence[torch.Tensor | None],
+        apply: torch.Tensor | None,
+        update_index: int = 0,
+    ) -> None:
         """``optimizer.step()`` with ``grads`` (one per parameter; None leaves one alone, as
         an eager optimizer leaves a parameter without ``.grad``); where the 0-d bool
-        ``apply`` is False nothing changes (a skipped non-finite update).
+        ``apply`` is False nothing changes (a skipped non-finite update). ``update_index``:
+        which of the call's steps this is (the row of `corrections` it reads).
 
         Each group's parameters step together in ``torch._foreach_*`` ops: a dozen traced
         calls per group instead of a dozen per parameter, which is most of what a warm
@@ -652,7 +670,7 @@ class GraphOptimizer:
                 constants,
                 lr,
                 apply,
-                None if corrections is None else _pick(corrections, stepped),
+                None if corrections is None else _pick(corrections, update_index, stepped),
                 flat,
             )
 
@@ -765,14 +783,17 @@ def _views(
     return states
 
 
-def _pick(corrections: tuple[torch.Tensor, ...], stepped: list[int]) -> list[list[torch.Tensor]]:
-    """Each of ``corrections`` at the positions ``stepped``: one traced op per tensor (an
-    index per position cost the trace 0.1 s for 12 parameters)."""
-    return [[parts[k] for k in stepped] for parts in (c.unbind() for c in corrections)]
+def _pick(
+    corrections: tuple[torch.Tensor, ...], row: int, stepped: list[int]
+) -> list[list[torch.Tensor]]:
+    """Each of ``corrections``' row ``row`` at the positions ``stepped``: one traced op per
+    tensor (an index per position cost the trace 0.1 s for 12 parameters)."""
+    return [[parts[k] for k in stepped] for parts in (c[row].unbind() for c in corrections)]
 
 
 def _zeros_pair(size: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    return torch.zeros(size, device=device), torch.zeros(size, device=device)
+    shape = (MAX_UPDATES_PER_GRAPH, size)
+    return torch.zeros(shape, device=device), torch.zeros(shape, device=device)
 
 
 def _fill_corrections(
@@ -781,23 +802,32 @@ def _fill_corrections(
     lr: float,
     beta1: float,
     beta2: float,
+    ahead: int = 1,
 ) -> None:
     """Adam's step sizes and second bias-correction roots for parameters at ``steps``
-    about to take one more, in double precision as ``torch.optim.Adam`` computes them."""
+    about to take ``ahead`` more (row ``k`` for the ``k``-th), in double precision as
+    ``torch.optim.Adam`` computes them."""
 
     def scalars(step: float) -> tuple[float, float]:
         step += 1
         return lr / (1 - beta1**step), math.sqrt(1 - beta2**step)
 
     step_sizes, roots = corrections
-    if all(step == steps[0] for step in steps):  # the usual case: one fill each
-        size, root = scalars(steps[0])
-        step_sizes.fill_(size)
-        roots.fill_(root)
+    if all(step == steps[0] for step in steps):  # the usual case: one fill per row
+        if ahead == 1:  # every row: one op each, where a row's view would cost another
+            size, root = scalars(steps[0])
+            step_sizes.fill_(size)
+            roots.fill_(root)
+            return
+        values = torch.tensor([scalars(steps[0] + k) for k in range(ahead)], dtype=torch.float64)
+        step_sizes[:ahead].copy_(values[:, :1].expand(ahead, step_sizes.shape[1]))
+        roots[:ahead].copy_(values[:, 1:].expand(ahead, roots.shape[1]))
         return
-    values = torch.tensor([scalars(step) for step in steps], dtype=torch.float64)
-    step_sizes.copy_(values[:, 0])
-    roots.copy_(values[:, 1])
+    values = torch.tensor(
+        [[scalars(step + k) for step in steps] for k in range(ahead)], dtype=torch.float64
+    )
+    step_sizes[:ahead].copy_(values[..., 0])
+    roots[:ahead].copy_(values[..., 1])
 
 
 def _group_constants(group: dict[str, Any], step_device: torch.device) -> dict[str, torch.Tensor]:

@@ -108,13 +108,21 @@ class UpdateTotals:
         return self._nonfinite
 
     def add(self, result: UpdateResult) -> None:
-        """Adds one update's result (or counts it as skipped)."""
-        if self.skip_nonfinite and bool(result.nonfinite):
-            self.skipped += 1
-            return
+        """Adds one update's result, or K updates' stacked (``nonfinite`` ``[K]``, see
+        `Algorithm.update_rows_many`); with ``skip_nonfinite``, those flagged are counted
+        as skipped instead."""
+        if self.skip_nonfinite:
+            flags = result.nonfinite.reshape(-1)
+            if bool(flags.any()):
+                kept = ~flags
+                self.skipped += int(flags.sum())
+                if result.nonfinite.dim() == 0 or not bool(kept.any()):
+                    return
+                metrics = {key: value[kept] for key, value in result.metrics.items()}
+                result = result._replace(metrics=metrics, nonfinite=flags[kept])
         self._metrics.append(result.metrics)
         self._flags.append(result.nonfinite)
-        self.count += 1
+        self.count += result.nonfinite.numel()
 
     def merge(self, other: UpdateTotals) -> None:
         """Adds the updates summed in ``other``."""
@@ -133,9 +141,9 @@ class UpdateTotals:
         keys = dict.fromkeys(key for metrics in self._metrics for key in metrics)
         for key in keys:
             values = [metrics[key] for metrics in self._metrics if key in metrics]
-            total = torch.stack(values).detach().sum(0)
+            total = _joined(values).detach().sum()
             self._sums[key] = self._sums[key] + total if key in self._sums else total
-        self._or_nonfinite(torch.stack(self._flags).any())
+        self._or_nonfinite(_joined(self._flags).any())
         self._metrics, self._flags = [], []
 
     def _or_nonfinite(self, flag: torch.Tensor) -> None:
@@ -167,3 +175,10 @@ class _Means(Mapping[str, float]):
 
     def __len__(self) -> int:
         return len(self._totals.sums)
+
+
+def _joined(values: list[torch.Tensor]) -> torch.Tensor:
+    """One update's 0-d values or several updates' ``[K]`` ones, as one 1-d tensor."""
+    if all(value.dim() == 0 for value in values):
+        return torch.stack(values)
+    return torch.cat([value.reshape(-1) for value in values])

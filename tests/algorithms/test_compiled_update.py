@@ -182,6 +182,50 @@ def test_a_compiled_update_of_rows_gathers_them_in_its_graph(name):
     assert not torch._dynamo.utils.counters["graph_break"]
 
 
+@pytest.mark.parametrize("name", ["ppo", "a2c"])
+def test_several_updates_in_one_compiled_call_give_the_eager_numbers(name):
+    """`Algorithm.update_rows_many` (the on-policy scheme's calls of several updates): one
+    graph takes an optimizer step per update, each with its own step's Adam bias
+    corrections, and its stacked results and the states after it are eager's, update by
+    update, for minibatches of different sizes."""
+    eager, graph, batches = _eager_and_compiled(name)
+    assert graph.fuses_updates and not eager.fuses_updates
+    generator = torch.Generator().manual_seed(0)
+    for batch in batches[:2]:
+        minibatches = [torch.randperm(N, generator=generator)[: N - 3 * k] for k in range(2)]
+        expected = [eager.update_rows(batch, rows) for rows in minibatches]
+        result = graph.update_rows_many(batch, minibatches)
+        assert result.nonfinite.shape == (2,) and not result.nonfinite.any()
+        for key in expected[0].metrics:
+            values = torch.stack([e.metrics[key] for e in expected])
+            torch.testing.assert_close(result.metrics[key], values, rtol=1e-4, atol=1e-5)
+        assert_close_states(eager, graph)
+    optimizer = graph.optimizers()["actor_critic"]
+    assert all(int(state["step"]) == 4 for state in optimizer.state.values())
+    assert list(graph.compiler._graphs) == ["Algorithm._update_steps_on_rows"]
+    assert graph.compiler._graphs["Algorithm._update_steps_on_rows"].is_compiled
+    assert not torch._dynamo.utils.counters["graph_break"]
+
+
+def test_the_bias_corrections_of_several_steps_are_each_steps_own():
+    """`GraphOptimizer.refresh` for a call of several steps fills a row per step, for
+    parameters whose step counts differ too (one left without gradients falls behind)."""
+    params, optimizer = _optimizer_case("adam")
+    stepper = compiled.GraphOptimizer(optimizer)
+    beta1, beta2 = optimizer.param_groups[0]["betas"]
+    lr = optimizer.param_groups[0]["lr"]
+    stepper.flat[0]["step"].copy_(torch.tensor([4.0, 7.0]))
+    stepper.refresh(steps=3)
+    step_sizes, roots = stepper.corrections[0]
+    for row in range(3):
+        for column, count in enumerate((4, 7)):
+            step = count + row + 1
+            assert step_sizes[row, column].item() == pytest.approx(lr / (1 - beta1**step))
+            assert roots[row, column].item() == pytest.approx((1 - beta2**step) ** 0.5)
+    with pytest.raises(ValueError, match="1 to 32 optimizer steps"):
+        stepper.refresh(steps=33)
+
+
 def _unroll(discrete: bool, steps: int = 9, envs: int = 4) -> Experience:
     """An on-policy unroll whose episodes end (LAST steps, one of them terminal)."""
     generator = torch.Generator().manual_seed(3)
