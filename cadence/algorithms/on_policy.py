@@ -9,10 +9,19 @@ from typing import Any, Protocol
 import torch
 
 from cadence.algorithms.algorithm import Algorithm, Batch
+from cadence.algorithms.compile_config import MAX_UPDATES_PER_GRAPH
 from cadence.algorithms.scheme import IterationResult, UpdateTotals
 from cadence.data import distributed
 from cadence.data.experience import Experience
 from cadence.data.nest import flatten
+
+DEFAULT_UPDATES_PER_GRAPH = 5
+"""Compiled updates per call at most, by default (`OnPolicyScheme`). A call's graph holds
+each of its updates (the loop is unrolled when compiled), so compile time grows with them
+while the gain per update shrinks: PPO's loop in ``benchmarks/compiled_loop.py`` (20
+updates per iteration) ran in 2.5 s with 1 update per call, 2.0-2.15 s with 5, 1.96-2.08 s
+with 10 and 1.84-1.92 s with 20, and compiled in 26, 50, 86 and 192 s on an empty cache
+(about 1.1 s warm for each)."""
 
 
 class ExperienceSource(Protocol):
@@ -39,14 +48,32 @@ class OnPolicyScheme:
     that many nearly equal parts), so that every rank steps the same number of times
     whatever its number of samples; `Algorithm.stop_epochs` sees the means over all ranks.
 
+    Where the algorithm `Algorithm.fuses_updates` (a compiled update), the updates run
+    ``updates_per_graph`` at a time as one compiled call (`Algorithm.update_rows_many`):
+    all passes' shuffles are then drawn before their updates, unless `stop_epochs` may end
+    the passes early (`Algorithm.may_stop_epochs`), when each pass is run on its own. The
+    eager scheme draws its shuffles in the same order, so both give the same minibatches.
+
     Args:
         algorithm: the algorithm.
         source: where unrolls come from.
+        updates_per_graph: compiled updates per call at most (calls of nearly equal
+            sizes); 1: one call per update.
     """
 
-    def __init__(self, algorithm: Algorithm, source: ExperienceSource):
+    def __init__(
+        self,
+        algorithm: Algorithm,
+        source: ExperienceSource,
+        updates_per_graph: int = DEFAULT_UPDATES_PER_GRAPH,
+    ):
+        if not 1 <= updates_per_graph <= MAX_UPDATES_PER_GRAPH:
+            raise ValueError(
+                f"updates_per_graph must be 1 to {MAX_UPDATES_PER_GRAPH}; got {updates_per_graph}"
+            )
         self.algorithm = algorithm
         self.source = source
+        self.updates_per_graph = updates_per_graph
 
     def train_iter(self) -> IterationResult:
         """Returns the mean of every logged term and the completed-episode stats."""
@@ -87,17 +114,41 @@ class OnPolicyScheme:
         first_leaf = flatten(batch)[0]
         num_samples = int(first_leaf.shape[0])
         mini_batch_size = algorithm.mini_batch_size or num_samples
+        epochs = algorithm.num_updates_per_train_iter
+        # Passes whose shuffles are drawn before their updates: all of them, unless
+        # `stop_epochs` may end them after any one.
+        together = 1 if algorithm.may_stop_epochs else epochs
         totals = UpdateTotals(algorithm.skip_nonfinite_updates)
-        for _ in range(algorithm.num_updates_per_train_iter):
-            epoch = UpdateTotals(algorithm.skip_nonfinite_updates)
-            permutation = torch.randperm(num_samples, device=first_leaf.device)
-            for start in range(0, num_samples, mini_batch_size):
-                indices = permutation[start : start + mini_batch_size]
-                epoch.add(algorithm.update_rows(batch, indices))
-            totals.merge(epoch)
-            if algorithm.stop_epochs(epoch.means()):
+        for first in range(0, epochs, together):
+            permutations = [
+                torch.randperm(num_samples, device=first_leaf.device)
+                for _ in range(min(together, epochs - first))
+            ]
+            minibatches = [
+                permutation[start : start + mini_batch_size]
+                for permutation in permutations
+                for start in range(0, num_samples, mini_batch_size)
+            ]
+            passes = UpdateTotals(algorithm.skip_nonfinite_updates)
+            self._run_updates(batch, minibatches, passes)
+            totals.merge(passes)
+            if together == 1 and algorithm.stop_epochs(passes.means()):
                 break
         return totals
+
+    def _run_updates(
+        self, batch: Batch, minibatches: list[torch.Tensor], totals: UpdateTotals
+    ) -> None:
+        """The updates on ``minibatches`` in turn, ``updates_per_graph`` per compiled call
+        (as few calls as that allows, of nearly equal sizes) where the algorithm fuses."""
+        algorithm = self.algorithm
+        if not algorithm.fuses_updates or self.updates_per_graph == 1 or len(minibatches) == 1:
+            for indices in minibatches:
+                totals.add(algorithm.update_rows(batch, indices))
+            return
+        calls = -(-len(minibatches) // self.updates_per_graph)
+        for part in _split_evenly(minibatches, calls):
+            totals.add(algorithm.update_rows_many(batch, part))
 
     def _update_across_ranks(self, batch: Batch) -> UpdateTotals:
         algorithm = self.algorithm
@@ -118,3 +169,15 @@ class OnPolicyScheme:
             if algorithm.stop_epochs(distributed.mean_over_ranks(dict(epoch.means()), device)):
                 break
         return totals
+
+
+def _split_evenly(items: list[Any], parts: int) -> list[list[Any]]:
+    """``items`` in ``parts`` consecutive runs whose lengths differ by at most one (the
+    longer first)."""
+    size, extra = divmod(len(items), parts)
+    runs, start = [], 0
+    for part in range(parts):
+        end = start + size + (part < extra)
+        runs.append(items[start:end])
+        start = end
+    return runs

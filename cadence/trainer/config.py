@@ -7,7 +7,9 @@ from typing import Literal
 
 import attrs
 from attrs import field
-from attrs.validators import ge, gt, in_
+from attrs.validators import ge, gt, in_, le
+
+from cadence.algorithms.compile_config import MAX_UPDATES_PER_GRAPH
 
 _DEVICE = re.compile(r"^(cpu(:0)?|cuda(:\d+)?|mps)$")
 
@@ -92,6 +94,16 @@ class TrainerConfig:
             "tensor-native env (the largest divisor of unroll_length up to this). 0: 8 for "
             "on-policy algorithms, whose iterations the unroll is a large part of, 1 for "
             "off-policy ones, whose updates dominate (a warm start then traces one step)."
+        },
+    )
+    updates_per_graph: int = field(
+        default=0,
+        validator=[ge(0), le(MAX_UPDATES_PER_GRAPH)],
+        metadata={
+            "doc": "On-policy updates per compiled call, with a compiled update (calls of "
+            "nearly equal sizes; the passes' shuffles are drawn first, unless target_kl may "
+            "stop them early). 0: 5. Each call's fixed cost in Python is spread over its "
+            "updates, while a call of more updates takes longer to compile."
         },
     )
     num_threads: int = field(

@@ -215,6 +215,49 @@ def test_target_kl_stops_the_passes_early():
     assert metrics["train/num_updates"] == 3  # one pass of 24 / 8, then the KL is over the target
 
 
+def test_a_compiled_scheme_runs_several_updates_per_call_with_the_eager_minibatches():
+    """With a compiled update the scheme runs its passes' updates several per compiled call
+    (`OnPolicyScheme.updates_per_graph`, calls of nearly equal sizes): the same
+    minibatches and parameters as the eager scheme's. Where ``target_kl`` may stop the
+    passes, no call spans two of them."""
+
+    def run(compile_mode, **config):
+        torch.manual_seed(4)
+        algorithm = _ppo(num_updates_per_train_iter=3, mini_batch_size=8, **config)
+        algorithm.set_compile(compile_mode)
+        calls = []
+        one, many = algorithm.update_rows, algorithm.update_rows_many
+
+        def one_recorded(batch, indices):
+            calls.append([indices.tolist()])
+            return one(batch, indices)
+
+        def many_recorded(batch, indices):
+            calls.append([rows.tolist() for rows in indices])
+            return many(batch, indices)
+
+        algorithm.update_rows, algorithm.update_rows_many = one_recorded, many_recorded
+        torch.manual_seed(5)
+        scheme = OnPolicyScheme(algorithm, _FixedSource(_fixed_experience()), updates_per_graph=4)
+        return algorithm, calls, scheme.train_iter().metrics
+
+    eager, eager_calls, eager_metrics = run("off")
+    graph, graph_calls, graph_metrics = run("default")
+    assert [len(call) for call in eager_calls] == [1] * 9
+    assert [len(call) for call in graph_calls] == [3, 3, 3]  # 9 updates, at most 4 per call
+    assert sum(graph_calls, []) == sum(eager_calls, [])
+    assert graph_metrics["train/num_updates"] == eager_metrics["train/num_updates"] == 9
+    for key, value in eager_metrics.items():
+        assert graph_metrics[key] == pytest.approx(value, rel=1e-4, abs=1e-5)
+    for name, value in eager.state_dict().items():
+        if isinstance(value, torch.Tensor):
+            torch.testing.assert_close(graph.state_dict()[name], value, rtol=1e-4, atol=1e-5)
+
+    _, stopping_calls, metrics = run("default", target_kl=1e-12, learning_rate=1e-2)
+    assert [len(call) for call in stopping_calls] == [3]
+    assert metrics["train/num_updates"] == 3
+
+
 def test_a2c_takes_one_step_on_the_whole_unroll():
     algorithm = make_a2c(A2CConfig(), VECTOR, TWO_ACTIONS, NETWORK)
     seen = _record_minibatches(algorithm)
