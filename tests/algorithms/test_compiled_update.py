@@ -183,18 +183,17 @@ def test_a_compiled_update_of_rows_gathers_them_in_its_graph(name):
     assert not torch._dynamo.utils.counters["graph_break"]
 
 
-@pytest.mark.parametrize("corrections", ["host", "in-graph"])
-def test_several_updates_in_one_compiled_call_give_the_eager_numbers(corrections, monkeypatch):
+def test_several_updates_in_one_compiled_call_give_the_eager_numbers(monkeypatch):
     """`Algorithm.update_rows_many` (the on-policy scheme's calls of several updates): one
     graph takes an optimizer step per update, each with its own step's Adam bias
-    corrections (computed before the call, or in the graph as for step counts on an
-    accelerator), and its stacked results and the states after it are eager's, update by
-    update, for minibatches of different sizes. (RMSprop, A2C's, has no corrections: its
-    steps are those of the one-update graph, `test_a_compiled_update_gives_the_eager_numbers`.)"""
-    if corrections == "in-graph":
-        init = compiled.GraphOptimizer.__init__
-        in_graph = functools.partialmethod(init, host_corrections=False)
-        monkeypatch.setattr(compiled.GraphOptimizer, "__init__", in_graph)
+    corrections, and its stacked results and the states after it are eager's, update by
+    update, for minibatches of different sizes. Here the graph computes the corrections
+    itself, as for step counts on an accelerator; those computed before the call (step
+    counts on the CPU) are the scheme's case
+    (`test_a_compiled_scheme_runs_several_updates_per_call_with_the_eager_minibatches`)."""
+    init = compiled.GraphOptimizer.__init__
+    in_graph = functools.partialmethod(init, host_corrections=False)
+    monkeypatch.setattr(compiled.GraphOptimizer, "__init__", in_graph)
     eager, graph, batches = _eager_and_compiled("ppo")
     assert graph.fuses_updates and not eager.fuses_updates
     generator = torch.Generator().manual_seed(0)
@@ -210,7 +209,7 @@ def test_several_updates_in_one_compiled_call_give_the_eager_numbers(corrections
     optimizer = graph.optimizers()["actor_critic"]
     assert all(int(state["step"]) == 4 for state in optimizer.state.values())
     stepper = graph.compiler.graph_optimizer(optimizer)
-    assert (stepper.corrections[0] is None) == (corrections == "in-graph")
+    assert stepper.corrections[0] is None
     assert list(graph.compiler._graphs) == ["Algorithm._update_steps_on_rows"]
     assert graph.compiler._graphs["Algorithm._update_steps_on_rows"].is_compiled
     assert not torch._dynamo.utils.counters["graph_break"]
