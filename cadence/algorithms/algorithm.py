@@ -32,6 +32,7 @@ same parts (`minimize`, `update_result`).
 from __future__ import annotations
 
 import abc
+import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -202,12 +203,8 @@ class Algorithm(nn.Module, abc.ABC):
         """Whether `update_rows_many` runs its updates as one compiled call: the update is
         compiled, in one process, the default pipeline (`update_step`) without replay
         priorities, and no update may be skipped (`skip_nonfinite_updates`)."""
-        default = all(
-            getattr(type(self), name) is getattr(Algorithm, name)
-            for name in ("update", "update_step", "minimize", "priorities")
-        )
         return (
-            default
+            _default_pipeline(type(self))
             and self._compiler is not None
             and self._gradient_sync is None
             and not self.skip_nonfinite_updates
@@ -438,6 +435,14 @@ class Algorithm(nn.Module, abc.ABC):
         if self._compiler is not None:
             self._compiler.reattach()
         return super().load_state_dict(state_dict, strict=strict)
+
+
+@functools.cache
+def _default_pipeline(kind: type[Algorithm]) -> bool:
+    """Whether ``kind`` updates through the default pipeline (`Algorithm.update_step`)
+    without replay priorities; per class, as the scheme asks before every call."""
+    names = ("update", "update_step", "minimize", "priorities")
+    return all(getattr(kind, name) is getattr(Algorithm, name) for name in names)
 
 
 def stack_results(results: Sequence[UpdateResult]) -> UpdateResult:

@@ -9,19 +9,11 @@ from typing import Any, Protocol
 import torch
 
 from cadence.algorithms.algorithm import Algorithm, Batch
-from cadence.algorithms.compile_config import MAX_UPDATES_PER_GRAPH
+from cadence.algorithms.compile_config import DEFAULT_UPDATES_PER_GRAPH, MAX_UPDATES_PER_GRAPH
 from cadence.algorithms.scheme import IterationResult, UpdateTotals
 from cadence.data import distributed
 from cadence.data.experience import Experience
 from cadence.data.nest import flatten
-
-DEFAULT_UPDATES_PER_GRAPH = 5
-"""Compiled updates per call at most, by default (`OnPolicyScheme`). A call's graph holds
-each of its updates (the loop is unrolled when compiled), so compile time grows with them
-while the gain per update shrinks: PPO's loop in ``benchmarks/compiled_loop.py`` (20
-updates per iteration) ran in 2.5 s with 1 update per call, 2.0-2.15 s with 5, 1.96-2.08 s
-with 10 and 1.84-1.92 s with 20, and compiled in 26, 50, 86 and 192 s on an empty cache
-(about 1.1 s warm for each)."""
 
 
 class ExperienceSource(Protocol):

@@ -9,7 +9,7 @@ import attrs
 from attrs import field
 from attrs.validators import ge, gt, in_, le
 
-from cadence.algorithms.compile_config import MAX_UPDATES_PER_GRAPH
+from cadence.algorithms.compile_config import DEFAULT_UPDATES_PER_GRAPH, MAX_UPDATES_PER_GRAPH
 
 _DEVICE = re.compile(r"^(cpu(:0)?|cuda(:\d+)?|mps)$")
 
@@ -97,13 +97,13 @@ class TrainerConfig:
         },
     )
     updates_per_graph: int = field(
-        default=0,
-        validator=[ge(0), le(MAX_UPDATES_PER_GRAPH)],
+        default=DEFAULT_UPDATES_PER_GRAPH,
+        validator=[ge(1), le(MAX_UPDATES_PER_GRAPH)],
         metadata={
             "doc": "On-policy updates per compiled call, with a compiled update (calls of "
             "nearly equal sizes; the passes' shuffles are drawn first, unless target_kl may "
-            "stop them early). 0: 5. Each call's fixed cost in Python is spread over its "
-            "updates, while a call of more updates takes longer to compile."
+            "stop them early). Each call's fixed cost in Python is spread over its updates, "
+            "while a call of more updates takes longer to compile."
         },
     )
     num_threads: int = field(

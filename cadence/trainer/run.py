@@ -14,7 +14,7 @@ from cadence.algorithms.algorithm import Algorithm
 from cadence.algorithms.build import build_algorithm
 from cadence.algorithms.off_policy import OffPolicyScheme, check_first_window, make_replay_buffer
 from cadence.algorithms.off_policy_config import off_policy_config
-from cadence.algorithms.on_policy import DEFAULT_UPDATES_PER_GRAPH, OnPolicyScheme
+from cadence.algorithms.on_policy import OnPolicyScheme
 from cadence.algorithms.scheme import TrainingScheme
 from cadence.collect.unroll import MAX_STEPS_PER_GRAPH, Collector
 from cadence.data import distributed
@@ -255,11 +255,6 @@ def unroll_graph_steps(config: Any) -> int:
     return MAX_STEPS_PER_GRAPH if off_policy_config(config.algorithm) is None else 1
 
 
-def updates_per_graph(config: Any) -> int:
-    """``trainer.updates_per_graph``, or for 0 `DEFAULT_UPDATES_PER_GRAPH`."""
-    return config.trainer.updates_per_graph or DEFAULT_UPDATES_PER_GRAPH
-
-
 def make_scheme(
     config: Any,
     algorithm: Algorithm,
@@ -274,7 +269,7 @@ def make_scheme(
     """
     off_policy = off_policy_config(config.algorithm)
     if off_policy is None:
-        return OnPolicyScheme(algorithm, collector, updates_per_graph(config))
+        return OnPolicyScheme(algorithm, collector, config.trainer.updates_per_graph)
     if replay_buffer is None:
         replay_buffer = make_training_replay_buffer(
             config, env.batch_size, collector.learner_device

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 
+import pytest
 import torch
 
 from cadence.algorithms.compiled import GUARDED_CALLS, CompiledWithFallback
@@ -12,6 +13,7 @@ from cadence.algorithms.dqn import DQNConfig, make_dqn
 from cadence.algorithms.ppo import PPOConfig, make_ppo
 from cadence.collect import Collector
 from cadence.collect.unroll import MAX_STEPS_PER_GRAPH
+from cadence.config.errors import ConfigError
 from cadence.config.loading import compose_config
 from cadence.envs import make_env
 from cadence.networks import NetworkConfig
@@ -205,3 +207,15 @@ def test_a_compiled_unroll_follows_the_exploration_schedule():
 def _specs():
     env = make_env("CartPole-v1", num_envs=1, backend="tensor", seed=0)
     return env.observation_spec, env.action_spec
+
+
+def test_the_trainer_runs_on_policy_updates_as_many_per_graph_as_configured(tmp_path):
+    assert compose_config("ppo_cartpole").trainer.updates_per_graph == 5
+    chosen = compose_config("ppo_cartpole", ["trainer.updates_per_graph=3"])
+    trainer = build_trainer(chosen, tmp_path)  # what the CLI builds
+    try:
+        assert trainer.scheme.updates_per_graph == 3
+    finally:
+        trainer.collector.env.close()
+    with pytest.raises(ConfigError, match="updates_per_graph=33: must be <= 32"):
+        compose_config("ppo_cartpole", ["trainer.updates_per_graph=33"])
