@@ -163,6 +163,7 @@ def start_ranks(num_ranks: int, device: str, timeout_s: float) -> Iterator[Ranks
     if cuda:
         torch.cuda.set_device(local_rank)
     timeout = datetime.timedelta(seconds=timeout_s)
+    _import_group_capturing_modules()
     dist.init_process_group("nccl" if cuda else "gloo", timeout=timeout)
     try:
         control = dist.new_group(backend="gloo", timeout=timeout) if cuda else None
@@ -172,6 +173,20 @@ def start_ranks(num_ranks: int, device: str, timeout_s: float) -> Iterator[Ranks
         _leave_together(rank, world_size, timeout)
     finally:
         dist.destroy_process_group()
+
+
+def _import_group_capturing_modules() -> None:
+    """Imports, before the group exists, the torch modules whose functions take the
+    default group as a default argument (``group=group.WORLD``, evaluated at import).
+
+    Imported while a group is up (``torch.use_deterministic_algorithms`` and
+    ``torch.compile`` import them through inductor), they would hold that group for the
+    life of the process: ``destroy_process_group`` could not free it, and its gloo worker
+    threads, still running when the interpreter shuts down, abort the process ("terminate
+    called without an active exception") once in a few dozen runs. Imported now, they
+    capture None.
+    """
+    import torch.distributed.nn.functional  # noqa: F401
 
 
 def _leave_together(rank: int, world_size: int, timeout: datetime.timedelta) -> None:

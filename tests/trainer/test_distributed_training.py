@@ -28,6 +28,8 @@ from cadence.trainer.metrics import read_metrics
 # over 2E envs vs one per rank over E), so the rollout acts with the policy's mode; all
 # else (env seeds, advantages, normaliser, gradients, loss means) is as in training.
 _RANK_SCRIPT = """
+import faulthandler
+import os
 import sys
 import torch
 from cadence.collect import unroll
@@ -40,8 +42,13 @@ def deterministic_unroll(self, policy=None):
     self.agent_info = {"deterministic": torch.ones(self.env.batch_size, dtype=torch.bool)}
     return original(self, policy)
 
+faulthandler.enable()  # a rank that aborts says where
 unroll.Collector.unroll = deterministic_unroll
 train(from_yaml(open(sys.argv[1]).read()))
+# The group is gone with its gloo threads (one left running may abort the interpreter's exit).
+tasks = os.listdir("/proc/self/task") if os.path.isdir("/proc/self/task") else []
+names = [open(f"/proc/self/task/{task}/comm").read().strip() for task in tasks]
+assert "pt_gloo_runloop" not in names, f"the process group outlived train(): threads {names}"
 """
 
 ITERATIONS = 4
