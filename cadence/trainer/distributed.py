@@ -193,9 +193,9 @@ def _leave_together(rank: int, world_size: int, timeout: datetime.timedelta) -> 
     """Waits, through the rendezvous store, until every rank is out of the last barrier.
 
     A gloo barrier can return on one rank while another still waits for its last message:
-    a rank that then tears the group down closes that connection under the other, whose
-    gloo thread aborts the process ("terminate called without an active exception"). The
-    store outlives the ranks (torchrun's agent holds it), so it can say when all are out.
+    a rank that then tore the group down would close that connection under the other.
+    The store outlives the ranks (torchrun's agent holds it), so it can say when all are
+    out.
     """
     store = dist.distributed_c10d._get_default_store()
     store.set(f"cadence/left/{rank}", "1")
