@@ -29,7 +29,7 @@ from cadence.mbrl.config import (
 )
 from cadence.testing.resume import assert_close_states
 
-OBS_DIM, ACTION_DIM, BATCH, LENGTH, UPDATES = 5, 2, 3, 4, 4
+OBS_DIM, ACTION_DIM, BATCH, LENGTH, UPDATES = 5, 2, 3, 3, 4
 SMALL = {
     "hidden_size": 16,
     "mlp_hidden_size": 16,
@@ -39,7 +39,7 @@ SMALL = {
     "x_state_size": 4,
 }
 OFF_POLICY = OffPolicyConfig(mini_batch_size=BATCH, mini_batch_length=LENGTH)
-ACTOR_CRITIC = ActorCriticConfig(horizon=3, hidden_size=16, num_layers=1)
+ACTOR_CRITIC = ActorCriticConfig(horizon=2, hidden_size=16, num_layers=1)
 
 CONFIGS = {
     "dreamer": DreamerConfig(
@@ -79,8 +79,8 @@ def _batches() -> list[dict[str, torch.Tensor]]:
         # graph without its guards), in windows that start an episode or cross a boundary.
         step_type = torch.full((BATCH, LENGTH), int(StepType.MID))
         step_type[0, index % LENGTH] = int(StepType.FIRST)
-        step_type[1, 2 + index % 2] = int(StepType.FIRST)
-        step_type[1, 1 + index % 2] = int(StepType.LAST)
+        step_type[1, 1 + index % 2] = int(StepType.FIRST)
+        step_type[1, index % 2] = int(StepType.LAST)
         action = torch.rand(BATCH, LENGTH, ACTION_DIM, generator=generator) * 4 - 2
         batches.append(
             {
