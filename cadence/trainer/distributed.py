@@ -179,9 +179,9 @@ def _import_group_capturing_modules() -> None:
     """Imports, before the group exists, the torch modules whose functions take the
     default group as a default argument (``group=group.WORLD``, evaluated at import).
 
-    Imported while a group is up (``torch.use_deterministic_algorithms`` and
-    ``torch.compile`` import them through inductor), they would hold that group for the
-    life of the process: ``destroy_process_group`` could not free it, and its gloo worker
+    Imported while a group is up (as anything that imports inductor does:
+    ``torch.use_deterministic_algorithms``, ``torch.compile``, tensordict through
+    ``torch._dynamo``), they would hold that group for the life of the process: ``destroy_process_group`` could not free it, and its gloo worker
     threads, still running when the interpreter shuts down, abort the process ("terminate
     called without an active exception") once in a few dozen runs. Imported now, they
     capture None.
