@@ -21,9 +21,15 @@ from cadence.trainer.run import build_trainer, unroll_graph_steps
 
 
 def _unrolls(
-    compile_mode: str, algorithm, count: int = 3, unroll_length: int = 40, steps_per_graph: int = 8
+    compile_mode: str,
+    algorithm,
+    count: int = 3,
+    unroll_length: int = 40,
+    steps_per_graph: int = 8,
+    device: str = "cpu",
 ):
-    env = make_env("CartPole-v1", num_envs=4, backend="tensor", seed=11)
+    env = make_env("CartPole-v1", num_envs=4, backend="tensor", seed=11, device=device)
+    algorithm.to(device)
     algorithm.set_compile(compile_mode)
     # 40 steps: episodes end and reset inside, and the unroll takes 5 calls of 8 steps.
     collector = Collector(
@@ -33,14 +39,29 @@ def _unrolls(
     return collector, [collector.unroll() for _ in range(count)]
 
 
-def test_compiled_steps_give_the_eager_unroll():
+@pytest.mark.parametrize(
+    "device",
+    [
+        "cpu",
+        pytest.param(
+            "cuda",
+            marks=[
+                pytest.mark.gpu,
+                pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+            ],
+        ),
+    ],
+)
+def test_compiled_steps_give_the_eager_unroll(device):
     eager_algorithm = make_ppo(PPOConfig(), *_specs(), NetworkConfig(hidden_sizes=(16, 16)))
     compiled_algorithm = copy.deepcopy(eager_algorithm)
-    _, expected = _unrolls("off", eager_algorithm)
-    collector, got = _unrolls("default", compiled_algorithm)
+    _, expected = _unrolls("off", eager_algorithm, device=device)
+    collector, got = _unrolls("default", compiled_algorithm, device=device)
     assert collector._compiled_steps is not None and collector._compiled_steps.is_compiled
     # on the CPU the graph's kernels are called from C++, not a Python wrapper
-    assert collector._compiled_steps.options == {"cpp_wrapper": True}
+    options = {"cpp_wrapper": True} if device == "cpu" else None
+    assert collector._compiled_steps.options == options
+    assert got[0][0].time_step.observation.device.type == device
     for (experience, stats), (eager_experience, eager_stats) in zip(got, expected, strict=True):
         time_step, eager_step = experience.time_step, eager_experience.time_step
         assert torch.equal(time_step.step_type, eager_step.step_type)
