@@ -51,7 +51,8 @@ class Collector:
         env: the training environments.
         algorithm: provides `rollout_step` and `initial_state`.
         unroll_length: steps per environment per `unroll`.
-        device: where the algorithm runs; time steps are moved there.
+        device: where the algorithm acts; time steps are moved there. None: where
+            ``algorithm``'s parameters are (the CPU for an algorithm without any).
         transformer: data transformers applied to every time step (training mode
             updates their statistics); None for none.
         agent_info: per-slot parameters passed to every ``rollout_step`` (a nest of
@@ -72,7 +73,7 @@ class Collector:
         env: Environment,
         algorithm: Algorithm,
         unroll_length: int,
-        device: Any = "cpu",
+        device: Any = None,
         transformer: DataTransformer | None = None,
         agent_info: Nest = (),
         action_repeat: int = 1,
@@ -82,6 +83,8 @@ class Collector:
         self.env = env
         self.algorithm = algorithm
         self.unroll_length = unroll_length
+        if device is None:
+            device = next((p.device for p in algorithm.parameters()), torch.device("cpu"))
         self.device = torch.device(device)
         self.learner_device = (
             self.device if learner_device is None else torch.device(learner_device)

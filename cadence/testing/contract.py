@@ -284,6 +284,7 @@ def _check_transition(
 def _check_first_rows(
     time_step: TimeStep, first: torch.Tensor, action_spec: Spec, where: str
 ) -> None:
+    first = first.cpu()  # the rows of time steps on any device, compared on the CPU
     if not bool(first.any()):
         return
     reward = time_step.reward.cpu()[first]

@@ -33,7 +33,10 @@ def _unrolls(
     algorithm.set_compile(compile_mode)
     # 40 steps: episodes end and reset inside, and the unroll takes 5 calls of 8 steps.
     collector = Collector(
-        env, algorithm, unroll_length=unroll_length, steps_per_graph=steps_per_graph
+        env,
+        algorithm,
+        unroll_length=unroll_length,
+        steps_per_graph=steps_per_graph,
     )
     torch.manual_seed(0)
     return collector, [collector.unroll() for _ in range(count)]
