@@ -83,8 +83,9 @@ def main() -> None:
     import torch
 
     name = torch.cuda.get_device_name() if args.device.startswith("cuda") else "CPU"
-    rows = {"eager": run("off", args, Path(tempfile.mkdtemp()))}
-    print(f"eager done: {rows['eager']}", file=sys.stderr, flush=True)
+    with tempfile.TemporaryDirectory() as cache:
+        rows = {"eager": run("off", args, Path(cache))}
+        print(f"eager done: {rows['eager']}", file=sys.stderr, flush=True)
     with tempfile.TemporaryDirectory() as cache:
         rows["compiled, cold cache"] = run("default", args, Path(cache))
         print(f"cold done: {rows['compiled, cold cache']}", file=sys.stderr, flush=True)
