@@ -83,3 +83,17 @@ def test_state_dict_lets_a_rebuilt_collector_continue_exactly():
     assert torch.equal(expected.time_step.observation, actual.time_step.observation)
     assert torch.equal(expected.action, actual.action)
     assert torch.equal(expected_stats["return"], actual_stats["return"])
+
+
+def test_a_collector_acts_where_the_algorithms_parameters_are_unless_told():
+    env = make_env("CartPole-v1", 3, "serial", seed=0)
+    algorithm = make_ppo(PPOConfig(), env.observation_spec, env.action_spec, NetworkConfig())
+    try:
+        assert Collector(env, algorithm, 5).device == torch.device("cpu")
+        # A GPU learner's collector acts on the GPU (time steps are moved there); "meta"
+        # stands in for it on a machine without one: nothing here runs on the device.
+        algorithm.to("meta")
+        collector = Collector(env, algorithm, 5)
+        assert collector.device == collector.learner_device == torch.device("meta")
+    finally:
+        env.close()
