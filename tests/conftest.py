@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 import pytest
+import torch
 
 from cadence.networks import matmul
 
@@ -23,3 +24,20 @@ def restore_backend():
         os.environ.pop(matmul.ENV_VAR, None)
     else:
         os.environ[matmul.ENV_VAR] = inherited
+
+
+@pytest.fixture(
+    params=[
+        "cpu",
+        pytest.param(
+            "cuda",
+            marks=[
+                pytest.mark.gpu,
+                pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+            ],
+        ),
+    ]
+)
+def cpu_or_gpu(request) -> str:
+    """The CPU, then a CUDA GPU: a `gpu` test, run with ``-m gpu`` and skipped without one."""
+    return request.param

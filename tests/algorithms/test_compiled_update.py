@@ -149,21 +149,9 @@ def _eager_and_compiled(name: str, device: str = "cpu"):
     return eager, graph, batches
 
 
-@pytest.mark.parametrize(
-    "device",
-    [
-        "cpu",
-        pytest.param(
-            "cuda",
-            marks=[
-                pytest.mark.gpu,
-                pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
-            ],
-        ),
-    ],
-)
 @pytest.mark.parametrize("name", list(CASES))
-def test_a_compiled_update_gives_the_eager_numbers(name, device, request):
+def test_a_compiled_update_gives_the_eager_numbers(name, cpu_or_gpu, request):
+    device = cpu_or_gpu
     if device == "cuda" and name in GPU_FAILURES_BEFORE_TORCH_2_13 and torch.__version__ < (2, 13):
         reason = GPU_FAILURES_BEFORE_TORCH_2_13[name]
         request.applymarker(pytest.mark.xfail(reason=reason, strict=False))

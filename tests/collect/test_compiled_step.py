@@ -42,20 +42,8 @@ def _unrolls(
     return collector, [collector.unroll() for _ in range(count)]
 
 
-@pytest.mark.parametrize(
-    "device",
-    [
-        "cpu",
-        pytest.param(
-            "cuda",
-            marks=[
-                pytest.mark.gpu,
-                pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
-            ],
-        ),
-    ],
-)
-def test_compiled_steps_give_the_eager_unroll(device):
+def test_compiled_steps_give_the_eager_unroll(cpu_or_gpu):
+    device = cpu_or_gpu
     eager_algorithm = make_ppo(PPOConfig(), *_specs(), NetworkConfig(hidden_sizes=(16, 16)))
     compiled_algorithm = copy.deepcopy(eager_algorithm)
     _, expected = _unrolls("off", eager_algorithm, device=device)
