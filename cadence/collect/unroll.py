@@ -52,7 +52,8 @@ class Collector:
         algorithm: provides `rollout_step` and `initial_state`.
         unroll_length: steps per environment per `unroll`.
         device: where the algorithm acts; time steps are moved there. None: where
-            ``algorithm``'s parameters are (the CPU for an algorithm without any).
+            ``algorithm``'s parameters are (the CPU for one without any, or that is not
+            an ``nn.Module``).
         transformer: data transformers applied to every time step (training mode
             updates their statistics); None for none.
         agent_info: per-slot parameters passed to every ``rollout_step`` (a nest of
@@ -83,8 +84,9 @@ class Collector:
         self.env = env
         self.algorithm = algorithm
         self.unroll_length = unroll_length
-        if device is None:
-            device = next((p.device for p in algorithm.parameters()), torch.device("cpu"))
+        if device is None:  # an algorithm is a module, or any object with its two methods
+            parameters = algorithm.parameters() if isinstance(algorithm, torch.nn.Module) else ()
+            device = next((p.device for p in parameters), torch.device("cpu"))
         self.device = torch.device(device)
         self.learner_device = (
             self.device if learner_device is None else torch.device(learner_device)

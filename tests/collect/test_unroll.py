@@ -90,6 +90,10 @@ def test_a_collector_acts_where_the_algorithms_parameters_are_unless_told():
     algorithm = make_ppo(PPOConfig(), env.observation_spec, env.action_spec, NetworkConfig())
     try:
         assert Collector(env, algorithm, 5).device == torch.device("cpu")
+        # Any object with `initial_state` and `rollout_step` unrolls, on the CPU.
+        duck = Collector(env, FixedPolicy(), 5)
+        assert duck.device == torch.device("cpu")
+        assert torch.equal(duck.unroll()[0].action, torch.zeros(5, 3, dtype=torch.int64))
         # A GPU learner's collector acts on the GPU (time steps are moved there); "meta"
         # stands in for it on a machine without one: nothing here runs on the device.
         algorithm.to("meta")
@@ -97,3 +101,13 @@ def test_a_collector_acts_where_the_algorithms_parameters_are_unless_told():
         assert collector.device == collector.learner_device == torch.device("meta")
     finally:
         env.close()
+
+
+class FixedPolicy:
+    """Not a module: what `Collector` needs of an algorithm, and nothing else."""
+
+    def initial_state(self, batch_size: int) -> tuple:
+        return ()
+
+    def rollout_step(self, time_step, state, agent_info=()) -> AlgStep:
+        return AlgStep(output=torch.zeros(time_step.step_type.shape, dtype=torch.int64))
