@@ -51,19 +51,24 @@ OVERRIDES = [
 ]
 
 
-def cadence_run(compile_mode: str, seed: int, cache: Path) -> dict[str, float]:
-    """One ``cadence train`` process: its compile and run seconds."""
+def train_records(overrides: list[str], cache: Path) -> list[dict[str, float]]:
+    """The metrics records of one ``cadence train ppo_cartpole`` process with
+    ``overrides``, its compiled graphs kept in (or loaded from) ``cache``."""
     from cadence.trainer.metrics import read_metrics
 
     with tempfile.TemporaryDirectory() as root:
-        command = [
-            sys.executable, "-m", "cadence", "train", "ppo_cartpole", *OVERRIDES,
-            f"algorithm.compile={compile_mode}", f"seed={seed}", f"root_dir={root}/run",
-        ]  # fmt: skip
+        command = [sys.executable, "-m", "cadence", "train", "ppo_cartpole", *overrides]
+        command.append(f"root_dir={root}/run")
         env = {**os.environ, "CADENCE_COMPILE_CACHE": str(cache)}
         env.pop("TORCHINDUCTOR_CACHE_DIR", None)
         subprocess.run(command, check=True, env=env, stdout=subprocess.DEVNULL)
-        last = read_metrics(f"{root}/run")[-1]
+        return read_metrics(f"{root}/run")
+
+
+def cadence_run(compile_mode: str, seed: int, cache: Path) -> dict[str, float]:
+    """One ``cadence train`` process: its compile and run seconds."""
+    overrides = [*OVERRIDES, f"algorithm.compile={compile_mode}", f"seed={seed}"]
+    last = train_records(overrides, cache)[-1]
     compile_s = float(last.get("perf/compile_s", 0.0))
     return {"compile_s": compile_s, "run_s": last["train_time"] - compile_s}
 

@@ -18,12 +18,13 @@ On a machine without a GPU ``--device cpu`` runs the same comparison on the CPU.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from compiled_loop import train_records  # noqa: E402
 
 UNROLL_LENGTH = 32
 PASSES = 4
@@ -48,18 +49,14 @@ def overrides(device: str, num_envs: int, iterations: int) -> list[str]:
 
 def run(mode: str, args: argparse.Namespace, cache: Path) -> dict[str, float]:
     """One ``cadence train`` process: its loop rate, whole-run rate and compile seconds."""
-    from cadence.trainer.metrics import read_metrics
-
-    with tempfile.TemporaryDirectory() as root:
-        command = [
-            sys.executable, "-m", "cadence", "train", "ppo_cartpole",
+    records = train_records(
+        [
             *overrides(args.device, args.num_envs, args.iterations),
-            f"algorithm.compile={mode}", f"seed={args.seed}", f"root_dir={root}/run",
-        ]  # fmt: skip
-        env = {**os.environ, "CADENCE_COMPILE_CACHE": str(cache)}
-        env.pop("TORCHINDUCTOR_CACHE_DIR", None)
-        subprocess.run(command, check=True, env=env, stdout=subprocess.DEVNULL)
-        records = read_metrics(f"{root}/run")
+            f"algorithm.compile={mode}",
+            f"seed={args.seed}",
+        ],
+        cache,
+    )
     last = records[-1]
     rates = [r["perf/env_steps_per_s"] for r in records[1:] if "perf/env_steps_per_s" in r]
     return {

@@ -138,9 +138,8 @@ def _eager_and_compiled(name: str, device: str = "cpu"):
     """A case's algorithm, a compiled copy (both training, on ``device``) and its batches;
     dynamo's counters cleared."""
     eager, batches = CASES[name]()
-    if device != "cpu":
-        eager.to(device)
-        batches = [map_structure(lambda x: x.to(device), batch) for batch in batches]
+    eager.to(device)
+    batches = [map_structure(lambda x: x.to(device), batch) for batch in batches]
     graph = copy.deepcopy(eager)
     graph.set_compile("default")
     eager.train()
