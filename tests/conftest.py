@@ -11,19 +11,32 @@ from cadence.networks import matmul
 
 
 @pytest.fixture(autouse=True)
-def restore_backend():
-    """Each test leaves the process's matmul backend (and what children inherit) as it
-    found it. The whole session multiplies on what `auto` picks for this machine; a test
-    that trains with another backend (which sets it for the process) or mocks `auto`'s
-    measurement must not hand that to the tests after it."""
+def restore_process_settings():
+    """Each test leaves the process's matmul backend (and what children inherit) and torch's
+    thread count as it found them. The whole session multiplies on what `auto` picks for
+    this machine; a test that trains with another backend (which sets it for the process)
+    or mocks `auto`'s measurement must not hand that to the tests after it. A run's numbers
+    depend on both: a learning test once ran at the thread count an earlier test's config
+    set (``trainer.num_threads: 1``) and missed its bar."""
     backend = matmul.cpu_matmul()  # the first test decides, as a user's first network does
     inherited = os.environ.get(matmul.ENV_VAR)
+    threads = torch.get_num_threads()
     yield
     matmul._backend = backend
     if inherited is None:
         os.environ.pop(matmul.ENV_VAR, None)
     else:
         os.environ[matmul.ENV_VAR] = inherited
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def unmeasured_machine(monkeypatch, tmp_path):
+    """A process on a machine where `auto` has not yet chosen a matmul backend: no choice
+    in the process, none inherited, none in the machine's record (a fresh compile cache)."""
+    monkeypatch.setattr(matmul, "_backend", None)
+    monkeypatch.delenv(matmul.ENV_VAR, raising=False)
+    monkeypatch.setenv("CADENCE_COMPILE_CACHE", str(tmp_path / "fresh-cache"))
 
 
 @pytest.fixture(

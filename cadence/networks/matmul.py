@@ -24,28 +24,39 @@ which `MLP` uses, `EnsembleLinear` and `GRUCell`):
   AVX-512 CPU are needed);
 - ``auto``: times them on a 256 x 256 x 256 multiply and its two backward multiplies
   (`measure_cpu_matmul`), and the kernel also at 256 x 64 x 64, and leaves ATen for the
-  fastest when it is at least `MIN_SPEEDUP` faster.
+  fastest when it is at least `MIN_SPEEDUP` faster. Measured once per machine and thread
+  count, by the first process that needs it, and recorded in the compile cache
+  (`MACHINE_RECORD`): later processes read it there.
 
 Only CPU float32 tensors are affected; CUDA tensors always use ATen. The choice is
 process-wide, and children started afterwards inherit it (``CADENCE_CPU_MATMUL``). The
 backends round differently, so a run's numbers depend on the choice: the trainer records
-it (``trainer.cpu_matmul``, in the run's ``placement.json``) and a resume reuses it.
+it (``trainer.cpu_matmul``, in the run's ``placement.json``) and a resume reuses it, and
+``auto`` reads the machine's record rather than measuring again, so that a seed gives the
+same numbers in every run on a machine however busy it is.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import json
+import logging
 import math
 import os
+import platform
 import statistics
 import time
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.utils.flop_counter import register_flop_formula
+
+logger = logging.getLogger(__name__)
 
 CPU_MATMULS = ("auto", "aten", "onednn", "avx512")
 
@@ -174,8 +185,85 @@ def measure_cpu_matmul(shape: tuple[int, int, int] = CUBE, repeats: int = 10) ->
 
 
 def _fastest_backend() -> str:
-    """``auto``'s choice: ATen unless oneDNN or the kernel is `MIN_SPEEDUP` faster
-    on a `CUBE`; the kernel over oneDNN when it also is on a `NARROW` layer."""
+    """``auto``'s choice for this machine and thread count: measured by the first process
+    that needs it, which records it in the compile cache (`MACHINE_RECORD`); every later
+    process reads it there.
+
+    The backends round differently, so the choice decides a run's numbers. Measured in
+    every process, it followed the machine's load: with another run beside it, a seed's
+    PPO run took ATen where it took the kernel alone, and reached another return. Read
+    from the record, a seed gives the same numbers in every run on the machine, sweeps
+    and test sessions included. A lock makes processes that start together (a sweep's
+    trials) wait for the first one's measurement. Delete the record to measure again.
+    """
+    from cadence.networks.native import exclusive
+
+    path = machine_record()
+    key = _machine_key()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with exclusive(path.with_name(path.name + ".lock")):
+            records = _read_record(path)
+            recorded = records.get(key)
+            if _usable(recorded):
+                return recorded
+            records[key] = _measured_fastest_backend()
+            temporary = path.with_name(f"{path.name}.{os.getpid()}")
+            temporary.write_text(json.dumps(records, indent=1, sort_keys=True) + "\n")
+            temporary.replace(path)
+            return records[key]
+    except OSError as error:  # e.g. a read-only cache: this process measures for itself
+        logger.warning("cannot record the CPU matmul backend in %s (%s)", path, error)
+        return _measured_fastest_backend()
+
+
+MACHINE_RECORD = "cpu_matmul.json"
+"""``auto``'s choices by machine (`_machine_key`), in the compile cache folder."""
+
+
+def machine_record() -> Path:
+    """Where ``auto``'s choices are recorded: `MACHINE_RECORD` in the compile cache folder
+    (``$CADENCE_COMPILE_CACHE``, else ``~/.cache/cadence/torch-compile``)."""
+    from cadence.algorithms.compiled import compile_cache_dir
+
+    return compile_cache_dir() / MACHINE_RECORD
+
+
+def _machine_key() -> str:
+    """What ``auto``'s measurement depends on: the processor, torch and the thread count."""
+    from cadence.algorithms.precompiled import machine
+
+    return f"{machine()} {_cpu_model()} torch {torch.__version__} threads {torch.get_num_threads()}"
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            line = next((line for line in cpuinfo if line.startswith("model name")), "")
+    except OSError:
+        line = ""
+    return line.partition(":")[2].strip() or platform.processor() or "unknown"
+
+
+def _read_record(path: Path) -> dict[str, str]:
+    """The recorded choices, or none where the file is missing or damaged."""
+    try:
+        records = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return records if isinstance(records, dict) else {}
+
+
+def _usable(backend: Any) -> bool:
+    """Whether this process can run a recorded ``backend`` (the kernel needs to load)."""
+    if backend == "avx512":
+        return avx512_unavailable() is None
+    return backend == "aten" or (backend == "onednn" and onednn_available())
+
+
+def _measured_fastest_backend() -> str:
+    """ATen unless oneDNN or the kernel is `MIN_SPEEDUP` faster on a `CUBE`; the kernel
+    over oneDNN when it also is on a `NARROW` layer."""
     cube = measure_cpu_matmul()
 
     def faster(times: dict[str, float], name: str) -> bool:

@@ -64,7 +64,7 @@ def load_native_kernels() -> None:
     directory.mkdir(parents=True, exist_ok=True)
     name = f"cadence_native_{directory.name}"
     log = io.StringIO()
-    with _exclusive(directory / "cadence.lock"):
+    with exclusive(directory / "cadence.lock"):
         # torch's own lock file, which a build killed outright (SIGKILL, out of memory)
         # leaves behind and every later load would wait on forever; a live build holds
         # the lock above.
@@ -96,7 +96,7 @@ def load_native_kernels() -> None:
 
 
 @contextlib.contextmanager
-def _exclusive(path: Path) -> Iterator[None]:
+def exclusive(path: Path) -> Iterator[None]:
     """Holds an exclusive lock on ``path`` among processes, which the OS releases if the
     holder dies (where ``fcntl`` exists; elsewhere nothing is locked)."""
     try:

@@ -110,8 +110,9 @@ class TrainerConfig:
         default=0,
         validator=ge(0),
         metadata={
-            "doc": "torch.set_num_threads (0: torch's default, less the cores taken by "
-            "'parallel' env workers)."
+            "doc": "torch.set_num_threads while the run trains (0: torch's default, less "
+            "the cores taken by 'parallel' env workers or other ranks; a resume takes the "
+            "count the run recorded in placement.json). The count changes how results round."
         },
     )
     cpu_matmul: Literal["auto", "aten", "onednn", "avx512"] = field(
@@ -122,8 +123,9 @@ class TrainerConfig:
             "'onednn' (oneDNN, for multiplies large enough to gain: on AMD processors about "
             "twice MKL's speed), 'avx512' (cadence's own kernel, built at first use, from "
             "256x64x8-sized multiplies; oneDNN for ensembles), or 'auto': whichever "
-            "measures fastest here (recorded in the run's placement.json; a resume reuses "
-            "it)."
+            "measures fastest on this machine, measured once per machine and thread count "
+            "(recorded in the compile cache's cpu_matmul.json, and in the run's "
+            "placement.json; a resume reuses it)."
         },
     )
     progress_bar: Literal["auto", "on", "off"] = field(

@@ -87,6 +87,8 @@ class Placement:
         cpu_matmul: the backend of the CPU layers' multiplies, ``aten``, ``onednn`` or
             ``avx512``
             (empty in a placement recorded before it was part of one).
+        num_threads: torch's intra-op threads (``torch.get_num_threads``), which change
+            how reductions round (0 in a placement recorded before it was part of one).
     """
 
     learner: str
@@ -94,6 +96,7 @@ class Placement:
     env: str
     rollout_step_us: dict[str, float] = attrs.field(factory=dict)
     cpu_matmul: str = ""
+    num_threads: int = 0
 
     @property
     def split(self) -> bool:
@@ -127,6 +130,8 @@ class Placement:
             text += f" (one rollout step: {times})"
         if self.cpu_matmul:
             text += f", CPU matmuls by {self.cpu_matmul}"
+        if self.num_threads:
+            text += f", {self.num_threads} torch thread(s)"
         return text
 
 
@@ -212,6 +217,26 @@ def resolve_cpu_matmul(setting: str, run_dir: Path) -> str:
             return set_cpu_matmul(recorded.cpu_matmul)
         return inherit_cpu_matmul()
     return set_cpu_matmul(setting)
+
+
+def resume_thread_count(setting: int, run_dir: Path, available: int) -> None:
+    """With ``trainer.num_threads`` 0, a resumed run takes the thread count it recorded
+    (`Placement.num_threads`) where that differs from this start's and fits ``available``
+    cores: a run pre-empted on one machine and resumed on another with more or fewer cores
+    then continues with the numbers it would have had. Where it does not fit, it warns."""
+    recorded = Placement.load(run_dir, warn=False)
+    threads = torch.get_num_threads()
+    if setting or recorded is None or recorded.num_threads in (0, threads):
+        return
+    if recorded.num_threads > available:
+        logger.warning(
+            "this run trained with %d torch threads and this machine gives it %d cores: it "
+            "continues with %d threads, so its numbers round differently from here on",
+            recorded.num_threads, available, threads,
+        )  # fmt: skip
+        return
+    logger.info("resuming with the %d torch threads this run started with", recorded.num_threads)
+    torch.set_num_threads(recorded.num_threads)
 
 
 def record_placement(placement: Placement, run_dir: Path, is_writer: bool) -> None:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +34,7 @@ from cadence.trainer.placement import (
     record_placement,
     resolve_cpu_matmul,
     resolve_placement,
+    resume_thread_count,
 )
 from cadence.trainer.rng import rank_seed, seed_everything
 from cadence.trainer.run_config import CHANGES_FILE, check_resume_config
@@ -100,11 +103,29 @@ def train(
             raise ready
         if not ready:
             return None
-        trainer = build_trainer(config, Path(config.root_dir), on_evaluation, ranks)
-        try:
-            return trainer.run()
-        finally:
-            trainer.collector.env.close()
+        with torch_settings_restored():
+            trainer = build_trainer(config, Path(config.root_dir), on_evaluation, ranks)
+            try:
+                return trainer.run()
+            finally:
+                trainer.collector.env.close()
+
+
+@contextlib.contextmanager
+def torch_settings_restored() -> Iterator[None]:
+    """Puts back what a run sets for the whole process (torch's thread count, deterministic
+    algorithms) when it ends. A run's numbers depend on its thread count: left set, one
+    run's ``trainer.num_threads=1`` (or the cores it left its env workers) became the next
+    run's in the same process (a notebook's next cell, a test session's next test), which
+    then reached another return than it did alone."""
+    threads = torch.get_num_threads()
+    deterministic = torch.are_deterministic_algorithms_enabled()
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+        torch.use_deterministic_algorithms(deterministic, warn_only=warn_only)
 
 
 def prepare_run(config: Any, resume_with_changes: bool = False) -> bool:
@@ -166,6 +187,7 @@ def build_trainer(
     env = make_training_env(config, num_envs, config.seed + ranks.rank * num_envs, env_device)
     _share_cores_with_env_workers(trainer_config, env)
     _share_cores_with_ranks(trainer_config, ranks)
+    resume_thread_count(trainer_config.num_threads, run_dir, available_cores())
     replay_buffer = make_training_replay_buffer(config, env.batch_size, device)
     transformer = make_data_transformer(
         config.data_transformers, env.observation_spec, replay_buffer
@@ -193,7 +215,7 @@ def build_trainer(
             f"({learner}), which data transformers do not support (they keep their "
             "statistics on one device); set trainer.collector_device=learner"
         )
-    placement = attrs.evolve(placement, cpu_matmul=cpu_matmul)
+    placement = attrs.evolve(placement, cpu_matmul=cpu_matmul, num_threads=torch.get_num_threads())
     record_placement(placement, run_dir, ranks.is_writer)
     collector = Collector(
         env,

@@ -4,6 +4,7 @@ compiled graph runs the same multiplies as eager."""
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 
@@ -135,7 +136,9 @@ def test_only_multiplies_large_enough_to_gain_go_to_onednn():
 
 @needs_onednn
 @pytest.mark.parametrize(("aten_us", "expected"), [(200.0, "onednn"), (110.0, "aten")])
-def test_auto_keeps_onednn_only_where_it_measures_faster(monkeypatch, aten_us, expected):
+def test_auto_keeps_onednn_only_where_it_measures_faster(
+    monkeypatch, unmeasured_machine, aten_us, expected
+):
     times = {"aten": aten_us, "onednn": 100.0}  # no kernel (this test is about oneDNN)
     monkeypatch.setattr(matmul, "measure_cpu_matmul", lambda shape=matmul.CUBE: times)
     assert set_cpu_matmul("auto") == expected == cpu_matmul()
@@ -150,6 +153,48 @@ def test_a_child_process_takes_its_parents_backend_without_measuring(monkeypatch
     monkeypatch.setattr(matmul, "_backend", None)
     monkeypatch.setenv(matmul.ENV_VAR, "aten")
     assert cpu_matmul() == "aten"
+
+
+@needs_onednn
+def test_auto_measures_once_per_machine_and_thread_count(monkeypatch, unmeasured_machine):
+    measured = []
+
+    def measure(shape=matmul.CUBE):
+        measured.append(torch.get_num_threads())
+        # One thread: oneDNN faster. Two: ATen, as a busy machine could measure.
+        aten_us = 200.0 if torch.get_num_threads() == 1 else 100.0
+        return {"aten": aten_us, "onednn": 100.0}
+
+    monkeypatch.setattr(matmul, "measure_cpu_matmul", measure)
+    torch.set_num_threads(1)  # the fixture restores the session's count
+    assert set_cpu_matmul("auto") == "onednn"
+    assert measured == [1]
+    # A later process on the machine (nothing in it, nothing inherited) reads the record.
+    monkeypatch.setattr(matmul, "_backend", None)
+    monkeypatch.delenv(matmul.ENV_VAR)
+    assert set_cpu_matmul("auto") == "onednn" == cpu_matmul()
+    assert measured == [1]
+    # Another thread count is measured for itself, and both are kept.
+    torch.set_num_threads(2)
+    assert set_cpu_matmul("auto") == "aten"
+    assert measured == [1, 2]
+    torch.set_num_threads(1)
+    assert set_cpu_matmul("auto") == "onednn"
+    record = matmul.machine_record()
+    assert sorted(json.loads(record.read_text()).values()) == ["aten", "onednn"]
+
+
+def test_a_damaged_or_unusable_record_is_measured_again(monkeypatch, unmeasured_machine):
+    monkeypatch.setattr(matmul, "measure_cpu_matmul", lambda shape=matmul.CUBE: {"aten": 1.0})
+    record = matmul.machine_record()
+    record.parent.mkdir(parents=True)
+    record.write_text("{not json")
+    assert set_cpu_matmul("auto") == "aten"
+    assert json.loads(record.read_text()) == {matmul._machine_key(): "aten"}
+    # A kernel recorded where it no longer loads (e.g. the compiler was removed).
+    record.write_text(json.dumps({matmul._machine_key(): "avx512"}))
+    monkeypatch.setattr(matmul, "avx512_unavailable", lambda: "no C++ compiler")
+    assert set_cpu_matmul("auto") == "aten"
 
 
 def test_the_measurement_times_each_backend_and_draws_no_random_numbers():

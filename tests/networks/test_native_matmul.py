@@ -205,7 +205,7 @@ def test_a_compiled_graph_calls_the_kernel_and_gives_eagers_numbers():
     ],
 )
 def test_auto_picks_the_kernel_only_where_it_gains_on_both_sizes(
-    monkeypatch, cube, narrow, expected
+    monkeypatch, unmeasured_machine, cube, narrow, expected
 ):
     monkeypatch.setattr(
         matmul, "measure_cpu_matmul", lambda shape=matmul.CUBE: narrow if shape == NARROW else cube

@@ -11,6 +11,7 @@ collected that way must equal one collected by the learner itself.
 from __future__ import annotations
 
 import json
+import logging
 
 import pytest
 import torch
@@ -39,6 +40,7 @@ from cadence.trainer.placement import (
     record_placement,
     resolve_cpu_matmul,
     resolve_placement,
+    resume_thread_count,
 )
 
 PPO = [
@@ -78,6 +80,7 @@ def test_auto_places_everything_on_the_cpu_without_a_gpu_and_records_it(tmp_path
         "env": "cpu",
         "rollout_step_us": {},
         "cpu_matmul": cpu_matmul(),
+        "num_threads": torch.get_num_threads(),
     }
     assert recorded["cpu_matmul"] in CPU_MATMULS and recorded["cpu_matmul"] != "auto"
 
@@ -112,10 +115,9 @@ def test_a_resumed_run_reuses_the_measured_placement_of_the_same_learner(tmp_pat
 
 
 @pytest.mark.skipif(not matmul.onednn_available(), reason="this torch build has no oneDNN")
-def test_a_resumed_run_multiplies_on_the_backend_it_started_with(tmp_path, monkeypatch):
-    # Restored after the test: the process's backend and what its children inherit.
-    monkeypatch.setattr(matmul, "_backend", None)
-    monkeypatch.delenv(matmul.ENV_VAR, raising=False)
+def test_a_resumed_run_multiplies_on_the_backend_it_started_with(
+    tmp_path, monkeypatch, unmeasured_machine
+):
     # This start measures oneDNN faster, and records it.
     monkeypatch.setattr(
         matmul, "measure_cpu_matmul", lambda shape=None: {"aten": 3.0, "onednn": 1.0}
@@ -129,12 +131,41 @@ def test_a_resumed_run_multiplies_on_the_backend_it_started_with(tmp_path, monke
     )
     assert resolve_cpu_matmul("auto", root) == "onednn" == cpu_matmul()
     # ... unless told otherwise. A new run takes what this process (or its parent, e.g.
-    # the launcher of a run's ranks) decided, and measures where none did.
+    # the launcher of a run's ranks) decided, else what the machine recorded, and
+    # measures where neither did.
     assert resolve_cpu_matmul("aten", root) == "aten"
     monkeypatch.setenv(matmul.ENV_VAR, "onednn")
     assert resolve_cpu_matmul("auto", tmp_path / "new") == "onednn"
     monkeypatch.delenv(matmul.ENV_VAR)
+    assert resolve_cpu_matmul("auto", tmp_path / "new") == "onednn"
+    matmul.machine_record().unlink()
+    monkeypatch.delenv(matmul.ENV_VAR)
     assert resolve_cpu_matmul("auto", tmp_path / "new") == "aten"
+
+
+def test_a_run_leaves_torchs_thread_count_and_determinism_as_it_found_them(tmp_path):
+    torch.set_num_threads(2)  # the fixture restores the session's count
+    deterministic = ["trainer.num_threads=1", "trainer.deterministic=true"]
+    assert train_named("ppo_cartpole", tmp_path / "run", [*PPO, *deterministic]) == "complete"
+    assert Placement.load(tmp_path / "run").num_threads == 1
+    assert torch.get_num_threads() == 2
+    assert not torch.are_deterministic_algorithms_enabled()
+
+
+def test_a_resumed_run_takes_the_thread_count_it_started_with(tmp_path, caplog):
+    Placement("cpu", "cpu", "cpu", cpu_matmul="aten", num_threads=1).save(tmp_path)
+    torch.set_num_threads(2)  # e.g. resumed on a machine with more cores
+    resume_thread_count(0, tmp_path, available=2)
+    assert torch.get_num_threads() == 1
+    # Unless the run names a count, or the cores are too few for the recorded one.
+    torch.set_num_threads(2)
+    resume_thread_count(2, tmp_path, available=2)
+    assert torch.get_num_threads() == 2
+    Placement("cpu", "cpu", "cpu", cpu_matmul="aten", num_threads=4).save(tmp_path)
+    with caplog.at_level(logging.WARNING):
+        resume_thread_count(0, tmp_path, available=2)
+    assert torch.get_num_threads() == 2
+    assert "trained with 4 torch threads" in caplog.text
 
 
 def test_measuring_a_rollout_step_changes_neither_the_algorithm_nor_the_random_numbers():
