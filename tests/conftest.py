@@ -12,16 +12,20 @@ from cadence.networks import matmul
 
 @pytest.fixture(autouse=True)
 def restore_process_settings():
-    """Each test leaves the process's matmul backend (and what children inherit) and torch's
-    thread count as it found them. The whole session multiplies on what `auto` picks for
-    this machine; a test that trains with another backend (which sets it for the process)
-    or mocks `auto`'s measurement must not hand that to the tests after it. A run's numbers
-    depend on both: a learning test once ran at the thread count an earlier test's config
-    set (``trainer.num_threads: 1``) and missed its bar."""
+    """Each test leaves the process's matmul backend (and what children inherit), torch's
+    thread count and its deterministic switch as it found them. The whole session
+    multiplies on what `auto` picks for this machine; a test that trains with another
+    backend (which sets it for the process) or mocks `auto`'s measurement must not hand
+    that to the tests after it. A run's numbers depend on the backend and the thread
+    count: a learning test once ran at the thread count an earlier test's config set
+    (``trainer.num_threads: 1``) and missed its bar."""
     backend = matmul.cpu_matmul()  # the first test decides, as a user's first network does
     inherited = os.environ.get(matmul.ENV_VAR)
     threads = torch.get_num_threads()
+    deterministic = torch.are_deterministic_algorithms_enabled()
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
     yield
+    torch.use_deterministic_algorithms(deterministic, warn_only=warn_only)
     matmul._backend = backend
     if inherited is None:
         os.environ.pop(matmul.ENV_VAR, None)

@@ -144,7 +144,8 @@ def test_a_resumed_run_multiplies_on_the_backend_it_started_with(
 
 
 def test_a_run_leaves_torchs_thread_count_and_determinism_as_it_found_them(tmp_path):
-    torch.set_num_threads(2)  # the fixture restores the session's count
+    torch.set_num_threads(2)  # the fixture restores the session's settings
+    torch.use_deterministic_algorithms(False)
     deterministic = ["trainer.num_threads=1", "trainer.deterministic=true"]
     assert train_named("ppo_cartpole", tmp_path / "run", [*PPO, *deterministic]) == "complete"
     assert Placement.load(tmp_path / "run").num_threads == 1
