@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from cadence.networks import matmul
+from cadence.trainer.run import torch_settings_restored
 
 
 @pytest.fixture(autouse=True)
@@ -21,17 +22,13 @@ def restore_process_settings():
     (``trainer.num_threads: 1``) and missed its bar."""
     backend = matmul.cpu_matmul()  # the first test decides, as a user's first network does
     inherited = os.environ.get(matmul.ENV_VAR)
-    threads = torch.get_num_threads()
-    deterministic = torch.are_deterministic_algorithms_enabled()
-    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
-    yield
-    torch.use_deterministic_algorithms(deterministic, warn_only=warn_only)
+    with torch_settings_restored():  # what `train` restores after a run, too
+        yield
     matmul._backend = backend
     if inherited is None:
         os.environ.pop(matmul.ENV_VAR, None)
     else:
         os.environ[matmul.ENV_VAR] = inherited
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture

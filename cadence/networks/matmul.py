@@ -208,9 +208,8 @@ def _fastest_backend() -> str:
             if _usable(recorded):
                 return recorded
             records[key] = _measured_fastest_backend()
-            temporary = path.with_name(f"{path.name}.{os.getpid()}")
-            temporary.write_text(json.dumps(records, indent=1, sort_keys=True) + "\n")
-            temporary.replace(path)
+            # Under the lock: a write cut short leaves a damaged record, measured again.
+            path.write_text(json.dumps(records, indent=1, sort_keys=True) + "\n")
             return records[key]
     except OSError as error:  # e.g. a read-only cache: this process measures for itself
         logger.warning("cannot record the CPU matmul backend in %s (%s)", path, error)
