@@ -7,8 +7,8 @@ from typing import Any, Literal
 from attrs import field
 from attrs.validators import in_
 
-CompileMode = Literal["off", "default", "max-autotune-no-cudagraphs", "auto"]
-COMPILE_MODES = ("off", "default", "max-autotune-no-cudagraphs", "auto")
+CompileMode = Literal["off", "default", "reduce-overhead", "max-autotune-no-cudagraphs", "auto"]
+COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune-no-cudagraphs", "auto")
 
 
 def compile_field(default: str = "off") -> Any:
@@ -18,7 +18,8 @@ def compile_field(default: str = "off") -> Any:
         validator=in_(COMPILE_MODES),
         metadata={
             "doc": "Run the update as one compiled graph per minibatch shape ('off': eager; "
-            "'default', 'max-autotune-no-cudagraphs': torch.compile modes; 'auto': time "
+            "'default', 'max-autotune-no-cudagraphs': torch.compile modes; 'reduce-overhead': "
+            "'default', and on a GPU each graph's calls replay as a CUDA graph; 'auto': time "
             "eager and compiled on the first minibatches, keep the faster, record it in "
             "checkpoints). A config's first run compiles (seconds to a minute); later runs "
             "load the graphs from the per-machine cache ($CADENCE_COMPILE_CACHE)."

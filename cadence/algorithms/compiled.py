@@ -44,6 +44,7 @@ import torch
 from torch.utils._pytree import SUPPORTED_NODES, tree_flatten
 
 from cadence.algorithms.compile_config import COMPILE_MODES, MAX_UPDATES_PER_GRAPH
+from cadence.algorithms.cuda_graphs import CudaGraphReplay
 from cadence.algorithms.precompiled import Precompiled, load_or_compile, machine, precompilable
 from cadence.data.time_step import TimeStep
 from cadence.networks.matmul import cpu_matmul
@@ -192,6 +193,9 @@ class CompiledWithFallback:
         # which is compile time, not run time.
         self.compiled: Callable[..., Any] | None = None
         self.failed = False
+        self.forbid_compile = False
+        """Set while a CUDA graph records a call (`cadence.algorithms.cuda_graphs`): a call
+        that would compile raises instead (a compile runs CUDA work of its own)."""
         self.dynamic = dynamic
         self.state_key = state_key
         self.on_compile = on_compile
@@ -236,6 +240,8 @@ class CompiledWithFallback:
                 if calls == 0 and self.on_compile is not None:
                     self.on_compile(False)
         except Exception as error:  # noqa: BLE001 - any backend failure falls back to eager
+            if self.forbid_compile:
+                raise
             logger.warning(
                 "torch.compile of %s failed (%s); running it eagerly", _name(self.fn), error
             )
@@ -246,15 +252,25 @@ class CompiledWithFallback:
         return result
 
     def _guarded_call(self, key: Hashable, args: tuple[Any, ...]) -> Any:
-        """A call that checks every guard, compiling (or loading) the graph it needs."""
+        """A call that checks every guard, compiling (or loading) the graph it needs (with
+        `forbid_compile`, raising where it would compile)."""
         if self.precompile and key not in self._precompiled:
+            if self.forbid_compile:
+                raise RuntimeError(f"{_name(self.fn)} would compile a graph for new inputs")
             self._precompiled[key] = self._load_or_compile(key, args)
         precompiled = self._precompiled.get(key)
         if precompiled is not None and precompiled.check(*args):
             return precompiled(*args)
         if self.compiled is None:  # inputs its guards reject, or none: torch.compile's way
+            if self.forbid_compile:
+                raise RuntimeError(f"{_name(self.fn)} would compile a graph for new inputs")
             self.compiled = torch.compile(self.fn, **self._compile_kwargs())
-        with torch._dynamo.config.patch(trace_autograd_ops=True):
+        stance = (
+            torch.compiler.set_stance("fail_on_recompile")
+            if self.forbid_compile
+            else contextlib.nullcontext()
+        )
+        with stance, torch._dynamo.config.patch(trace_autograd_ops=True):
             return self.compiled(*args)
 
     def _load_or_compile(self, key: Hashable, args: tuple[Any, ...]) -> Precompiled | None:
@@ -281,6 +297,12 @@ class CompiledWithFallback:
     def signature(self, args: tuple[Any, ...]) -> Hashable:
         """What a call's graph depends on beyond the guards skipped in steady state."""
         return self._signatures(args)[0]
+
+    def exact_signature(self, args: tuple[Any, ...]) -> Hashable:
+        """`signature` with the input tensors' exact sizes (a dynamic graph's signature
+        shows each only as 0, 1 or more), as a CUDA graph, made for one set of sizes,
+        depends on them."""
+        return self._signatures(args)
 
     def _signatures(self, args: tuple[Any, ...]) -> tuple[Hashable, tuple[torch.Size, ...]]:
         """`signature`, and the exact sizes of the input tensors (which a dynamic
@@ -381,6 +403,8 @@ class UpdateCompiler:
         if mode not in COMPILE_MODES or mode == "off":
             raise ValueError(f"compile mode must be one of {COMPILE_MODES[1:]}, got {mode!r}")
         self.mode = mode
+        self.cuda_graphs = mode == "reduce-overhead"
+        """Whether the graphs' calls replay as CUDA graphs where the parameters are on a GPU."""
         self.optimizers = optimizers
         self.state_key = state_key
         self.choices: dict[str, str] = dict(choices or {})
@@ -388,6 +412,7 @@ class UpdateCompiler:
         self.on_compile: Callable[[bool], None] | None = None
         self.compile_seconds = 0.0
         self._graphs: dict[str, CompiledWithFallback] = {}
+        self._replays: dict[str, CudaGraphReplay] = {}
         self._timings: dict[str, dict[str, list[float]]] = {}
         # A list searched by identity, not a dict by id(): an id would enter the graph's
         # cache key and differ in every process, and the cache would never hit.
@@ -413,14 +438,14 @@ class UpdateCompiler:
         name = _name(fn)
         graph = self._graphs.get(name)
         if graph is None:
-            mode = "default" if self.mode == "auto" else self.mode
+            mode = "default" if self.mode in ("auto", "reduce-overhead") else self.mode
             dynamic = True if self.dynamic else None
             graph = CompiledWithFallback(
                 fn, mode, self.state_key, self.note_compiling, dynamic, self._options()
             )
             self._graphs[name] = graph
         if self.mode != "auto":
-            return self._run(graph, args, steps)
+            return self._run(graph, args, steps, name)
         choice = self.choices.get(name)
         if choice == "eager":
             return fn(*args)
@@ -439,7 +464,7 @@ class UpdateCompiler:
         (or loads) its own graphs for its own algorithm's methods. A saved update's guards
         pickle the compiler (the graph reads its optimizers' state), and another graph
         already loaded, or a progress bar's hook, would not pickle."""
-        return {**self.__dict__, "_graphs": {}, "on_compile": None}
+        return {**self.__dict__, "_graphs": {}, "_replays": {}, "on_compile": None}
 
     def graph_optimizer(self, optimizer: torch.optim.Optimizer) -> GraphOptimizer:
         """``optimizer`` as the graph steps it (made by the first compiled call)."""
@@ -453,13 +478,33 @@ class UpdateCompiler:
         for graph_optimizer in self._optimizers:
             graph_optimizer.reattach()
 
-    def _run(self, graph: CompiledWithFallback, args: tuple[Any, ...], steps: int = 1) -> Any:
+    def _run(
+        self, graph: CompiledWithFallback, args: tuple[Any, ...], steps: int = 1, name: str = ""
+    ) -> Any:
         optimizers = list(self.optimizers())
         if [g.optimizer for g in self._optimizers] != optimizers:
-            self._optimizers = [GraphOptimizer(optimizer) for optimizer in optimizers]
+            on_device = self.cuda_graphs  # a replayed graph steps the counts itself
+            self._optimizers = [GraphOptimizer(o, counts_on_device=on_device) for o in optimizers]
         for graph_optimizer in self._optimizers:
             graph_optimizer.refresh(steps)
-        return graph(*args)
+        replay = self._replay(name, graph)
+        if replay is None:
+            return graph(*args)
+        return replay(*args)
+
+    def _replay(self, name: str, graph: CompiledWithFallback) -> CudaGraphReplay | None:
+        """The CUDA graphs of ``graph``'s calls, under ``reduce-overhead`` with the
+        parameters on a GPU, once it has compiled; else None."""
+        if not self.cuda_graphs or graph.failed or not graph.is_compiled:
+            return None
+        replay = self._replays.get(name)
+        if replay is None:
+            params = (p for o in self.optimizers() for g in o.param_groups for p in g["params"])
+            first = next(params, None)
+            if first is None or first.device.type != "cuda":
+                return None
+            replay = self._replays[name] = CudaGraphReplay(graph, graph.exact_signature, name)
+        return replay
 
     def _measure(
         self,
@@ -537,12 +582,19 @@ class GraphOptimizer:
         optimizer: a ``torch.optim.Adam`` or ``RMSprop``.
         host_corrections: compute Adam's bias corrections before each call (None: where
             the step counts are on the CPU).
+        counts_on_device: keep the step counts on the parameters' device (moved there if
+            on the CPU), as a CUDA graph, which runs no host work, must.
 
     Raises:
         NotImplementedError: another optimizer, or an option `step` does not have.
     """
 
-    def __init__(self, optimizer: torch.optim.Optimizer, host_corrections: bool | None = None):
+    def __init__(
+        self,
+        optimizer: torch.optim.Optimizer,
+        host_corrections: bool | None = None,
+        counts_on_device: bool = False,
+    ):
         _check_optimizer(optimizer)
         self.optimizer = optimizer
         self.rmsprop = isinstance(optimizer, torch.optim.RMSprop)
@@ -558,7 +610,7 @@ class GraphOptimizer:
             torch.zeros((), device=group["params"][0].device) for group in optimizer.param_groups
         ]
         for group in optimizer.param_groups:
-            on_device = group.get("fused") or group.get("capturable")
+            on_device = counts_on_device or group.get("fused") or group.get("capturable")
             for param in group["params"]:
                 state = optimizer.state[param]
                 if not state:  # as the first step would make it
@@ -566,6 +618,8 @@ class GraphOptimizer:
                     state["step"] = torch.zeros((), dtype=torch.float32, device=device)
                     for name in self.names:
                         state[name] = torch.zeros_like(param, memory_format=torch.preserve_format)
+                elif on_device:
+                    state["step"] = state["step"].to(param.device)
         self.states = [optimizer.state[p] for p in self.params]
         self.shapes = [{name: tuple(t.shape) for name, t in state.items()} for state in self.states]
         """Each parameter's state shapes, by name (read in the graph as plain numbers)."""
@@ -748,7 +802,16 @@ class GraphOptimizer:
         for targets, values in updates:
             if apply is not None:
                 values = [torch.where(apply, v, t) for v, t in zip(values, targets, strict=True)]
-            torch._foreach_copy_(targets, values)
+            if targets is params and params[0].is_cuda:
+                # One copy per parameter: with one foreach copy, inductor (2.11, on an
+                # H200) scheduled a fused kernel computing the update's loss terms after
+                # it, so the losses an A2C update reported were those of the stepped
+                # parameters (its steps themselves were right); copied one by one, they
+                # are eager's.
+                for target, value in zip(targets, values, strict=True):
+                    target.copy_(value)
+            else:
+                torch._foreach_copy_(targets, values)
 
 
 def _flatten_states(states: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor] | None:
@@ -900,8 +963,16 @@ def graph_options(device: torch.device) -> dict[str, Any] | None:
     from a Python wrapper. Measured on one thread: a CartPole unroll of 32 steps x 8 envs
     took 1.2 ms from Python, 0.84 ms from C++; a PPO acting step 36 us, 31 us; the compiled
     PPO CartPole loop ran 2.73 s instead of 2.90 and warmed up in 1.0 s instead of 1.15 (the
-    saved graphs load faster), and the model-based graphs compile faster."""
-    return {"cpp_wrapper": True} if device.type == "cpu" else None
+    saved graphs load faster), and the model-based graphs compile faster.
+
+    On a GPU with torch before 2.13, inductor's loop reordering after fusion is off: there
+    it asserts on a fused node of SAC's and TD3's updates (``reorder_loops_by_dep_pair``),
+    which then ran eagerly; torch 2.13 returns at that point instead."""
+    if device.type == "cpu":
+        return {"cpp_wrapper": True}
+    if torch.__version__ < (2, 13):
+        return {"loop_ordering_after_fusion": False}
+    return None
 
 
 _time_step_fields = operator.attrgetter(

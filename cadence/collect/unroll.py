@@ -220,10 +220,12 @@ class Collector:
         """The compile mode of the acting algorithm's update, or None where it runs eagerly
         (a duck-typed policy has no compiler); the unroll compiles with it."""
         compiler = getattr(self.acting, "compiler", None)
-        if compiler is None or compiler.mode not in ("default", "max-autotune-no-cudagraphs"):
+        modes = ("default", "reduce-overhead", "max-autotune-no-cudagraphs")
+        if compiler is None or compiler.mode not in modes:
             self._compiled_steps = self._compiled_act = None
             return None
-        return compiler.mode
+        # Only updates replay as CUDA graphs: the unroll compiles as under "default".
+        return "default" if compiler.mode == "reduce-overhead" else compiler.mode
 
     def _steps_compile(self, mode: str) -> bool:
         """Whether whole steps run compiled: the env is tensor-native on the acting device

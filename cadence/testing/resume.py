@@ -139,8 +139,13 @@ def assert_close_states(
         if key.startswith("optim/"):
             for slot, state in value["state"].items():
                 for name, tensor in state.items():
+                    # Adam's step counts may live on the CPU or the GPU (CUDA graphs)
                     torch.testing.assert_close(
-                        actual_state[key]["state"][slot][name], tensor, rtol=1e-4, atol=1e-6
+                        actual_state[key]["state"][slot][name],
+                        tensor,
+                        rtol=1e-4,
+                        atol=1e-6,
+                        check_device=False,
                     )
         else:
             torch.testing.assert_close(actual_state[key], value, rtol=1e-4, atol=atol)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
 import torch
 
 from cadence.algorithms import compiled
@@ -64,6 +65,28 @@ def test_a_compile_failure_falls_back_to_eager(caplog):
     torch.testing.assert_close(fn(torch.zeros(2)), torch.ones(2))
     assert fn.compiled is None and fn.failed
     assert "running it eagerly" in caplog.text
+
+
+def test_a_call_that_would_compile_while_a_cuda_graph_records_raises():
+    """`CompiledWithFallback.forbid_compile` (set while a CUDA graph records a call, when
+    a compile would launch CUDA work of its own): inputs of a new layout raise rather
+    than compile or fall back to eager, and a signature already run still runs."""
+    fn = CompiledWithFallback(
+        _affine, "default", options=compiled.graph_options(torch.device("cpu"))
+    )
+    x = torch.arange(8.0).reshape(4, 2)
+    for _ in range(compiled.GUARDED_CALLS + 1):
+        fn(x, 2.0)
+    fn.forbid_compile = True
+    try:
+        torch.testing.assert_close(fn(x, 2.0), _affine(x, 2.0))
+        strided = x[:, 0]  # another layout: the graph's guards reject it
+        with pytest.raises(RuntimeError):
+            fn(strided, 2.0)
+        assert not fn.failed and fn.compiled is not None
+    finally:
+        fn.forbid_compile = False
+    torch.testing.assert_close(fn(x[:, 0], 2.0), _affine(x[:, 0], 2.0))
 
 
 def test_a_graph_the_signature_does_not_show_compiles_with_guards(caplog):
