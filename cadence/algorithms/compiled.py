@@ -455,9 +455,14 @@ class UpdateCompiler:
 
     def _options(self) -> dict[str, Any] | None:
         """`graph_options` for the device of the optimizers' parameters."""
+        device = self._device()
+        return None if device is None else graph_options(device)
+
+    def _device(self) -> torch.device | None:
+        """The device of the optimizers' parameters (None: no parameters)."""
         params = (p for o in self.optimizers() for g in o.param_groups for p in g["params"])
         first = next(params, None)
-        return None if first is None else graph_options(first.device)
+        return None if first is None else first.device
 
     def __getstate__(self) -> dict[str, Any]:
         """Copied or pickled without its graphs and ``on_compile`` hook: a copy compiles
@@ -499,9 +504,8 @@ class UpdateCompiler:
             return None
         replay = self._replays.get(name)
         if replay is None:
-            params = (p for o in self.optimizers() for g in o.param_groups for p in g["params"])
-            first = next(params, None)
-            if first is None or first.device.type != "cuda":
+            device = self._device()
+            if device is None or device.type != "cuda":
                 return None
             replay = self._replays[name] = CudaGraphReplay(graph, graph.exact_signature, name)
         return replay

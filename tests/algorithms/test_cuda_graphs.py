@@ -1,0 +1,132 @@
+"""`CudaGraphReplay`'s bookkeeping, on the CPU with a stand-in for CUDA's graph capture.
+
+The stand-in runs the recording call for real (CUDA only records it) and makes a replay
+run the recorded call again on the graph's own inputs, writing into its own outputs, as
+a replayed CUDA graph does. The GPU tests (`test_compiled_update.py`, ``-m gpu``) replay
+real graphs of every algorithm's update.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+
+import pytest
+import torch
+
+from cadence.algorithms import cuda_graphs
+from cadence.algorithms.cuda_graphs import CudaGraphReplay
+
+_recording: list[_FakeGraph] = []
+
+
+class _FakeGraph:
+    def __init__(self):
+        self.call = None
+        self.outputs = None
+
+    def replay(self) -> None:
+        torch._foreach_copy_(self.outputs, self.call())
+
+
+@contextlib.contextmanager
+def _fake_capture(graph: _FakeGraph):
+    _recording.append(graph)
+    try:
+        yield
+    finally:
+        _recording.pop()
+
+
+class _Update:
+    """A pure function of its inputs that counts its direct calls and, when recorded,
+    tells the stand-in graph how to replay it."""
+
+    def __init__(self, fails_to_record: bool = False):
+        self.calls = 0
+        self.forbid_compile = False
+        self.fails_to_record = fails_to_record
+        self.forbidden_while_recording = []
+
+    def __call__(self, x: torch.Tensor, scale: float) -> dict[str, torch.Tensor]:
+        if _recording:
+            self.forbidden_while_recording.append(self.forbid_compile)
+            if self.fails_to_record:
+                raise RuntimeError("operation not permitted when stream is capturing")
+            graph = _recording[-1]
+            graph.call = lambda: list(self._compute(x, scale).values())
+            graph.outputs = list(self._compute(x, scale).values())
+            return dict(zip(("sum", "max"), graph.outputs, strict=True))
+        self.calls += 1
+        return self._compute(x, scale)
+
+    @staticmethod
+    def _compute(x: torch.Tensor, scale: float) -> dict[str, torch.Tensor]:
+        return {"sum": (x * scale).sum(), "max": (x * scale).max()}
+
+
+@pytest.fixture
+def fake_cuda(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", _FakeGraph)
+    monkeypatch.setattr(torch.cuda, "graph", _fake_capture)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *args: None)
+
+
+def _signature(args):
+    x, scale = args
+    return tuple(x.shape), x.stride(), scale
+
+
+def test_a_signature_is_recorded_after_its_warm_up_and_then_replayed(fake_cuda):
+    update = _Update()
+    replay = CudaGraphReplay(update, _signature, "update")
+    results = []
+    for k in range(cuda_graphs.WARMUP_CALLS + 3):
+        x = torch.arange(6.0) + k
+        results.append((x, replay(x, 2.0)))
+    assert update.calls == cuda_graphs.WARMUP_CALLS  # the rest were recorded or replayed
+    assert replay.num_graphs == 1 and replay.replays == 3
+    assert update.forbidden_while_recording == [True] and not update.forbid_compile
+    # Each result is the call's own, kept while later replays overwrite the graph's outputs.
+    for x, result in results:
+        torch.testing.assert_close(result["sum"], (2 * x).sum())
+        torch.testing.assert_close(result["max"], (2 * x).max())
+
+
+def test_each_signature_gets_its_graph_up_to_the_cap(fake_cuda, monkeypatch):
+    monkeypatch.setattr(cuda_graphs, "MAX_GRAPHS", 2)
+    update = _Update()
+    replay = CudaGraphReplay(update, _signature, "update")
+    for scale in (1.0, 2.0, 3.0):  # a non-tensor input: part of the signature
+        for _ in range(cuda_graphs.WARMUP_CALLS + 2):
+            result = replay(torch.ones(4), scale)
+            torch.testing.assert_close(result["sum"], torch.tensor(4 * scale))
+    assert replay.num_graphs == 2
+    # The third signature ran directly every time.
+    assert update.calls == 2 * cuda_graphs.WARMUP_CALLS + (cuda_graphs.WARMUP_CALLS + 2)
+
+
+def test_recorded_inputs_keep_the_strides_of_the_call(fake_cuda):
+    """A replayed window's first step is a strided view: a contiguous copy would be
+    another layout, which the compiled graph does not take without compiling again."""
+    update = _Update()
+    replay = CudaGraphReplay(update, _signature, "update")
+    windows = torch.arange(12.0).reshape(6, 2)
+    for _ in range(cuda_graphs.WARMUP_CALLS + 2):
+        replay(windows[:, 0], 1.0)
+    (recorded,) = replay._graphs.values()
+    assert recorded.inputs[0].stride() == windows[:, 0].stride() == (2,)
+    result = replay(windows[:, 1], 1.0)
+    torch.testing.assert_close(result["sum"], windows[:, 1].sum())
+
+
+def test_a_recording_that_fails_leaves_the_function_running_without_graphs(fake_cuda, caplog):
+    update = _Update(fails_to_record=True)
+    replay = CudaGraphReplay(update, _signature, "update")
+    with caplog.at_level(logging.WARNING):
+        for _ in range(cuda_graphs.WARMUP_CALLS + 3):
+            result = replay(torch.ones(3), 1.0)
+            torch.testing.assert_close(result["sum"], torch.tensor(3.0))
+    assert replay.failed and replay.num_graphs == 0 and not update.forbid_compile
+    assert update.calls == cuda_graphs.WARMUP_CALLS + 3
+    assert "runs compiled without graphs" in caplog.text
