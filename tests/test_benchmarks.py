@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
@@ -41,12 +43,13 @@ def test_parallel_ceiling_measures_every_column():
         assert row in out
 
 
-def test_update_speed_times_cadence_updates():
+@pytest.mark.parametrize("algorithm", ["sac", "ddpg"])
+def test_update_speed_times_cadence_updates(algorithm):
     out = run_benchmark(
         "update_speed.py", "--skip-sb3", "--shapes", "pendulum", "--compile", "off",
-        "--block", "3", "--repeats", "1",
+        "--block", "3", "--repeats", "1", "--algorithm", algorithm,
     )  # fmt: skip
-    assert "cadence[off, " in out and "updates/s" in out
+    assert f"{algorithm.upper()} updates/s" in out and "cadence[off, " in out
 
 
 def test_time_to_solve_answers_help():
