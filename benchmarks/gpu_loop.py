@@ -10,7 +10,10 @@ advantages, updates, logging); it is the median of the iterations' own rates, th
 compilation included. The compiled mode runs twice on one compile cache: cold (empty)
 and warm (the second process loads the graphs).
 
-    python benchmarks/gpu_loop.py [--device cuda] [--num-envs 4096] [--iterations 30]
+    python benchmarks/gpu_loop.py [--device cuda] [--num-envs 4096] [--iterations 30] [--graphs]
+
+``--graphs`` adds a third compiled run on the warm cache with ``algorithm.compile=
+reduce-overhead``, whose updates replay as CUDA graphs (the unroll's graphs do not).
 
 On a machine without a GPU ``--device cpu`` runs the same comparison on the CPU.
 """
@@ -75,6 +78,9 @@ def main() -> None:
     parser.add_argument("--num-envs", type=int, default=4096)
     parser.add_argument("--iterations", type=int, default=30)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--graphs", action="store_true", help="also time compile=reduce-overhead (CUDA graphs)"
+    )
     args = parser.parse_args()
 
     import torch
@@ -87,6 +93,8 @@ def main() -> None:
         rows["compiled, cold cache"] = run("default", args, Path(cache))
         print(f"cold done: {rows['compiled, cold cache']}", file=sys.stderr, flush=True)
         rows["compiled, warm cache"] = run("default", args, Path(cache))
+        if args.graphs:
+            rows["CUDA graphs, warm"] = run("reduce-overhead", args, Path(cache))
 
     steps = args.num_envs * UNROLL_LENGTH
     print(
@@ -107,6 +115,9 @@ def main() -> None:
     print(
         f"compiled whole run (warm cache) / eager whole run: {warm['whole'] / eager['whole']:.2f}x"
     )
+    if args.graphs:
+        graphs = rows["CUDA graphs, warm"]
+        print(f"CUDA graphs loop / compiled loop: {graphs['loop'] / warm['loop']:.2f}x")
 
 
 if __name__ == "__main__":
