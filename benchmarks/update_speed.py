@@ -77,8 +77,8 @@ def make_cadence(
         "td3": (make_td3, TD3Config),
         "ddpg": (make_ddpg, DDPGConfig),
     }[algorithm]
-    sac = make(config(compile=compile_mode), TensorSpec((obs_dim,)), action_spec, network)
-    sac.to(device)
+    learner = make(config(compile=compile_mode), TensorSpec((obs_dim,)), action_spec, network)
+    learner.to(device)
     buffer = ReplayBuffer(num_envs=1, capacity=BUFFER_SIZE, device=device)
     steps = BUFFER_SIZE
     buffer.add_sequence(
@@ -96,15 +96,15 @@ def make_cadence(
             "info": {},
         }
     )
-    sac.train()
+    learner.train()
 
     def run(n: int) -> None:
         # The training path (`OffPolicyScheme`): n minibatches drawn at once, each read when
         # trained on, with only the fields the algorithm reads.
         config = OffPolicyConfig(mini_batch_size=BATCH_SIZE, num_updates_per_train_iter=n)
         with using_cpu_matmul(backend):
-            for sample in replay_minibatches(buffer, config, sac.replay_fields):
-                sac.update(sac.preprocess_experience(sample))
+            for sample in replay_minibatches(buffer, config, learner.replay_fields):
+                learner.update(learner.preprocess_experience(sample))
         if device != "cpu":
             torch.cuda.synchronize(device)
 

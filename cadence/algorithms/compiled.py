@@ -440,10 +440,14 @@ class UpdateCompiler:
         if graph is None:
             mode = "default" if self.mode in ("auto", "reduce-overhead") else self.mode
             dynamic = True if self.dynamic else None
+            device = self._device()
+            options = None if device is None else graph_options(device)
             graph = CompiledWithFallback(
-                fn, mode, self.state_key, self.note_compiling, dynamic, self._options()
+                fn, mode, self.state_key, self.note_compiling, dynamic, options
             )
             self._graphs[name] = graph
+            if self.cuda_graphs and device is not None and device.type == "cuda":
+                self._replays[name] = CudaGraphReplay(graph, graph.exact_signature, name)
         if self.mode != "auto":
             return self._run(graph, args, steps, name)
         choice = self.choices.get(name)
@@ -452,11 +456,6 @@ class UpdateCompiler:
         if choice is not None:
             return self._run(graph, args, steps)
         return self._measure(name, fn, graph, args, steps)
-
-    def _options(self) -> dict[str, Any] | None:
-        """`graph_options` for the device of the optimizers' parameters."""
-        device = self._device()
-        return None if device is None else graph_options(device)
 
     def _device(self) -> torch.device | None:
         """The device of the optimizers' parameters (None: no parameters)."""
@@ -498,16 +497,11 @@ class UpdateCompiler:
         return replay(*args)
 
     def _replay(self, name: str, graph: CompiledWithFallback) -> CudaGraphReplay | None:
-        """The CUDA graphs of ``graph``'s calls, under ``reduce-overhead`` with the
-        parameters on a GPU, once it has compiled; else None."""
-        if not self.cuda_graphs or graph.failed or not graph.is_compiled:
-            return None
+        """The CUDA graphs of ``graph``'s calls (made with it under ``reduce-overhead``
+        with the parameters on a GPU), once it has compiled; else None."""
         replay = self._replays.get(name)
-        if replay is None:
-            device = self._device()
-            if device is None or device.type != "cuda":
-                return None
-            replay = self._replays[name] = CudaGraphReplay(graph, graph.exact_signature, name)
+        if replay is None or graph.failed or not graph.is_compiled:
+            return None
         return replay
 
     def _measure(

@@ -132,6 +132,13 @@ _UNCHECKED = "inductor 2.11 computed the losses from the stepped parameters (fix
 GPU_FAILURES_BEFORE_TORCH_2_13 = {"sac": _UNCHECKED, "td3": _UNCHECKED}
 
 
+def _expect_gpu_failure(name: str, request) -> None:
+    """Marks a GPU case of `GPU_FAILURES_BEFORE_TORCH_2_13` as expected to fail there."""
+    if name in GPU_FAILURES_BEFORE_TORCH_2_13 and torch.__version__ < (2, 13):
+        reason = GPU_FAILURES_BEFORE_TORCH_2_13[name]
+        request.applymarker(pytest.mark.xfail(reason=reason, strict=False))
+
+
 def _eager_and_compiled(name: str, device: str = "cpu"):
     """A case's algorithm, a compiled copy (both training, on ``device``) and its batches;
     dynamo's counters cleared."""
@@ -149,9 +156,8 @@ def _eager_and_compiled(name: str, device: str = "cpu"):
 @pytest.mark.parametrize("name", list(CASES))
 def test_a_compiled_update_gives_the_eager_numbers(name, cpu_or_gpu, request):
     device = cpu_or_gpu
-    if device == "cuda" and name in GPU_FAILURES_BEFORE_TORCH_2_13 and torch.__version__ < (2, 13):
-        reason = GPU_FAILURES_BEFORE_TORCH_2_13[name]
-        request.applymarker(pytest.mark.xfail(reason=reason, strict=False))
+    if device == "cuda":
+        _expect_gpu_failure(name, request)
     eager, graph, batches = _eager_and_compiled(name, device)
     for index, batch in enumerate(batches):
         fraction = index / len(batches)  # a learning-rate schedule must not recompile
@@ -187,9 +193,7 @@ def test_cuda_graphs_replay_the_eager_numbers(name, request):
     recorded CUDA graph, and its results (kept from update to update: each is a copy,
     not the graph's outputs that the next replay overwrites), parameters and optimizer
     state, Adam's step counts included, are eager's; checkpoints load both ways."""
-    if name in GPU_FAILURES_BEFORE_TORCH_2_13 and torch.__version__ < (2, 13):
-        reason = GPU_FAILURES_BEFORE_TORCH_2_13[name]
-        request.applymarker(pytest.mark.xfail(reason=reason, strict=False))
+    _expect_gpu_failure(name, request)
     eager, graph, batches = _eager_and_compiled(name, "cuda")
     graph.set_compile("reduce-overhead")
     expected, results = [], []
