@@ -13,7 +13,7 @@ and warm (the second process loads the graphs).
     python benchmarks/gpu_loop.py [--device cuda] [--num-envs 4096] [--iterations 30] [--graphs]
 
 ``--graphs`` adds a third compiled run on the warm cache with ``algorithm.compile=
-reduce-overhead``, whose updates replay as CUDA graphs (the unroll's graphs do not).
+reduce-overhead``, whose unroll and updates replay as CUDA graphs.
 
 On a machine without a GPU ``--device cpu`` runs the same comparison on the CPU.
 """

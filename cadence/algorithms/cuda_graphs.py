@@ -1,10 +1,10 @@
-"""CUDA graphs for compiled updates: a call's kernels replayed as one graph launch.
+"""CUDA graphs for compiled updates and unrolls: a call's kernels replayed as one launch.
 
 On a GPU a compiled update of small networks is bound by launching its kernels, not by
 running them: inductor's wrapper launches each of its dozens of kernels from Python, and
 the GPU idles between them. A CUDA graph records those launches once and replays them
-with one call. ``compile: reduce-overhead`` wraps each compiled update in a
-`CudaGraphReplay`:
+with one call. ``compile: reduce-overhead`` wraps each compiled update, and the compiled
+unroll of a tensor-native env (`cadence.collect.unroll`), in a `CudaGraphReplay`:
 
 - a signature's first calls run the compiled function as usual (it compiles, its guards
   settle, cuBLAS and the allocator initialise); the next one records the graph, on
@@ -16,7 +16,9 @@ with one call. ``compile: reduce-overhead`` wraps each compiled update in a
 What makes this safe for cadence's updates:
 
 - the function passed through `cadence.algorithms.Algorithm.in_graph` is pure (tensors
-  in, tensors out; counters stay in Python outside it);
+  in, tensors out; counters stay in Python outside it), and so is the unroll's, which
+  takes the env's state as inputs and returns the stepped state
+  (`cadence.envs.tensor.TensorEnvironment.graph_state`);
 - what it changes in place (parameters, optimizer state, the learning-rate tensors
   `GraphOptimizer.refresh` fills before each call) keeps its storage from call to call:
   a checkpoint loads into those tensors rather than replacing them

@@ -15,6 +15,9 @@ transformers, the unroll runs as compiled graphs (`TensorEnvironment.step_in_gra
 ``rollout_step``, the env step and the stacking of the unroll's buffers for up to
 ``steps_per_graph`` steps per call (`MAX_STEPS_PER_GRAPH` unless told; the whole unroll in
 one call when ``unroll_length`` is at most that), giving the eager unroll's numbers.
+Under ``compile: reduce-overhead`` on a GPU those calls replay as CUDA graphs
+(`cadence.algorithms.cuda_graphs`), as the updates do; the env's state then passes
+through each call's inputs and outputs (`TensorEnvironment.graph_state`).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import torch
 
 from cadence.algorithms.algorithm import Algorithm, AlgStep, reset_state
 from cadence.algorithms.compiled import CompiledWithFallback, graph_options
+from cadence.algorithms.cuda_graphs import CudaGraphReplay
 from cadence.collect.episode_stats import EpisodeStats
 from cadence.data.experience import Experience
 from cadence.data.nest import Nest, flatten, map_structure
@@ -107,6 +111,7 @@ class Collector:
         self._state: Nest = ()
         self._transform_state: Nest = ()
         self._compiled_steps: CompiledWithFallback | None = None
+        self._steps_replay: CudaGraphReplay | None = None
         self._compiled_act: CompiledWithFallback | None = None
 
     @torch.no_grad()
@@ -176,14 +181,16 @@ class Collector:
     ) -> tuple[TimeStep, Nest, Nest, Nest]:
         """`_eager_unroll` as compiled calls of `_run_steps` (with the env's
         ``step_in_graph``), each several steps."""
-        graph = self._compiled_steps
-        assert graph is not None
+        graph = self._steps_call()
         length = _steps_per_call(self.unroll_length, self.steps_per_graph)
         chunks = []
         for index in range(self.unroll_length // length):
-            time_steps, actions, infos, states, self._time_step, self._state = graph(
-                self._time_step, self._state, self.agent_info, initial_state, length, stateful
-            )
+            *outputs, env_state = graph(
+                self.env.graph_state(), self._time_step, self._state, self.agent_info,
+                initial_state, length, stateful,
+            )  # fmt: skip
+            self.env.bind_graph_state(env_state)
+            time_steps, actions, infos, states, self._time_step, self._state = outputs
             if index:  # its first time step ends the chunk before
                 time_steps = time_steps[1:]
             chunks.append((time_steps, actions, infos, states))
@@ -222,9 +229,10 @@ class Collector:
         compiler = getattr(self.acting, "compiler", None)
         modes = ("default", "reduce-overhead", "max-autotune-no-cudagraphs")
         if compiler is None or compiler.mode not in modes:
-            self._compiled_steps = self._compiled_act = None
+            self._compiled_steps = self._steps_replay = self._compiled_act = None
             return None
-        # Only updates replay as CUDA graphs: the unroll compiles as under "default".
+        # CUDA graphs replay the compiled unroll (`_steps_compile`), not the acting step
+        # of an env stepping outside the graph, which waits for the host anyway.
         return "default" if compiler.mode == "reduce-overhead" else compiler.mode
 
     def _steps_compile(self, mode: str) -> bool:
@@ -237,7 +245,20 @@ class Collector:
             self._compiled_steps = self._compile(
                 _UnrollSteps(self.acting, self.env).unroll_steps, mode
             )
+            if self.acting.compiler.cuda_graphs and self.device.type == "cuda":
+                self._steps_replay = CudaGraphReplay(
+                    self._compiled_steps, self._compiled_steps.exact_signature, "the unroll"
+                )
         return True
+
+    def _steps_call(self) -> Callable[..., Any]:
+        """The compiled unroll's calls: replayed as CUDA graphs (under ``reduce-overhead`` on
+        a GPU) once the graph has compiled."""
+        graph, replay = self._compiled_steps, self._steps_replay
+        assert graph is not None
+        if replay is None or graph.failed or not graph.is_compiled:
+            return graph
+        return replay
 
     def _act(self, mode: str) -> Callable[[TimeStep, Nest, Nest], AlgStep]:
         """``rollout_step`` compiled, for an env that steps outside the graph (Gymnasium's):
@@ -276,17 +297,22 @@ class _UnrollSteps(torch.nn.Module):
 
     def unroll_steps(
         self,
+        env_state: dict[str, torch.Tensor],
         time_step: TimeStep,
         state: Nest,
         agent_info: Nest,
         initial_state: Nest,
         length: int,
         stateful: bool,
-    ) -> tuple[TimeStep, Nest, Nest, Nest, TimeStep, Nest]:
-        return _run_steps(
+    ) -> tuple[TimeStep, Nest, Nest, Nest, TimeStep, Nest, dict[str, torch.Tensor]]:
+        """`_run_steps` from the env's `graph_state` ``env_state``; returns the stepped
+        one last."""
+        self.env.bind_graph_state(env_state)
+        outputs = _run_steps(
             self.algorithm.rollout_step, self.env.step_in_graph, time_step, state,
             agent_info, initial_state, length, stateful,
         )  # fmt: skip
+        return (*outputs, self.env.graph_state())
 
     def extra_repr(self) -> str:
         # Part of a saved graph's name (`precompiled`): the env is not a module.

@@ -2,20 +2,28 @@
 
 The stand-in runs the recording call for real (CUDA only records it) and makes a replay
 run the recorded call again on the graph's own inputs, writing into its own outputs, as
-a replayed CUDA graph does. The GPU tests (`test_compiled_update.py`, ``-m gpu``) replay
+a replayed CUDA graph does, and undoing what that call rebinds in Python, which a replay
+does not run. The GPU tests (`test_compiled_update.py`, ``-m gpu``) replay
 real graphs of every algorithm's update.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import logging
 
 import pytest
 import torch
+from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from cadence.algorithms import cuda_graphs
+from cadence.algorithms.compiled import CompiledWithFallback
 from cadence.algorithms.cuda_graphs import CudaGraphReplay
+from cadence.algorithms.ppo import PPOConfig, make_ppo
+from cadence.collect import Collector
+from cadence.envs import make_env
+from cadence.networks import NetworkConfig
 
 _recording: list[_FakeGraph] = []
 
@@ -24,9 +32,16 @@ class _FakeGraph:
     def __init__(self):
         self.call = None
         self.outputs = None
+        self.python_state = []  # objects whose attributes a replay must leave as they are
 
     def replay(self) -> None:
+        # A CUDA graph replays kernels, not Python: attributes the recorded call rebound
+        # stay as they were before the replay.
+        attributes = [dict(vars(owner)) for owner in self.python_state]
         torch._foreach_copy_(self.outputs, self.call())
+        for owner, kept in zip(self.python_state, attributes, strict=True):
+            vars(owner).clear()
+            vars(owner).update(kept)
 
 
 @contextlib.contextmanager
@@ -130,3 +145,62 @@ def test_a_recording_that_fails_leaves_the_function_running_without_graphs(fake_
     assert replay.failed and replay.num_graphs == 0 and not update.forbid_compile
     assert update.calls == cuda_graphs.WARMUP_CALLS + 3
     assert "runs compiled without graphs" in caplog.text
+
+
+def test_a_replayed_unroll_steps_the_env_through_its_inputs_and_outputs(fake_cuda, monkeypatch):
+    """The compiled unroll's calls, replayed: the env's state must pass through the graph's
+    inputs and outputs, as a replay rebinds none of the env's attributes."""
+    eager_algorithm = make_ppo(PPOConfig(), *_cartpole_specs(), NetworkConfig(hidden_sizes=(16,)))
+    replayed_algorithm = copy.deepcopy(eager_algorithm)
+    expected = _tensor_unrolls(eager_algorithm, "off")
+    original = CompiledWithFallback.__call__
+    envs = []
+
+    def recorded(self, *args):  # registers a recording call's replay with the stand-in
+        if not _recording:
+            return original(self, *args)
+        graph = _recording[-1]
+        graph.python_state = envs
+        graph.call = lambda: tree_flatten(original(self, *args))[0]
+        with torch.random.fork_rng():  # a capture runs no kernel, so it draws no numbers
+            graph.outputs, spec = tree_flatten(original(self, *args))
+        return tree_unflatten(graph.outputs, spec)
+
+    monkeypatch.setattr(CompiledWithFallback, "__call__", recorded)
+
+    def replayed(collector):  # CUDA graphs as on a GPU
+        envs.append(collector.env)
+        steps = collector._compiled_steps
+        collector._steps_replay = CudaGraphReplay(steps, steps.exact_signature, "the unroll")
+
+    got = _tensor_unrolls(replayed_algorithm, "default", after_first=replayed)
+    replay = got[0]
+    assert replay.num_graphs == 1 and replay.replays > 5
+    for (experience, stats), (eager_experience, eager_stats) in zip(
+        got[1], expected[1], strict=True
+    ):
+        time_step, eager_step = experience.time_step, eager_experience.time_step
+        assert torch.equal(time_step.step_type, eager_step.step_type)
+        assert (time_step.step_type == 0).sum() > 4  # episodes reset inside replays
+        torch.testing.assert_close(time_step.observation, eager_step.observation)
+        assert torch.equal(experience.action, eager_experience.action)
+        torch.testing.assert_close(stats["return"], eager_stats["return"])
+
+
+def _cartpole_specs():
+    env = make_env("CartPole-v1", num_envs=4, backend="tensor", seed=11)
+    return env.observation_spec, env.action_spec
+
+
+def _tensor_unrolls(algorithm, compile_mode, after_first=None, count=4):
+    """``count`` unrolls of 40 steps in calls of 8 on 4 tensor CartPoles, then the unroll's
+    CUDA-graph replayer (None without one) and the unrolls."""
+    env = make_env("CartPole-v1", num_envs=4, backend="tensor", seed=11)
+    algorithm.set_compile(compile_mode)
+    collector = Collector(env, algorithm, unroll_length=40, steps_per_graph=8)
+    torch.manual_seed(0)
+    unrolls = [collector.unroll()]
+    if after_first is not None:
+        after_first(collector)
+    unrolls += [collector.unroll() for _ in range(count - 1)]
+    return collector._steps_replay, unrolls

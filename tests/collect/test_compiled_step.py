@@ -53,6 +53,26 @@ def test_compiled_steps_give_the_eager_unroll(cpu_or_gpu):
     options = {"cpp_wrapper": True} if device == "cpu" else None
     assert collector._compiled_steps.options == options
     assert got[0][0].time_step.observation.device.type == device
+    _assert_same_unrolls(got, expected)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_the_unroll_replayed_as_cuda_graphs_gives_the_eager_one():
+    """``compile=reduce-overhead`` on a GPU: after its warm-up calls the compiled unroll
+    replays one CUDA graph, which steps the env through its inputs and outputs and draws
+    the actions eager draws."""
+    eager_algorithm = make_ppo(PPOConfig(), *_specs(), NetworkConfig(hidden_sizes=(16, 16)))
+    graphed_algorithm = copy.deepcopy(eager_algorithm)
+    _, expected = _unrolls("off", eager_algorithm, count=4, device="cuda")
+    collector, got = _unrolls("reduce-overhead", graphed_algorithm, count=4, device="cuda")
+    replay = collector._steps_replay
+    assert replay is not None and not replay.failed
+    assert replay.num_graphs == 1 and replay.replays > 5  # of 20 calls
+    _assert_same_unrolls(got, expected)
+
+
+def _assert_same_unrolls(got, expected):
     for (experience, stats), (eager_experience, eager_stats) in zip(got, expected, strict=True):
         time_step, eager_step = experience.time_step, eager_experience.time_step
         assert torch.equal(time_step.step_type, eager_step.step_type)
@@ -147,7 +167,7 @@ def test_steps_per_graph_sets_the_steps_of_each_call(monkeypatch):
     original = CompiledWithFallback.__call__
 
     def recording(self, *args):
-        lengths.append(args[4])
+        lengths.append(args[5])
         return original(self, *args)
 
     monkeypatch.setattr(CompiledWithFallback, "__call__", recording)

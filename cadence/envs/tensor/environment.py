@@ -227,6 +227,30 @@ class TensorEnvironment(Environment):
         the resets in torch ops (the NumPy path cannot be traced), the caller's threads."""
         return self._step(action)
 
+    def graph_state(self) -> dict[str, torch.Tensor]:
+        """The tensors a step reads and writes, themselves (not copies): the physical
+        states and the step, reset and episode counters.
+
+        A compiled unroll takes them as inputs and returns the stepped ones, which
+        `bind_graph_state` puts back. So the env's state passes through the graph's
+        inputs and outputs rather than its attributes, and a CUDA graph of the unroll,
+        which replays on its own copies of the inputs and runs none of the Python that
+        rebinds attributes, still steps this env."""
+        return {
+            "state": self._state,
+            "episode_steps": self._episode_steps,
+            "needs_reset": self._needs_reset,
+            "episodes": self._episodes,
+        }
+
+    def bind_graph_state(self, tensors: dict[str, torch.Tensor]) -> None:
+        """Makes ``tensors`` (a `graph_state`, e.g. a compiled unroll's output) this env's
+        state; they are used, not copied."""
+        self._state = tensors["state"]
+        self._episode_steps = tensors["episode_steps"]
+        self._needs_reset = tensors["needs_reset"]
+        self._episodes = tensors["episodes"]
+
     def _step(self, action: torch.Tensor) -> TimeStep:
         action = self._check_action(action)
         resetting = self._needs_reset
