@@ -32,6 +32,7 @@ from cadence.algorithms.algorithm import Algorithm, AlgStep, reset_state
 from cadence.algorithms.compiled import CompiledWithFallback, graph_options
 from cadence.algorithms.cuda_graphs import CudaGraphReplay
 from cadence.collect.episode_stats import EpisodeStats
+from cadence.data.devices import same_device
 from cadence.data.experience import Experience
 from cadence.data.nest import Nest, flatten, map_structure
 from cadence.data.time_step import TimeStep
@@ -164,7 +165,7 @@ class Collector:
 
         # An env on the acting device (the usual case) hands over its time steps as they
         # are: `TimeStep.to` rebuilds one (4 us of a 100 us step of 8 CartPoles).
-        on_device = self.env.device == self.device
+        on_device = same_device(self.env.device, self.device)
 
         def env_step(action: Nest) -> TimeStep:
             time_step = self.env.step(action)
@@ -239,7 +240,9 @@ class Collector:
         """Whether whole steps run compiled: the env is tensor-native on the acting device
         and no data transformer runs between it and the algorithm."""
         step_in_graph = getattr(self.env, "step_in_graph", None)
-        if step_in_graph is None or self.transformer is not None or self.env.device != self.device:
+        if step_in_graph is None or self.transformer is not None:
+            return False
+        if not same_device(self.env.device, self.device):  # "cuda" is the current cuda:N
             return False
         if self._compiled_steps is None:
             self._compiled_steps = self._compile(

@@ -17,6 +17,7 @@ from typing import Any, TypeAlias
 import torch
 from tensordict import TensorDict, TensorDictBase
 
+from cadence.data.devices import same_device
 from cadence.data.nest import flatten_with_paths
 
 Values: TypeAlias = Mapping[str, Any] | TensorDictBase
@@ -364,19 +365,12 @@ def _common_device(items: Mapping[str, torch.Tensor], device: Device | None) -> 
     for key, value in items.items():
         if expected is None:
             expected, source = value.device, f"key {key!r}"
-        elif not _same_device(value.device, expected):
+        elif not same_device(value.device, expected):
             raise ValueError(
                 f"key {key!r} is on {value.device} but {source} is on {expected}; "
                 "all tensors must be on one device"
             )
     return expected if expected is not None else torch.device("cpu")
-
-
-def _same_device(actual: torch.device, expected: torch.device) -> bool:
-    # "cuda" (no index) matches any cuda:N, as torch.device("cuda") means the current one.
-    if expected.index is None:
-        return actual.type == expected.type
-    return actual == expected
 
 
 def _build(

@@ -37,6 +37,7 @@ from typing import Any
 
 import torch
 
+from cadence.data.devices import same_device
 from cadence.data.nest import Nest, flatten_with_paths, map_structure
 from cadence.data.specs import CompositeSpec, Spec, TensorSpec
 from cadence.data.time_step import StepType, TimeStep
@@ -389,7 +390,8 @@ def _check_leaf(value: Any, spec: TensorSpec, batch: int, device: torch.device, 
     )
     _expect(value.dtype == spec.dtype, f"{where}: dtype {value.dtype}, expected {spec.dtype}")
     _expect(
-        _on_device(value, device), f"{where}: on {value.device}, expected the env's device {device}"
+        same_device(value.device, device),
+        f"{where}: on {value.device}, expected the env's device {device}",
     )
     if not spec.contains(value):
         low, high = value.min().item(), value.max().item()
@@ -429,13 +431,6 @@ def _fields(time_step: TimeStep) -> Iterator[tuple[str, torch.Tensor]]:
             yield f"{prefix}/{path}" if path else prefix, leaf
     for key in sorted(time_step.env_info):
         yield f"env_info/{key}", time_step.env_info[key]
-
-
-def _on_device(value: torch.Tensor, device: torch.device) -> bool:
-    # torch.device("cuda") names the current device; tensors always carry an index.
-    if device.index is None and device.type != "cpu":
-        return value.device.type == device.type
-    return value.device == device
 
 
 def _leaf_at(nest: Nest, path: str) -> Any:
