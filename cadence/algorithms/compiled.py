@@ -802,10 +802,10 @@ class GraphOptimizer:
                 values = [torch.where(apply, v, t) for v, t in zip(values, targets, strict=True)]
             if targets is params and params[0].is_cuda:
                 # One copy per parameter: with one foreach copy, inductor (2.11, on an
-                # H200) scheduled a fused kernel computing the update's loss terms after
-                # it, so the losses an A2C update reported were those of the stepped
+                # H200) once scheduled a fused kernel computing the update's loss terms
+                # after it, so the losses an A2C update reported were those of the stepped
                 # parameters (its steps themselves were right); copied one by one, they
-                # are eager's.
+                # were eager's. (A later session saw eager's terms either way.)
                 for target, value in zip(targets, values, strict=True):
                     target.copy_(value)
             else:

@@ -126,10 +126,13 @@ CASES = {"ppo": _ppo, "a2c": _a2c, "dqn": _dqn, "sac": _sac, "td3": _td3, "ddpg"
 
 
 # Seen on an H200 with torch 2.11 (docs/compile.md, "On a GPU"); torch 2.13 is untested there.
-# Their loss terms were computed from the stepped parameters, as A2C's were until the
-# graph optimizer copied each parameter by itself; that fix was measured for A2C only.
-_UNCHECKED = "inductor 2.11 computed the losses from the stepped parameters (fix checked on A2C)"
-GPU_FAILURES_BEFORE_TORCH_2_13 = {"sac": _UNCHECKED, "td3": _UNCHECKED}
+GPU_GRAPH_BREAK_BEFORE_TORCH_2_13 = (
+    "torch 2.11 on a GPU broke every update's graph at autograd.grad ('external grad_fn')"
+)
+GPU_FAILURES_BEFORE_TORCH_2_13 = {
+    "ddpg": "after that graph break, recording DDPG's update recompiled a resumed frame, "
+    "so it ran without CUDA graphs"
+}
 
 
 def _expect_gpu_failure(name: str, request) -> None:
@@ -154,10 +157,8 @@ def _eager_and_compiled(name: str, device: str = "cpu"):
 
 
 @pytest.mark.parametrize("name", list(CASES))
-def test_a_compiled_update_gives_the_eager_numbers(name, cpu_or_gpu, request):
+def test_a_compiled_update_gives_the_eager_numbers(name, cpu_or_gpu):
     device = cpu_or_gpu
-    if device == "cuda":
-        _expect_gpu_failure(name, request)
     eager, graph, batches = _eager_and_compiled(name, device)
     for index, batch in enumerate(batches):
         fraction = index / len(batches)  # a learning-rate schedule must not recompile
@@ -172,7 +173,7 @@ def test_a_compiled_update_gives_the_eager_numbers(name, cpu_or_gpu, request):
             torch.testing.assert_close(result.metrics[key], value, rtol=1e-4, atol=1e-5)
         assert_close_states(eager, graph)
     assert graph.compiler.compile_seconds > 0  # it did compile rather than fall back
-    assert not torch._dynamo.utils.counters["graph_break"]  # one graph per update
+    graph_breaks = dict(torch._dynamo.utils.counters["graph_break"])
     assert all(g.is_compiled for g in graph.compiler._graphs.values())
     # On the CPU the graphs' kernels are called from C++; on a GPU, Triton's from Python.
     options = compiled.graph_options(torch.device(device))
@@ -183,6 +184,9 @@ def test_a_compiled_update_gives_the_eager_numbers(name, cpu_or_gpu, request):
     fresh.load_state_dict(graph.state_dict())
     assert_close_states(eager, fresh)
     graph.load_state_dict(eager.state_dict())
+    if graph_breaks and device == "cuda" and torch.__version__ < (2, 13):
+        pytest.xfail(GPU_GRAPH_BREAK_BEFORE_TORCH_2_13)  # the numbers above held
+    assert not graph_breaks  # one graph per update
 
 
 @pytest.mark.gpu
