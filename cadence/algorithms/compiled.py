@@ -797,15 +797,17 @@ class GraphOptimizer:
             )
             updates = [(old_avg, exp_avg), (old_square, exp_avg_sq)]
         updates += [(old_steps, steps), (params, torch._foreach_sub(params, change))]
-        for targets, values in updates:
+        for index, (targets, values) in enumerate(updates):
             if apply is not None:
                 values = [torch.where(apply, v, t) for v, t in zip(values, targets, strict=True)]
-            if targets is params and params[0].is_cuda:
+            # (The parameters are the last; an index, as dynamo before torch 2.13 cannot
+            # trace ``is`` between two lists and would break the graph there.)
+            if index == len(updates) - 1 and params[0].is_cuda:
                 # One copy per parameter: with one foreach copy, inductor (2.11, on an
-                # H200) once scheduled a fused kernel computing the update's loss terms
-                # after it, so the losses an A2C update reported were those of the stepped
+                # H200) scheduled a fused kernel computing the update's loss terms after
+                # it, so the losses an A2C update reported were those of the stepped
                 # parameters (its steps themselves were right); copied one by one, they
-                # were eager's. (A later session saw eager's terms either way.)
+                # were eager's, though in a graph then broken elsewhere (docs/compile.md).
                 for target, value in zip(targets, values, strict=True):
                     target.copy_(value)
             else:

@@ -53,11 +53,15 @@ is saved. A start tries them newest first, each load costing a fraction of a sec
 def precompilable(fn: Callable[..., Any]) -> bool:
     """Whether ``fn`` can be saved whole: a method of an ``nn.Module``, on a torch with AOT
     compile."""
-    return (
-        inspect.ismethod(fn)
-        and isinstance(fn.__self__, torch.nn.Module)
-        and hasattr(torch.compiler, "load_compiled_function")
-    )
+    return inspect.ismethod(fn) and isinstance(fn.__self__, torch.nn.Module) and saves_whole()
+
+
+@functools.cache
+def saves_whole() -> bool:
+    """Whether this torch saves and loads compiled graphs whole (``aot_compile`` and
+    ``load_compiled_function``; torch 2.11 has the second only)."""
+    loads = hasattr(torch.compiler, "load_compiled_function")
+    return loads and hasattr(torch.compile(lambda x: x), "aot_compile")
 
 
 class Precompiled:

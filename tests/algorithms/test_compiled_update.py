@@ -125,23 +125,6 @@ def _ddpg():
 CASES = {"ppo": _ppo, "a2c": _a2c, "dqn": _dqn, "sac": _sac, "td3": _td3, "ddpg": _ddpg}
 
 
-# Seen on an H200 with torch 2.11 (docs/compile.md, "On a GPU"); torch 2.13 is untested there.
-GPU_GRAPH_BREAK_BEFORE_TORCH_2_13 = (
-    "torch 2.11 on a GPU broke every update's graph at autograd.grad ('external grad_fn')"
-)
-GPU_FAILURES_BEFORE_TORCH_2_13 = {
-    "ddpg": "after that graph break, recording DDPG's update recompiled a resumed frame, "
-    "so it ran without CUDA graphs"
-}
-
-
-def _expect_gpu_failure(name: str, request) -> None:
-    """Marks a GPU case of `GPU_FAILURES_BEFORE_TORCH_2_13` as expected to fail there."""
-    if name in GPU_FAILURES_BEFORE_TORCH_2_13 and torch.__version__ < (2, 13):
-        reason = GPU_FAILURES_BEFORE_TORCH_2_13[name]
-        request.applymarker(pytest.mark.xfail(reason=reason, strict=False))
-
-
 def _eager_and_compiled(name: str, device: str = "cpu"):
     """A case's algorithm, a compiled copy (both training, on ``device``) and its batches;
     dynamo's counters cleared."""
@@ -173,7 +156,7 @@ def test_a_compiled_update_gives_the_eager_numbers(name, cpu_or_gpu):
             torch.testing.assert_close(result.metrics[key], value, rtol=1e-4, atol=1e-5)
         assert_close_states(eager, graph)
     assert graph.compiler.compile_seconds > 0  # it did compile rather than fall back
-    graph_breaks = dict(torch._dynamo.utils.counters["graph_break"])
+    assert not torch._dynamo.utils.counters["graph_break"]  # one graph per update
     assert all(g.is_compiled for g in graph.compiler._graphs.values())
     # On the CPU the graphs' kernels are called from C++; on a GPU, Triton's from Python.
     options = compiled.graph_options(torch.device(device))
@@ -184,20 +167,16 @@ def test_a_compiled_update_gives_the_eager_numbers(name, cpu_or_gpu):
     fresh.load_state_dict(graph.state_dict())
     assert_close_states(eager, fresh)
     graph.load_state_dict(eager.state_dict())
-    if graph_breaks and device == "cuda" and torch.__version__ < (2, 13):
-        pytest.xfail(GPU_GRAPH_BREAK_BEFORE_TORCH_2_13)  # the numbers above held
-    assert not graph_breaks  # one graph per update
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("name", list(CASES))
-def test_cuda_graphs_replay_the_eager_numbers(name, request):
+def test_cuda_graphs_replay_the_eager_numbers(name):
     """``compile=reduce-overhead`` on a GPU: after its warm-up calls each update replays a
     recorded CUDA graph, and its results (kept from update to update: each is a copy,
     not the graph's outputs that the next replay overwrites), parameters and optimizer
     state, Adam's step counts included, are eager's; checkpoints load both ways."""
-    _expect_gpu_failure(name, request)
     eager, graph, batches = _eager_and_compiled(name, "cuda")
     graph.set_compile("reduce-overhead")
     expected, results = [], []

@@ -11,6 +11,7 @@ import torch
 from cadence.algorithms.compiled import GUARDED_CALLS, CompiledWithFallback
 from cadence.algorithms.dqn import DQNConfig, make_dqn
 from cadence.algorithms.ppo import PPOConfig, make_ppo
+from cadence.algorithms.precompiled import saves_whole
 from cadence.collect import Collector
 from cadence.collect.unroll import MAX_STEPS_PER_GRAPH
 from cadence.config.errors import ConfigError
@@ -18,6 +19,10 @@ from cadence.config.loading import compose_config
 from cadence.envs import make_env
 from cadence.networks import NetworkConfig
 from cadence.trainer.run import build_trainer, unroll_graph_steps
+
+_saves_whole = pytest.mark.skipif(
+    not saves_whole(), reason="this torch does not save compiled graphs whole"
+)
 
 
 def _unrolls(
@@ -84,6 +89,7 @@ def _assert_same_unrolls(got, expected):
         torch.testing.assert_close(stats["return"], eager_stats["return"])
 
 
+@_saves_whole
 def test_a_later_collector_loads_the_saved_unroll_graph(tmp_path, monkeypatch):
     # The unroll's graph is saved whole: a second collector (a later start) loads it instead
     # of tracing it, and the loaded graph steps the live env with the live parameters.
@@ -113,6 +119,7 @@ def test_a_later_collector_loads_the_saved_unroll_graph(tmp_path, monkeypatch):
     torch.testing.assert_close(env_state["state"], eager_env_state["state"])
 
 
+@_saves_whole
 def test_an_off_policy_run_loads_its_unroll_graph_saved_after_its_updates(tmp_path, monkeypatch):
     # An off-policy run compiles its unroll after its first updates, with the optimizers'
     # state filled in; the saved graph must still load in the next run (the guards pickle
