@@ -8,7 +8,7 @@ import copy
 import pytest
 import torch
 
-from cadence.algorithms.compiled import GUARDED_CALLS, CompiledWithFallback
+from cadence.algorithms.compiled import GUARDED_CALLS, CompiledWithFallback, graph_options
 from cadence.algorithms.dqn import DQNConfig, make_dqn
 from cadence.algorithms.ppo import PPOConfig, make_ppo
 from cadence.algorithms.precompiled import saves_whole
@@ -55,8 +55,10 @@ def test_compiled_steps_give_the_eager_unroll(cpu_or_gpu):
     collector, got = _unrolls("default", compiled_algorithm, device=device)
     assert collector._compiled_steps is not None and collector._compiled_steps.is_compiled
     # on the CPU the graph's kernels are called from C++, not a Python wrapper
-    options = {"cpp_wrapper": True} if device == "cpu" else None
+    options = graph_options(torch.device(device))
     assert collector._compiled_steps.options == options
+    if device == "cpu":
+        assert options == {"cpp_wrapper": True}
     assert got[0][0].time_step.observation.device.type == device
     _assert_same_unrolls(got, expected)
 
