@@ -152,7 +152,7 @@ def test_a_replayed_unroll_steps_the_env_through_its_inputs_and_outputs(fake_cud
     inputs and outputs, as a replay rebinds none of the env's attributes."""
     eager_algorithm = make_ppo(PPOConfig(), *_cartpole_specs(), NetworkConfig(hidden_sizes=(16,)))
     replayed_algorithm = copy.deepcopy(eager_algorithm)
-    expected = _tensor_unrolls(eager_algorithm, "off")
+    expected = _tensor_unrolls(eager_algorithm, "off", [])
     original = CompiledWithFallback.__call__
     envs = []
 
@@ -167,13 +167,8 @@ def test_a_replayed_unroll_steps_the_env_through_its_inputs_and_outputs(fake_cud
         return tree_unflatten(graph.outputs, spec)
 
     monkeypatch.setattr(CompiledWithFallback, "__call__", recorded)
-
-    def replayed(collector):  # CUDA graphs as on a GPU
-        envs.append(collector.env)
-        steps = collector._compiled_steps
-        collector._steps_replay = CudaGraphReplay(steps, steps.exact_signature, "the unroll")
-
-    got = _tensor_unrolls(replayed_algorithm, "default", after_first=replayed)
+    monkeypatch.setattr(Collector, "_replays_graphs", lambda self: True)  # as on a GPU
+    got = _tensor_unrolls(replayed_algorithm, "default", envs)
     replay = got[0]
     assert replay.num_graphs == 1 and replay.replays > 5
     for (experience, stats), (eager_experience, eager_stats) in zip(
@@ -192,15 +187,13 @@ def _cartpole_specs():
     return env.observation_spec, env.action_spec
 
 
-def _tensor_unrolls(algorithm, compile_mode, after_first=None, count=4):
-    """``count`` unrolls of 40 steps in calls of 8 on 4 tensor CartPoles, then the unroll's
-    CUDA-graph replayer (None without one) and the unrolls."""
+def _tensor_unrolls(algorithm, compile_mode, envs, count=4):
+    """``count`` unrolls of 40 steps in calls of 8 on 4 tensor CartPoles (the env appended
+    to ``envs``), then the unroll's CUDA-graph replayer (None without one) and the unrolls."""
     env = make_env("CartPole-v1", num_envs=4, backend="tensor", seed=11)
+    envs.append(env)
     algorithm.set_compile(compile_mode)
     collector = Collector(env, algorithm, unroll_length=40, steps_per_graph=8)
     torch.manual_seed(0)
-    unrolls = [collector.unroll()]
-    if after_first is not None:
-        after_first(collector)
-    unrolls += [collector.unroll() for _ in range(count - 1)]
+    unrolls = [collector.unroll() for _ in range(count)]
     return collector._steps_replay, unrolls
