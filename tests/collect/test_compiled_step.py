@@ -176,7 +176,7 @@ def test_steps_per_graph_sets_the_steps_of_each_call(monkeypatch):
     original = CompiledWithFallback.__call__
 
     def recording(self, *args):
-        lengths.append(args[5])
+        lengths.append(args[4])
         return original(self, *args)
 
     monkeypatch.setattr(CompiledWithFallback, "__call__", recording)
