@@ -231,11 +231,11 @@ class TensorEnvironment(Environment):
         """The tensors a step reads and writes, themselves (not copies): the physical
         states and the step, reset and episode counters.
 
-        A compiled unroll takes them as inputs and returns the stepped ones, which
-        `bind_graph_state` puts back. So the env's state passes through the graph's
-        inputs and outputs rather than its attributes, and a CUDA graph of the unroll,
-        which replays on its own copies of the inputs and runs none of the Python that
-        rebinds attributes, still steps this env."""
+        A compiled unroll that replays as CUDA graphs takes them as inputs and returns
+        the stepped ones, which `bind_graph_state` puts back: a replay runs on its own
+        copies of the inputs and none of the Python that rebinds attributes, so the
+        env's state must pass through the graph's inputs and outputs. (A plain compiled
+        unroll reads and rebinds the attributes, which costs fewer inputs.)"""
         return {
             "state": self._state,
             "episode_steps": self._episode_steps,
