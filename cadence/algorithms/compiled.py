@@ -796,22 +796,25 @@ class GraphOptimizer:
                 torch._foreach_mul(per_parameter(exp_avg), step_sizes), denom
             )
             updates = [(old_avg, exp_avg), (old_square, exp_avg_sq)]
-        updates += [(old_steps, steps), (params, torch._foreach_sub(params, change))]
-        for index, (targets, values) in enumerate(updates):
+        updates += [(old_steps, steps)]
+
+        def write(targets: list[torch.Tensor], values: list[torch.Tensor], each: bool) -> None:
             if apply is not None:
                 values = [torch.where(apply, v, t) for v, t in zip(values, targets, strict=True)]
-            # (The parameters are the last; an index, as dynamo before torch 2.13 cannot
-            # trace ``is`` between two lists and would break the graph there.)
-            if index == len(updates) - 1 and params[0].is_cuda:
-                # One copy per parameter: with one foreach copy, inductor (2.11, on an
-                # H200) scheduled a fused kernel computing the update's loss terms after
-                # it, so the losses an A2C update reported were those of the stepped
-                # parameters (its steps themselves were right); copied one by one, they
-                # were eager's, though in a graph then broken elsewhere (docs/compile.md).
-                for target, value in zip(targets, values, strict=True):
-                    target.copy_(value)
-            else:
+            if not each:
                 torch._foreach_copy_(targets, values)
+                return
+            for target, value in zip(targets, values, strict=True):
+                target.copy_(value)
+
+        for targets, values in updates:
+            write(targets, values, each=False)
+        # One copy per parameter on a GPU: with one foreach copy, inductor (2.11, on an H200)
+        # scheduled a fused kernel computing the update's loss terms after it, so the losses
+        # an A2C update reported were those of the stepped parameters (its steps themselves
+        # were right); copied one by one, they were eager's, though in a graph then broken
+        # elsewhere (docs/compile.md).
+        write(params, torch._foreach_sub(params, change), each=params[0].is_cuda)
 
 
 def _flatten_states(states: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor] | None:
