@@ -446,7 +446,7 @@ class UpdateCompiler:
                 fn, mode, self.state_key, self.note_compiling, dynamic, options
             )
             self._graphs[name] = graph
-            if self.cuda_graphs and device is not None and device.type == "cuda":
+            if self.replays_on(device):
                 self._replays[name] = CudaGraphReplay(graph, graph.exact_signature, name)
         if self.mode != "auto":
             return self._run(graph, args, steps, name)
@@ -456,6 +456,11 @@ class UpdateCompiler:
         if choice is not None:
             return self._run(graph, args, steps)
         return self._measure(name, fn, graph, args, steps)
+
+    def replays_on(self, device: torch.device | None) -> bool:
+        """Whether graphs on ``device`` replay as CUDA graphs: under ``reduce-overhead``,
+        on a GPU (the updates' and the tensor-native unroll's)."""
+        return self.cuda_graphs and device is not None and device.type == "cuda"
 
     def _device(self) -> torch.device | None:
         """The device of the optimizers' parameters (None: no parameters)."""

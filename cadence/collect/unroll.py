@@ -260,7 +260,7 @@ class Collector:
 
     def _replays_graphs(self) -> bool:
         """Whether the compiled unroll replays as CUDA graphs: ``reduce-overhead`` on a GPU."""
-        return self.acting.compiler.cuda_graphs and self.device.type == "cuda"
+        return self.acting.compiler.replays_on(self.device)
 
     def _steps_call(self) -> Callable[..., Any]:
         """The compiled unroll's calls: replayed as CUDA graphs (under ``reduce-overhead`` on
