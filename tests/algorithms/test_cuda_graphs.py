@@ -22,8 +22,8 @@ from cadence.algorithms.compiled import CompiledWithFallback
 from cadence.algorithms.cuda_graphs import CudaGraphReplay
 from cadence.algorithms.ppo import PPOConfig, make_ppo
 from cadence.collect import Collector
-from cadence.envs import make_env
 from cadence.networks import NetworkConfig
+from tests.collect.test_compiled_step import _assert_same_unrolls, _specs, _unrolls
 
 _recording: list[_FakeGraph] = []
 
@@ -150,17 +150,16 @@ def test_a_recording_that_fails_leaves_the_function_running_without_graphs(fake_
 def test_a_replayed_unroll_steps_the_env_through_its_inputs_and_outputs(fake_cuda, monkeypatch):
     """The compiled unroll's calls, replayed: the env's state must pass through the graph's
     inputs and outputs, as a replay rebinds none of the env's attributes."""
-    eager_algorithm = make_ppo(PPOConfig(), *_cartpole_specs(), NetworkConfig(hidden_sizes=(16,)))
+    eager_algorithm = make_ppo(PPOConfig(), *_specs(), NetworkConfig(hidden_sizes=(16,)))
     replayed_algorithm = copy.deepcopy(eager_algorithm)
-    expected = _tensor_unrolls(eager_algorithm, "off", [])
+    _, expected = _unrolls("off", eager_algorithm, count=4)
     original = CompiledWithFallback.__call__
-    envs = []
 
     def recorded(self, *args):  # registers a recording call's replay with the stand-in
         if not _recording:
             return original(self, *args)
         graph = _recording[-1]
-        graph.python_state = envs
+        graph.python_state = [self.fn.__self__.env]  # `_UnrollSteps.replayable_steps`'
         graph.call = lambda: tree_flatten(original(self, *args))[0]
         with torch.random.fork_rng():  # a capture runs no kernel, so it draws no numbers
             graph.outputs, spec = tree_flatten(original(self, *args))
@@ -168,32 +167,7 @@ def test_a_replayed_unroll_steps_the_env_through_its_inputs_and_outputs(fake_cud
 
     monkeypatch.setattr(CompiledWithFallback, "__call__", recorded)
     monkeypatch.setattr(Collector, "_replays_graphs", lambda self: True)  # as on a GPU
-    got = _tensor_unrolls(replayed_algorithm, "default", envs)
-    replay = got[0]
+    collector, got = _unrolls("default", replayed_algorithm, count=4)
+    replay = collector._steps_replay
     assert replay.num_graphs == 1 and replay.replays > 5
-    for (experience, stats), (eager_experience, eager_stats) in zip(
-        got[1], expected[1], strict=True
-    ):
-        time_step, eager_step = experience.time_step, eager_experience.time_step
-        assert torch.equal(time_step.step_type, eager_step.step_type)
-        assert (time_step.step_type == 0).sum() > 4  # episodes reset inside replays
-        torch.testing.assert_close(time_step.observation, eager_step.observation)
-        assert torch.equal(experience.action, eager_experience.action)
-        torch.testing.assert_close(stats["return"], eager_stats["return"])
-
-
-def _cartpole_specs():
-    env = make_env("CartPole-v1", num_envs=4, backend="tensor", seed=11)
-    return env.observation_spec, env.action_spec
-
-
-def _tensor_unrolls(algorithm, compile_mode, envs, count=4):
-    """``count`` unrolls of 40 steps in calls of 8 on 4 tensor CartPoles (the env appended
-    to ``envs``), then the unroll's CUDA-graph replayer (None without one) and the unrolls."""
-    env = make_env("CartPole-v1", num_envs=4, backend="tensor", seed=11)
-    envs.append(env)
-    algorithm.set_compile(compile_mode)
-    collector = Collector(env, algorithm, unroll_length=40, steps_per_graph=8)
-    torch.manual_seed(0)
-    unrolls = [collector.unroll() for _ in range(count)]
-    return collector._steps_replay, unrolls
+    _assert_same_unrolls(got, expected)
