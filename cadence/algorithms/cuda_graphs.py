@@ -110,8 +110,9 @@ class CudaGraphReplay:
         leaves, spec = tree_flatten(args)
         positions = [i for i, leaf in enumerate(leaves) if isinstance(leaf, torch.Tensor)]
         inputs = list(leaves)
-        for i in positions:  # with the inputs' strides, which the compiled graph guards on
-            inputs[i] = _like(leaves[i])
+        bases: dict[int, torch.Tensor] = {}
+        for i in positions:  # with the inputs' layouts, which the compiled graph guards on
+            inputs[i] = _like(leaves[i], bases)
         graph = torch.cuda.CUDAGraph()
         torch.cuda.synchronize()
         self.fn.forbid_compile = True  # a compile would run its own CUDA work inside
@@ -130,13 +131,23 @@ class CudaGraphReplay:
         return _Recorded(graph, [inputs[i] for i in positions], positions, outputs)
 
 
-def _like(tensor: torch.Tensor) -> torch.Tensor:
+def _like(tensor: torch.Tensor, bases: dict[int, torch.Tensor]) -> torch.Tensor:
     """A copy of ``tensor`` with its sizes and strides (``clone`` makes a strided view,
-    such as a replayed window's first step, contiguous)."""
-    copy = torch.empty_strided(
-        tensor.size(), tensor.stride(), dtype=tensor.dtype, device=tensor.device
-    )
-    return copy.copy_(tensor)
+    such as a replayed window's first step, contiguous) and, for a view, a base of the
+    base's sizes: a compiled graph guards on a view's base (e.g. that a minibatch's
+    indices, slices of one permutation, come from a permutation of the batch's size).
+    Views of one base get copies of one copy of it (``bases``, by the base's id)."""
+    base = tensor._base
+    if base is None:
+        copy = torch.empty_strided(
+            tensor.size(), tensor.stride(), dtype=tensor.dtype, device=tensor.device
+        )
+        return copy.copy_(tensor)
+    base_copy = bases.get(id(base))
+    if base_copy is None:
+        base_copy = bases[id(base)] = _like(base, bases)
+    offset = tensor.storage_offset() - base.storage_offset()
+    return base_copy.as_strided(tensor.size(), tensor.stride(), base_copy.storage_offset() + offset)
 
 
 class _Recorded:

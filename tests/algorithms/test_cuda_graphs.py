@@ -135,6 +135,27 @@ def test_recorded_inputs_keep_the_strides_of_the_call(fake_cuda):
     torch.testing.assert_close(result["sum"], windows[:, 1].sum())
 
 
+def test_a_recording_copies_views_with_their_base(fake_cuda, monkeypatch):
+    """The on-policy updates' minibatch indices are slices of one permutation, and the
+    compiled graph guards on their base (that it has the batch's size): recorded on
+    copies without one, the call failed its guards and ran without graphs on the GPU."""
+    monkeypatch.setenv("CADENCE_PRECOMPILE", "0")  # torch.compile's own guards
+    monkeypatch.setattr(_FakeGraph, "replay", lambda self: None)  # only the recording here
+
+    def gathered_sums(x: torch.Tensor, indices: list[torch.Tensor]) -> torch.Tensor:
+        return torch.stack([x[rows].sum() for rows in indices])
+
+    graph = CompiledWithFallback(gathered_sums, "default", dynamic=True)
+    replay = CudaGraphReplay(graph, graph.exact_signature, "gathered_sums")
+    x = torch.arange(12.0)
+    for _ in range(cuda_graphs.WARMUP_CALLS + 1):
+        replay(x, list(torch.randperm(12).split(4)))
+    assert not replay.failed and replay.num_graphs == 1
+    (recorded,) = replay._graphs.values()
+    bases = {id(rows._base) for rows in recorded.inputs[1:]}
+    assert len(bases) == 1 and recorded.inputs[1]._base.shape == (12,)
+
+
 def test_a_recording_that_fails_leaves_the_function_running_without_graphs(fake_cuda, caplog):
     update = _Update(fails_to_record=True)
     replay = CudaGraphReplay(update, _signature, "update")
