@@ -16,8 +16,9 @@ Adam, target update) runs as one graph per minibatch shape:
   `Algorithm.in_graph` for the pure part of its update.
 
 `UpdateCompiler` holds an algorithm's compiled functions. Its modes are those of
-``torch.compile`` plus ``"auto"``, which times both ways on the first minibatches and keeps
-the faster one, per function and shape (`UpdateCompiler.choices`, checkpointed with the
+``torch.compile`` plus ``"auto"``, which times eager and compiled calls (on a GPU, also
+compiled calls replayed as CUDA graphs) on the first minibatches and keeps the fastest,
+per function (`UpdateCompiler.choices`, checkpointed with the
 algorithm so that a resumed run does not measure again).
 
 Compiled artifacts persist per machine in `compile_cache_dir` (PyTorch's FX-graph and
@@ -44,7 +45,7 @@ import torch
 from torch.utils._pytree import SUPPORTED_NODES, tree_flatten
 
 from cadence.algorithms.compile_config import COMPILE_MODES, MAX_UPDATES_PER_GRAPH
-from cadence.algorithms.cuda_graphs import CudaGraphReplay
+from cadence.algorithms.cuda_graphs import WARMUP_CALLS, CudaGraphReplay
 from cadence.algorithms.precompiled import Precompiled, load_or_compile, machine, precompilable
 from cadence.data.time_step import TimeStep
 from cadence.networks.matmul import cpu_matmul
@@ -446,7 +447,7 @@ class UpdateCompiler:
                 fn, mode, self.state_key, self.note_compiling, dynamic, options
             )
             self._graphs[name] = graph
-            if self.replays_on(device):
+            if self._may_replay(device):
                 self._replays[name] = CudaGraphReplay(graph, graph.exact_signature, name)
         if self.mode != "auto":
             return self._run(graph, args, steps, name)
@@ -454,13 +455,22 @@ class UpdateCompiler:
         if choice == "eager":
             return fn(*args)
         if choice is not None:
-            return self._run(graph, args, steps)
+            return self._run(graph, args, steps, name if choice == "graphs" else "")
         return self._measure(name, fn, graph, args, steps)
 
     def replays_on(self, device: torch.device | None) -> bool:
         """Whether graphs on ``device`` replay as CUDA graphs: under ``reduce-overhead``,
         on a GPU (the updates' and the tensor-native unroll's)."""
         return self.cuda_graphs and device is not None and device.type == "cuda"
+
+    def _may_replay(self, device: torch.device | None) -> bool:
+        """Whether graphs on ``device`` may replay as CUDA graphs: where they always do
+        (`replays_on`), and under ``auto`` on a GPU, where they are one of the ways timed."""
+        return (
+            self.mode in ("reduce-overhead", "auto")
+            and device is not None
+            and device.type == "cuda"
+        )
 
     def _device(self) -> torch.device | None:
         """The device of the optimizers' parameters (None: no parameters)."""
@@ -492,7 +502,7 @@ class UpdateCompiler:
     ) -> Any:
         optimizers = list(self.optimizers())
         if [g.optimizer for g in self._optimizers] != optimizers:
-            on_device = self.cuda_graphs  # a replayed graph steps the counts itself
+            on_device = self._may_replay(self._device())  # a replay steps the counts itself
             self._optimizers = [GraphOptimizer(o, counts_on_device=on_device) for o in optimizers]
         for graph_optimizer in self._optimizers:
             graph_optimizer.refresh(steps)
@@ -517,25 +527,41 @@ class UpdateCompiler:
         args: tuple[Any, ...],
         steps: int = 1,
     ) -> Any:
-        """``"auto"``: this call runs one way and is timed; once both ways have
-        `AUTO_TIMED_CALLS` timed calls (each after an untimed first), the faster wins."""
-        timings = self._timings.setdefault(key, {"eager": [], "compiled": []})
-        way = "eager" if len(timings["eager"]) <= AUTO_TIMED_CALLS else "compiled"
-        if way == "compiled" and graph.failed:  # compiling failed: eager it is
+        """``"auto"``: this call runs one way and is timed. The ways, in turn: eager,
+        compiled and, on a GPU, compiled and replayed as CUDA graphs; each has
+        `AUTO_TIMED_CALLS` timed calls after its untimed ones (one; for CUDA graphs the
+        warm-up and the recording). Then the fastest wins.
+
+        On a GPU, Adam's step counts move there for the graphs (`GraphOptimizer`) and stay
+        whichever way wins: an eager step then reads each count from the GPU, a wait that
+        costs a launch-bound update little."""
+        replay = self._replays.get(key)
+        untimed = {"eager": 1, "compiled": 1}
+        if replay is not None:
+            untimed["graphs"] = WARMUP_CALLS + 1
+        timings = self._timings.setdefault(key, {way: [] for way in untimed})
+        way = next(w for w, n in untimed.items() if len(timings[w]) < n + AUTO_TIMED_CALLS)
+        if way != "eager" and graph.failed:  # compiling failed: eager it is
             self.choices[key] = "eager"
             return fn(*args)
         start = time.perf_counter()
-        result = fn(*args) if way == "eager" else self._run(graph, args, steps)
+        if way == "eager":
+            result = fn(*args)
+        else:
+            result = self._run(graph, args, steps, key if way == "graphs" else "")
         _sync(result)
         timings[way].append(time.perf_counter() - start)
-        if len(timings["compiled"]) > AUTO_TIMED_CALLS:
-            eager = sorted(timings["eager"][1:])[AUTO_TIMED_CALLS // 2]
-            compiled = sorted(timings["compiled"][1:])[AUTO_TIMED_CALLS // 2]
-            self.choices[key] = "compiled" if compiled < eager else "eager"
+        if all(len(timings[w]) == n + AUTO_TIMED_CALLS for w, n in untimed.items()):
+            medians = {w: sorted(timings[w][n:])[AUTO_TIMED_CALLS // 2] for w, n in untimed.items()}
+            if replay is not None and replay.failed:  # its calls ran compiled
+                del medians["graphs"]
+            self.choices[key] = min(medians, key=medians.__getitem__)
             logger.info(
-                "compile=auto: %s: eager %.3f ms, compiled %.3f ms per call: %s",
-                key, 1e3 * eager, 1e3 * compiled, self.choices[key],
-            )  # fmt: skip
+                "compile=auto: %s: %s per call: %s",
+                key,
+                ", ".join(f"{w} {1e3 * t:.3f} ms" for w, t in medians.items()),
+                self.choices[key],
+            )
         return result
 
     def note_compiling(self, started: bool) -> None:

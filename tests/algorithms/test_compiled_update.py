@@ -15,7 +15,7 @@ import logging
 import pytest
 import torch
 
-from cadence.algorithms import compiled
+from cadence.algorithms import compiled, cuda_graphs
 from cadence.algorithms.a2c import A2CConfig, make_a2c
 from cadence.algorithms.algorithm import select_rows
 from cadence.algorithms.ddpg import DDPGConfig, make_ddpg
@@ -206,6 +206,29 @@ def test_cuda_graphs_replay_the_eager_numbers(name):
     for key, value in expected.metrics.items():
         torch.testing.assert_close(after_load.metrics[key], value, rtol=1e-4, atol=1e-5)
     assert_close_states(eager, graph)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_auto_on_a_gpu_times_cuda_graphs_too():
+    """``compile=auto`` on a GPU: the update timed eager, compiled and replayed as CUDA
+    graphs (recorded without failing), each way giving eager's numbers."""
+    eager, auto, batches = _eager_and_compiled("sac", "cuda")
+    auto.set_compile("auto")
+    calls = 2 + cuda_graphs.WARMUP_CALLS + 1 + 3 * compiled.AUTO_TIMED_CALLS
+    for index in range(calls):
+        batch = batches[index % len(batches)]
+        torch.manual_seed(index)
+        want = eager.update(batch)
+        torch.manual_seed(index)
+        got = auto.update(batch)
+        for key, value in want.metrics.items():
+            torch.testing.assert_close(got.metrics[key], value, rtol=1e-4, atol=1e-5)
+    ((key, timings),) = auto.compiler._timings.items()
+    assert list(timings) == ["eager", "compiled", "graphs"]
+    replay = auto.compiler._replays[key]
+    assert replay.replays >= compiled.AUTO_TIMED_CALLS and not replay.failed
+    assert key in auto.compiler.choices
 
 
 def test_reduce_overhead_on_the_cpu_is_the_default_mode():

@@ -17,12 +17,14 @@ import pytest
 import torch
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-from cadence.algorithms import cuda_graphs
-from cadence.algorithms.compiled import CompiledWithFallback
+from cadence.algorithms import compiled, cuda_graphs
+from cadence.algorithms.compiled import CompiledWithFallback, UpdateCompiler
 from cadence.algorithms.cuda_graphs import CudaGraphReplay
 from cadence.algorithms.ppo import PPOConfig, make_ppo
 from cadence.collect import Collector
 from cadence.networks import NetworkConfig
+from cadence.testing.resume import assert_close_states
+from tests.algorithms.test_compiled_update import _eager_and_compiled
 from tests.collect.test_compiled_step import _assert_same_unrolls, _specs, _unrolls
 
 _recording: list[_FakeGraph] = []
@@ -38,7 +40,8 @@ class _FakeGraph:
         # A CUDA graph replays kernels, not Python: attributes the recorded call rebound
         # stay as they were before the replay.
         attributes = [dict(vars(owner)) for owner in self.python_state]
-        torch._foreach_copy_(self.outputs, self.call())
+        pairs = [(o, n) for o, n in zip(self.outputs, self.call(), strict=True) if o is not None]
+        torch._foreach_copy_(*map(list, zip(*pairs, strict=True)))
         for owner, kept in zip(self.python_state, attributes, strict=True):
             vars(owner).clear()
             vars(owner).update(kept)
@@ -174,21 +177,89 @@ def test_a_replayed_unroll_steps_the_env_through_its_inputs_and_outputs(fake_cud
     eager_algorithm = make_ppo(PPOConfig(), *_specs(), NetworkConfig(hidden_sizes=(16,)))
     replayed_algorithm = copy.deepcopy(eager_algorithm)
     _, expected = _unrolls("off", eager_algorithm, count=4)
-    original = CompiledWithFallback.__call__
-
-    def recorded(self, *args):  # registers a recording call's replay with the stand-in
-        if not _recording:
-            return original(self, *args)
-        graph = _recording[-1]
-        graph.python_state = [self.fn.__self__.env]  # `_UnrollSteps.replayable_steps`'
-        graph.call = lambda: tree_flatten(original(self, *args))[0]
-        with torch.random.fork_rng():  # a capture runs no kernel, so it draws no numbers
-            graph.outputs, spec = tree_flatten(original(self, *args))
-        return tree_unflatten(graph.outputs, spec)
-
-    monkeypatch.setattr(CompiledWithFallback, "__call__", recorded)
+    # `_UnrollSteps.replayable_steps`' env: its attributes stay as they are in a replay.
+    _replay_compiled_calls(monkeypatch, python_state=lambda fn: [fn.__self__.env])
     monkeypatch.setattr(Collector, "_replays_graphs", lambda self: True)  # as on a GPU
     collector, got = _unrolls("default", replayed_algorithm, count=4)
     replay = collector._steps_replay
     assert replay.num_graphs == 1 and replay.replays > 5
     _assert_same_unrolls(got, expected)
+
+
+def test_auto_times_cuda_graphs_too_and_a_resumed_choice_of_them_replays(fake_cuda, monkeypatch):
+    """``compile=auto`` on a GPU times the update three ways, replayed as CUDA graphs the
+    third, and keeps the fastest; a choice of graphs (as a checkpoint restores it) replays."""
+    _replay_compiled_calls(monkeypatch, tensors=lambda fn: _update_state(fn.__self__))
+    monkeypatch.setattr(UpdateCompiler, "_may_replay", lambda self, device: self.mode == "auto")
+    eager, auto, batches = _eager_and_compiled("ppo")
+    auto.set_compile("auto")
+    untimed = 1 + 1 + cuda_graphs.WARMUP_CALLS + 1
+    for index in range(untimed + 3 * compiled.AUTO_TIMED_CALLS + 4):
+        batch = batches[index % len(batches)]
+        torch.manual_seed(index)
+        want = eager.update(batch)
+        torch.manual_seed(index)
+        got = auto.update(batch)
+        for key, value in want.metrics.items():
+            torch.testing.assert_close(got.metrics[key], value, rtol=1e-4, atol=1e-5)
+    _assert_close_states(eager, auto)
+    compiler = auto.compiler
+    ((key, timings),) = compiler._timings.items()
+    assert [len(t) for t in timings.values()] == [
+        1 + compiled.AUTO_TIMED_CALLS,
+        1 + compiled.AUTO_TIMED_CALLS,
+        cuda_graphs.WARMUP_CALLS + 1 + compiled.AUTO_TIMED_CALLS,
+    ]
+    replay = compiler._replays[key]
+    assert replay.num_graphs == 1 and replay.replays >= compiled.AUTO_TIMED_CALLS + 1
+    medians = {way: sorted(t[-compiled.AUTO_TIMED_CALLS :])[2] for way, t in timings.items()}
+    assert compiler.choices == {key: min(medians, key=medians.__getitem__)}
+    compiler.choices[key] = "graphs"
+    replayed = replay.replays
+    for index in range(3):
+        torch.manual_seed(100 + index)
+        want = eager.update(batches[index])
+        torch.manual_seed(100 + index)
+        got = auto.update(batches[index])
+        torch.testing.assert_close(got.metrics["loss/total"], want.metrics["loss/total"])
+    assert replay.replays == replayed + 3
+    _assert_close_states(eager, auto)
+
+
+def _assert_close_states(eager, auto) -> None:
+    """`assert_close_states` for an algorithm with ``auto``'s choices in its state dict:
+    through a copy of the eager one that loaded it."""
+    loaded = copy.deepcopy(eager)
+    loaded.load_state_dict(auto.state_dict())
+    assert_close_states(eager, loaded)
+
+
+def _replay_compiled_calls(monkeypatch, python_state=lambda fn: [], tensors=lambda fn: []):
+    """Makes a compiled function's recording call register its replay with the stand-in
+    graph: the call again on the recording's inputs. ``python_state(fn)``: the objects
+    whose attributes a replay must leave alone; ``tensors(fn)``: those the call writes in
+    place, which the recording must leave alone, as a capture runs no kernel."""
+    original = CompiledWithFallback.__call__
+
+    def recorded(self, *args):
+        if not _recording:
+            return original(self, *args)
+        graph = _recording[-1]
+        graph.python_state = python_state(self.fn)
+        graph.call = lambda: tree_flatten(original(self, *args))[0]
+        kept = [(tensor, tensor.clone()) for tensor in tensors(self.fn)]
+        with torch.random.fork_rng():  # nor does it draw random numbers
+            graph.outputs, spec = tree_flatten(original(self, *args))
+        with torch.no_grad():
+            for tensor, value in kept:
+                tensor.copy_(value)
+        return tree_unflatten(graph.outputs, spec)
+
+    monkeypatch.setattr(CompiledWithFallback, "__call__", recorded)
+
+
+def _update_state(algorithm) -> list[torch.Tensor]:
+    """What an update writes in place: the parameters, buffers and optimizer state."""
+    optimizers = algorithm.optimizers().values()
+    states = [t for o in optimizers for state in o.state.values() for t in state.values()]
+    return [*algorithm.parameters(), *algorithm.buffers(), *states]
