@@ -22,8 +22,10 @@ from cadence.algorithms.compiled import CompiledWithFallback, UpdateCompiler
 from cadence.algorithms.cuda_graphs import CudaGraphReplay
 from cadence.algorithms.ppo import PPOConfig, make_ppo
 from cadence.collect import Collector
+from cadence.config import load_config
 from cadence.networks import NetworkConfig
 from cadence.testing.resume import assert_close_states
+from cadence.trainer.run import build_trainer
 from tests.algorithms.test_compiled_update import _eager_and_compiled
 from tests.collect.test_compiled_step import _assert_same_unrolls, _specs, _unrolls
 
@@ -263,3 +265,34 @@ def _update_state(algorithm) -> list[torch.Tensor]:
     optimizers = algorithm.optimizers().values()
     states = [t for o in optimizers for state in o.state.values() for t in state.values()]
     return [*algorithm.parameters(), *algorithm.buffers(), *states]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_a_training_run_replays_its_unroll_and_fused_updates_as_cuda_graphs(tmp_path, caplog):
+    """``reduce-overhead`` through the trainer (a tensor-native env on the GPU): the
+    unroll and the on-policy updates, several per call, record and replay. The updates'
+    minibatch indices are views of one permutation, which the unit tests do not pass."""
+    config = load_config(
+        "ppo_cartpole",
+        [
+            "env.backend=tensor",
+            "env.num_envs=64",
+            "trainer.unroll_length=32",
+            "trainer.num_env_steps=12288",
+            "trainer.device=cuda",
+            "trainer.eval_interval=0",
+            "trainer.checkpoint_interval=0",
+            "trainer.progress_bar=off",
+            "algorithm.compile=reduce-overhead",
+            f"root_dir={tmp_path}/run",
+        ],
+    )
+    trainer = build_trainer(config, tmp_path / "run")
+    with caplog.at_level(logging.WARNING):
+        assert trainer.run() == "complete"
+    assert "failed" not in caplog.text  # compiling or recording
+    unroll = trainer.collector._steps_replay
+    assert unroll.replays > 0 and not unroll.failed
+    updates = trainer.algorithm.compiler._replays
+    assert updates and all(r.replays > 0 and not r.failed for r in updates.values())
