@@ -20,7 +20,8 @@ def compile_field(default: str = "off") -> Any:
             "doc": "Run the update as one compiled graph per minibatch shape ('off': eager; "
             "'default', 'max-autotune-no-cudagraphs': torch.compile modes; 'reduce-overhead': "
             "'default', and on a GPU each graph's calls replay as a CUDA graph; 'auto': time "
-            "eager and compiled on the first minibatches, keep the faster, record it in "
+            "eager, compiled and, on a GPU, CUDA graphs on the first minibatches (and eager "
+            "and compiled on the first unrolls), keep the fastest, record it in "
             "checkpoints). A config's first run compiles (seconds to a minute); later runs "
             "load the graphs from the per-machine cache ($CADENCE_COMPILE_CACHE)."
         },

@@ -549,7 +549,7 @@ class UpdateCompiler:
             result = fn(*args)
         else:
             result = self._run(graph, args, steps, key if way == "graphs" else "")
-        _sync(result)
+        sync(result)
         timings[way].append(time.perf_counter() - start)
         if all(len(timings[w]) == n + AUTO_TIMED_CALLS for w, n in untimed.items()):
             medians = {w: sorted(timings[w][n:])[AUTO_TIMED_CALLS // 2] for w, n in untimed.items()}
@@ -983,7 +983,7 @@ def _check_optimizer(optimizer: torch.optim.Optimizer) -> None:
             )
 
 
-def _sync(result: Any) -> None:
+def sync(result: Any) -> None:
     """Waits for ``result``'s device work (timing a GPU call)."""
     for leaf in tree_flatten(result)[0]:
         if isinstance(leaf, torch.Tensor) and leaf.is_cuda:

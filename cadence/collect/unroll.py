@@ -17,19 +17,24 @@ transformers, the unroll runs as compiled graphs (`TensorEnvironment.step_in_gra
 one call when ``unroll_length`` is at most that), giving the eager unroll's numbers.
 Under ``compile: reduce-overhead`` on a GPU those calls replay as CUDA graphs
 (`cadence.algorithms.cuda_graphs`), as the updates do; the env's state then passes
-through each call's inputs and outputs (`TensorEnvironment.graph_state`).
+through each call's inputs and outputs (`TensorEnvironment.graph_state`). Under
+``compile: auto`` the collector times its first unrolls eagerly and compiled (its
+compiled acting step beside a Gymnasium env, or its compiled steps in a tensor-native
+one) and keeps the faster way (`Collector.compile_choice`, checkpointed with its state).
 """
 
 from __future__ import annotations
 
 import copy
+import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from cadence.algorithms.algorithm import Algorithm, AlgStep, reset_state
-from cadence.algorithms.compiled import CompiledWithFallback, graph_options
+from cadence.algorithms.compiled import CompiledWithFallback, graph_options, sync
 from cadence.algorithms.cuda_graphs import CudaGraphReplay
 from cadence.collect.episode_stats import EpisodeStats
 from cadence.data.devices import same_device
@@ -38,6 +43,12 @@ from cadence.data.nest import Nest, flatten, map_structure
 from cadence.data.time_step import TimeStep
 from cadence.envs.environment import Environment
 from cadence.transforms.transformer import DataTransformer
+
+logger = logging.getLogger(__name__)
+
+AUTO_TIMED_UNROLLS = 3
+"""``compile: auto``: unrolls timed each way, after an untimed first each (which
+compiles), before the collector keeps the faster way."""
 
 MAX_STEPS_PER_GRAPH = 8
 """Unroll steps one compiled call runs at most. The graph holds every step's ops (the loop
@@ -114,6 +125,10 @@ class Collector:
         self._compiled_steps: CompiledWithFallback | None = None
         self._steps_replay: CudaGraphReplay | None = None
         self._compiled_act: CompiledWithFallback | None = None
+        self.compile_choice: str | None = None
+        """``compile: auto``'s way for the unroll, ``"eager"`` or ``"compiled"``, once
+        `AUTO_TIMED_UNROLLS` unrolls each way have measured it (None before)."""
+        self._unroll_timings: dict[str, list[float]] = {"eager": [], "compiled": []}
 
     @torch.no_grad()
     def unroll(
@@ -134,12 +149,17 @@ class Collector:
             self._time_step = self._transform(self.env.reset().to(self.device))
             self._state = initial_state
         mode = self._compile_mode() if policy is None else None
+        measuring = policy is None and self._measuring()
+        start = time.perf_counter()
         if mode is not None and self._steps_compile(mode):
             time_steps, actions, infos, states = self._compiled_unroll(initial_state, stateful)
         else:
             act = policy or (self._act(mode) if mode else self.acting.rollout_step)
             time_steps, actions, infos, states = self._eager_unroll(act, initial_state, stateful)
         experience = Experience(time_step=time_steps, action=actions, info=infos, state=states)
+        if measuring:
+            sync(actions)  # a GPU's work done
+            self._note_unroll("eager" if mode is None else "compiled", time.perf_counter() - start)
         raw = experience.time_step.untransformed
         stats = self.episode_stats.update((experience.time_step if raw is None else raw)[1:])
         if self.learner_device != self.device:
@@ -214,6 +234,7 @@ class Collector:
             "state": self._state,
             "transform_state": self._transform_state,
             "episode_stats": self.episode_stats.state_dict(),
+            "compile_choice": self.compile_choice,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -224,18 +245,50 @@ class Collector:
         self._state = map_structure(lambda x: x.to(self.device), state["state"])
         self._transform_state = state.get("transform_state", ())
         self.episode_stats.load_state_dict(state["episode_stats"])
+        self.compile_choice = state.get("compile_choice")
 
     def _compile_mode(self) -> str | None:
         """The compile mode of the acting algorithm's update, or None where it runs eagerly
         (a duck-typed policy has no compiler); the unroll compiles with it."""
         compiler = getattr(self.acting, "compiler", None)
-        modes = ("default", "reduce-overhead", "max-autotune-no-cudagraphs")
+        modes = ("default", "reduce-overhead", "max-autotune-no-cudagraphs", "auto")
         if compiler is None or compiler.mode not in modes:
             self._compiled_steps = self._steps_replay = self._compiled_act = None
             return None
+        if compiler.mode == "auto":  # this unroll's way, while measuring, or the faster
+            return None if self._auto_way() == "eager" else "default"
         # CUDA graphs replay the compiled unroll (`_steps_compile`), not the acting step
         # of an env stepping outside the graph, which waits for the host anyway.
         return "default" if compiler.mode == "reduce-overhead" else compiler.mode
+
+    def _auto_way(self) -> str:
+        """``compile: auto``'s way for the next unroll: the choice, once made; before, each
+        way in turn."""
+        if self.compile_choice is not None:
+            return self.compile_choice
+        timings = self._unroll_timings
+        return "eager" if len(timings["eager"]) <= len(timings["compiled"]) else "compiled"
+
+    def _measuring(self) -> bool:
+        """Whether this unroll is timed for ``compile: auto``."""
+        compiler = getattr(self.acting, "compiler", None)
+        return compiler is not None and compiler.mode == "auto" and self.compile_choice is None
+
+    def _note_unroll(self, way: str, seconds: float) -> None:
+        """Records an unroll timed ``way``; chooses once each way has its timed unrolls
+        (eager, where compiling failed)."""
+        timings = self._unroll_timings
+        timings[way].append(seconds)
+        if min(len(t) for t in timings.values()) < 1 + AUTO_TIMED_UNROLLS:
+            return
+        medians = {w: sorted(t[1:])[AUTO_TIMED_UNROLLS // 2] for w, t in timings.items()}
+        graphs = (self._compiled_steps, self._compiled_act)
+        failed = any(graph is not None and graph.failed for graph in graphs)
+        self.compile_choice = "eager" if failed else min(medians, key=medians.__getitem__)
+        logger.info(
+            "compile=auto: the unroll: eager %.2f ms, compiled %.2f ms: %s",
+            1e3 * medians["eager"], 1e3 * medians["compiled"], self.compile_choice,
+        )  # fmt: skip
 
     def _steps_compile(self, mode: str) -> bool:
         """Whether whole steps run compiled: the env is tensor-native on the acting device

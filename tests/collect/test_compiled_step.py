@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import copy
+import logging
 
 import pytest
 import torch
@@ -12,7 +13,7 @@ from cadence.algorithms.compiled import GUARDED_CALLS, CompiledWithFallback, gra
 from cadence.algorithms.dqn import DQNConfig, make_dqn
 from cadence.algorithms.ppo import PPOConfig, make_ppo
 from cadence.algorithms.precompiled import saves_whole
-from cadence.collect import Collector
+from cadence.collect import Collector, unroll
 from cadence.collect.unroll import MAX_STEPS_PER_GRAPH
 from cadence.config.errors import ConfigError
 from cadence.config.loading import compose_config
@@ -32,8 +33,9 @@ def _unrolls(
     unroll_length: int = 40,
     steps_per_graph: int = 8,
     device: str = "cpu",
+    backend: str = "tensor",
 ):
-    env = make_env("CartPole-v1", num_envs=4, backend="tensor", seed=11, device=device)
+    env = make_env("CartPole-v1", num_envs=4, backend=backend, seed=11, device=device)
     algorithm.to(device)
     algorithm.set_compile(compile_mode)
     # 40 steps: episodes end and reset inside, and the unroll takes 5 calls of 8 steps.
@@ -77,6 +79,32 @@ def test_the_unroll_replayed_as_cuda_graphs_gives_the_eager_one():
     assert replay is not None and not replay.failed
     assert replay.num_graphs == 1 and replay.replays > 5  # of 20 calls
     _assert_same_unrolls(got, expected)
+
+
+@pytest.mark.parametrize("backend", ["tensor", "serial"])
+def test_auto_times_the_unroll_both_ways_and_keeps_the_faster_through_a_checkpoint(backend, caplog):
+    """``compile: auto``: the first unrolls run eagerly and compiled in turn (the steps in
+    one graph with a tensor env, the acting step beside a Gymnasium one), each giving the
+    eager unroll; the faster way is kept, logged and checkpointed."""
+    eager_algorithm = make_ppo(PPOConfig(), *_specs(), NetworkConfig(hidden_sizes=(16,)))
+    auto_algorithm = copy.deepcopy(eager_algorithm)
+    count = 2 * (1 + unroll.AUTO_TIMED_UNROLLS) + 1
+    _, expected = _unrolls("off", eager_algorithm, count=count, backend=backend)
+    with caplog.at_level(logging.INFO, logger=unroll.__name__):
+        collector, got = _unrolls("auto", auto_algorithm, count=count, backend=backend)
+    _assert_same_unrolls(got, expected)
+    timings = collector._unroll_timings
+    assert [len(t) for t in timings.values()] == [1 + unroll.AUTO_TIMED_UNROLLS] * 2
+    medians = {way: sorted(t[1:])[unroll.AUTO_TIMED_UNROLLS // 2] for way, t in timings.items()}
+    assert collector.compile_choice == min(medians, key=medians.__getitem__)
+    assert "compile=auto: the unroll" in caplog.text
+    compiled = collector._compiled_steps if backend == "tensor" else collector._compiled_act
+    assert compiled is not None and compiled.is_compiled
+    resumed = Collector(collector.env, auto_algorithm, unroll_length=40, steps_per_graph=8)
+    resumed.load_state_dict(collector.state_dict())
+    assert resumed.compile_choice == collector.compile_choice
+    resumed.unroll()
+    assert resumed._unroll_timings == {"eager": [], "compiled": []}  # not measured again
 
 
 def _assert_same_unrolls(got, expected):
