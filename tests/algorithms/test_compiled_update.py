@@ -215,20 +215,27 @@ def test_auto_on_a_gpu_times_cuda_graphs_too():
     graphs (recorded without failing), each way giving eager's numbers."""
     eager, auto, batches = _eager_and_compiled("sac", "cuda")
     auto.set_compile("auto")
-    calls = 2 + cuda_graphs.WARMUP_CALLS + 1 + 3 * compiled.AUTO_TIMED_CALLS
-    for index in range(calls):
-        batch = batches[index % len(batches)]
-        torch.manual_seed(index)
-        want = eager.update(batch)
-        torch.manual_seed(index)
-        got = auto.update(batch)
-        for key, value in want.metrics.items():
-            torch.testing.assert_close(got.metrics[key], value, rtol=1e-4, atol=1e-5)
+    assert_same_updates(
+        eager, auto, batches, 2 + cuda_graphs.WARMUP_CALLS + 1 + 3 * compiled.AUTO_TIMED_CALLS
+    )
     ((key, timings),) = auto.compiler._timings.items()
     assert list(timings) == ["eager", "compiled", "graphs"]
     replay = auto.compiler._replays[key]
     assert replay.replays >= compiled.AUTO_TIMED_CALLS and not replay.failed
     assert key in auto.compiler.choices
+
+
+def assert_same_updates(eager, other, batches, count: int, first_seed: int = 0) -> None:
+    """``count`` updates of each algorithm on ``batches`` in turn, each pair from one seed,
+    give the same metrics."""
+    for index in range(count):
+        batch = batches[index % len(batches)]
+        torch.manual_seed(first_seed + index)
+        want = eager.update(batch)
+        torch.manual_seed(first_seed + index)
+        got = other.update(batch)
+        for key, value in want.metrics.items():
+            torch.testing.assert_close(got.metrics[key], value, rtol=1e-4, atol=1e-5)
 
 
 def test_reduce_overhead_on_the_cpu_is_the_default_mode():

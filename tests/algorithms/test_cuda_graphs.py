@@ -26,7 +26,7 @@ from cadence.config import load_config
 from cadence.networks import NetworkConfig
 from cadence.testing.resume import assert_close_states
 from cadence.trainer.run import build_trainer
-from tests.algorithms.test_compiled_update import _eager_and_compiled
+from tests.algorithms.test_compiled_update import _eager_and_compiled, assert_same_updates
 from tests.collect.test_compiled_step import _assert_same_unrolls, _specs, _unrolls
 
 _recording: list[_FakeGraph] = []
@@ -196,14 +196,7 @@ def test_auto_times_cuda_graphs_too_and_a_resumed_choice_of_them_replays(fake_cu
     eager, auto, batches = _eager_and_compiled("ppo")
     auto.set_compile("auto")
     untimed = 1 + 1 + cuda_graphs.WARMUP_CALLS + 1
-    for index in range(untimed + 3 * compiled.AUTO_TIMED_CALLS + 4):
-        batch = batches[index % len(batches)]
-        torch.manual_seed(index)
-        want = eager.update(batch)
-        torch.manual_seed(index)
-        got = auto.update(batch)
-        for key, value in want.metrics.items():
-            torch.testing.assert_close(got.metrics[key], value, rtol=1e-4, atol=1e-5)
+    assert_same_updates(eager, auto, batches, untimed + 3 * compiled.AUTO_TIMED_CALLS + 4)
     _assert_close_states(eager, auto)
     compiler = auto.compiler
     ((key, timings),) = compiler._timings.items()
@@ -218,12 +211,7 @@ def test_auto_times_cuda_graphs_too_and_a_resumed_choice_of_them_replays(fake_cu
     assert compiler.choices == {key: min(medians, key=medians.__getitem__)}
     compiler.choices[key] = "graphs"
     replayed = replay.replays
-    for index in range(3):
-        torch.manual_seed(100 + index)
-        want = eager.update(batches[index])
-        torch.manual_seed(100 + index)
-        got = auto.update(batches[index])
-        torch.testing.assert_close(got.metrics["loss/total"], want.metrics["loss/total"])
+    assert_same_updates(eager, auto, batches, 3, first_seed=100)
     assert replay.replays == replayed + 3
     _assert_close_states(eager, auto)
 
