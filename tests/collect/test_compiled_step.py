@@ -90,8 +90,10 @@ def test_auto_times_the_unroll_both_ways_and_keeps_the_faster_through_a_checkpoi
     auto_algorithm = copy.deepcopy(eager_algorithm)
     count = 2 * (1 + unroll.AUTO_TIMED_UNROLLS) + 1
     _, expected = _unrolls("off", eager_algorithm, count=count, backend=backend)
-    with caplog.at_level(logging.INFO, logger=unroll.__name__):
-        collector, got = _unrolls("auto", auto_algorithm, count=count, backend=backend)
+    with caplog.at_level(logging.INFO, logger=unroll.__name__):  # 2 steps a graph: compiles fast
+        collector, got = _unrolls(
+            "auto", auto_algorithm, count=count, steps_per_graph=2, backend=backend
+        )
     _assert_same_unrolls(got, expected)
     timings = collector._unroll_timings
     assert [len(t) for t in timings.values()] == [1 + unroll.AUTO_TIMED_UNROLLS] * 2
@@ -100,7 +102,7 @@ def test_auto_times_the_unroll_both_ways_and_keeps_the_faster_through_a_checkpoi
     assert "compile=auto: the unroll" in caplog.text
     compiled = collector._compiled_steps if backend == "tensor" else collector._compiled_act
     assert compiled is not None and compiled.is_compiled
-    resumed = Collector(collector.env, auto_algorithm, unroll_length=40, steps_per_graph=8)
+    resumed = Collector(collector.env, auto_algorithm, unroll_length=40, steps_per_graph=2)
     resumed.load_state_dict(collector.state_dict())
     assert resumed.compile_choice == collector.compile_choice
     resumed.unroll()
