@@ -36,8 +36,9 @@ import math
 import operator
 import os
 import shutil
+import statistics
 import time
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -461,16 +462,12 @@ class UpdateCompiler:
     def replays_on(self, device: torch.device | None) -> bool:
         """Whether graphs on ``device`` replay as CUDA graphs: under ``reduce-overhead``,
         on a GPU (the updates' and the tensor-native unroll's)."""
-        return self.cuda_graphs and device is not None and device.type == "cuda"
+        return self.cuda_graphs and _is_cuda(device)
 
     def _may_replay(self, device: torch.device | None) -> bool:
         """Whether graphs on ``device`` may replay as CUDA graphs: where they always do
         (`replays_on`), and under ``auto`` on a GPU, where they are one of the ways timed."""
-        return (
-            self.mode in ("reduce-overhead", "auto")
-            and device is not None
-            and device.type == "cuda"
-        )
+        return (self.cuda_graphs or self.mode == "auto") and _is_cuda(device)
 
     def _device(self) -> torch.device | None:
         """The device of the optimizers' parameters (None: no parameters)."""
@@ -552,7 +549,7 @@ class UpdateCompiler:
         sync(result)
         timings[way].append(time.perf_counter() - start)
         if all(len(timings[w]) == n + AUTO_TIMED_CALLS for w, n in untimed.items()):
-            medians = {w: sorted(timings[w][n:])[AUTO_TIMED_CALLS // 2] for w, n in untimed.items()}
+            medians = median_times(timings, untimed)
             if replay is not None and replay.failed:  # its calls ran compiled
                 del medians["graphs"]
             self.choices[key] = min(medians, key=medians.__getitem__)
@@ -981,6 +978,18 @@ def _check_optimizer(optimizer: torch.optim.Optimizer) -> None:
                 "the compiled update steps Adam (without amsgrad, maximize or AdamW's decay) "
                 f"and RMSprop (without momentum, centring or maximize), not this {optimizer!r}"
             )
+
+
+def _is_cuda(device: torch.device | None) -> bool:
+    return device is not None and device.type == "cuda"
+
+
+def median_times(
+    timings: Mapping[str, list[float]], untimed: Mapping[str, int]
+) -> dict[str, float]:
+    """``auto``'s measure of each way: the median of its times after its first
+    ``untimed[way]`` (which compile, warm up or record)."""
+    return {way: statistics.median(times[untimed[way] :]) for way, times in timings.items()}
 
 
 def sync(result: Any) -> None:

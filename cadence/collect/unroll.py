@@ -34,7 +34,7 @@ from typing import Any
 import torch
 
 from cadence.algorithms.algorithm import Algorithm, AlgStep, reset_state
-from cadence.algorithms.compiled import CompiledWithFallback, graph_options, sync
+from cadence.algorithms.compiled import CompiledWithFallback, graph_options, median_times, sync
 from cadence.algorithms.cuda_graphs import CudaGraphReplay
 from cadence.collect.episode_stats import EpisodeStats
 from cadence.data.devices import same_device
@@ -281,7 +281,7 @@ class Collector:
         timings[way].append(seconds)
         if min(len(t) for t in timings.values()) < 1 + AUTO_TIMED_UNROLLS:
             return
-        medians = {w: sorted(t[1:])[AUTO_TIMED_UNROLLS // 2] for w, t in timings.items()}
+        medians = median_times(timings, {"eager": 1, "compiled": 1})
         graphs = (self._compiled_steps, self._compiled_act)
         failed = any(graph is not None and graph.failed for graph in graphs)
         self.compile_choice = "eager" if failed else min(medians, key=medians.__getitem__)
