@@ -37,7 +37,8 @@ class EnvConfig:
         validator=in_(["serial", "thread", "parallel", "tensor", "prefer_tensor", "auto"]),
         metadata={
             "doc": "Batching back end ('auto': tensor-native if available and the batch is "
-            "large or not on a CPU, else serial or parallel by step cost; 'prefer_tensor': "
+            "large or not on a CPU, else serial or parallel by the step cost measured once per "
+            "machine; 'prefer_tensor': "
             "cadence's tensor-native env when it has one for env.name and there are no "
             "env.wrappers, else serial or parallel as 'auto' picks for a Gymnasium env)."
         },

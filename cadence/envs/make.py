@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import functools
 import importlib
 import os
 import sys
@@ -148,7 +149,8 @@ def make_env(
             parallel; which one it is depends on ``name`` and the wrappers alone, so a
             resumed run gets the kind it started with), or ``"auto"`` (the fastest for
             this env and machine: tensor-native on an accelerator or for large batches,
-            else serial or parallel by the env's step cost).
+            else serial or parallel by the env's step cost, measured once per machine:
+            `_recorded_step_cost`).
         seed: the batch's seed.
         device: where time steps are delivered (and tensor-native envs run).
         max_episode_steps: an episode limit applied with cadence's `TimeLimit`.
@@ -318,13 +320,66 @@ def _import_env_module(module: str, name: str) -> None:
 def _pick_cpu_backend(
     factory: GymEnvFactory, num_envs: int, num_workers: int | None = None
 ) -> Backend:
-    """Picks "parallel" where spreading the batch over worker processes saves more than it costs."""
+    """Picks "parallel" where spreading the batch over worker processes saves more than it
+    costs, by the env's step cost on this machine (`_recorded_step_cost`)."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     workers = min(num_workers or cores or 1, num_envs)
     if workers < 2:
         return "serial"
-    saved = num_envs * _step_cost(factory) * (1 - 1 / workers)
+    saved = num_envs * _recorded_step_cost(factory) * (1 - 1 / workers)
     return "parallel" if saved > _PARALLEL_OVERHEAD_S else "serial"
+
+
+STEP_COST_RECORD = "env_step_cost.json"
+"""Envs' step costs (`_step_cost`) by machine and env, in the compile cache folder."""
+
+
+def _recorded_step_cost(factory: GymEnvFactory) -> float:
+    """The env's step cost as first measured on this machine (`cadence.machine_record`), or
+    measured now for an env that has no name across processes (a lambda, a function
+    defined in another, keyword arguments without a stable ``repr``).
+
+    The choice it decides, "parallel" or "serial", also decides a run's numbers: workers
+    get the cores, and the learner trains on fewer torch threads, whose multiplies round
+    differently. Hopper's steps cost 80-100 us here, where 2 envs' choice turns: measured
+    in every run, two runs of one seed and config took each side by the machine's load
+    and ended apart.
+    """
+    from cadence.machine_record import machine_key, recorded
+
+    label = _env_label(factory)
+    if label is None:
+        return _step_cost(factory)
+    return recorded(
+        STEP_COST_RECORD, f"{machine_key()} gymnasium {gym.__version__} {label}",
+        lambda: _step_cost(factory),
+        usable=lambda cost: isinstance(cost, float),
+    )  # fmt: skip
+
+
+def _env_label(factory: GymEnvFactory) -> str | None:
+    """The env as the step-cost record keys it: its id or its callable's qualified name, its
+    Gymnasium wrappers' and its keyword arguments; None where one has no stable name."""
+    parts = [factory.name if isinstance(factory.name, str) else _qualified_name(factory.name)]
+    parts += [_qualified_name(wrapper) for wrapper in factory.gym_wrappers]
+    if factory.env_kwargs:
+        parts.append(repr(sorted(factory.env_kwargs.items())))
+    if any(part is None or " at 0x" in part for part in parts):
+        return None
+    return " ".join(parts)
+
+
+def _qualified_name(function: Callable[..., Any]) -> str | None:
+    """``module.qualname``, with a ``functools.partial``'s arguments (a wrapper from the
+    config's ``env.wrappers``); None for a lambda or a function defined in another."""
+    if isinstance(function, functools.partial):
+        name = _qualified_name(function.func)
+        arguments = repr((function.args, sorted(function.keywords.items())))
+        return None if name is None else f"{name}{arguments}"
+    qualname = getattr(function, "__qualname__", None)
+    if qualname is None or "<" in qualname:
+        return None
+    return f"{function.__module__}.{qualname}"
 
 
 def _step_cost(factory: GymEnvFactory, num_steps: int = 50, warm_up: int = 5) -> float:

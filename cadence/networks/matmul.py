@@ -40,11 +40,9 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import logging
 import math
 import os
-import platform
 import statistics
 import time
 from collections.abc import Iterator
@@ -55,6 +53,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.utils.flop_counter import register_flop_formula
+
+from cadence.machine_record import machine_key, record_directory, recorded
 
 logger = logging.getLogger(__name__)
 
@@ -187,70 +187,30 @@ def measure_cpu_matmul(shape: tuple[int, int, int] = CUBE, repeats: int = 10) ->
 def _fastest_backend() -> str:
     """``auto``'s choice for this machine and thread count: measured by the first process
     that needs it, which records it in the compile cache (`MACHINE_RECORD`); every later
-    process reads it there.
+    process reads it there (`cadence.machine_record`).
 
     The backends round differently, so the choice decides a run's numbers. Measured in
     every process, it followed the machine's load: with another run beside it, a seed's
     PPO run took ATen where it took the kernel alone, and reached another return. Read
     from the record, a seed gives the same numbers in every run on the machine, sweeps
-    and test sessions included. A lock makes processes that start together (a sweep's
-    trials) wait for the first one's measurement. Delete the record to measure again.
+    and test sessions included. Delete the record to measure again.
     """
-    from cadence.networks.native import exclusive
-
-    path = machine_record()
-    key = _machine_key()
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with exclusive(path.with_name(path.name + ".lock")):
-            records = _read_record(path)
-            recorded = records.get(key)
-            if _usable(recorded):
-                return recorded
-            records[key] = _measured_fastest_backend()
-            # Under the lock: a write cut short leaves a damaged record, measured again.
-            path.write_text(json.dumps(records, indent=1, sort_keys=True) + "\n")
-            return records[key]
-    except OSError as error:  # e.g. a read-only cache: this process measures for itself
-        logger.warning("cannot record the CPU matmul backend in %s (%s)", path, error)
-        return _measured_fastest_backend()
+    return recorded(MACHINE_RECORD, _machine_key(), _measured_fastest_backend, _usable)
 
 
 MACHINE_RECORD = "cpu_matmul.json"
-"""``auto``'s choices by machine (`_machine_key`), in the compile cache folder."""
+"""``auto``'s choices by machine and thread count, in the compile cache folder."""
+
+
+def _machine_key() -> str:
+    """What ``auto``'s measurement depends on: the processor, torch and the thread count."""
+    return f"{machine_key()} torch {torch.__version__} threads {torch.get_num_threads()}"
 
 
 def machine_record() -> Path:
     """Where ``auto``'s choices are recorded: `MACHINE_RECORD` in the compile cache folder
     (``$CADENCE_COMPILE_CACHE``, else ``~/.cache/cadence/torch-compile``)."""
-    from cadence.algorithms.compiled import compile_cache_dir
-
-    return compile_cache_dir() / MACHINE_RECORD
-
-
-def _machine_key() -> str:
-    """What ``auto``'s measurement depends on: the processor, torch and the thread count."""
-    from cadence.algorithms.precompiled import machine
-
-    return f"{machine()} {_cpu_model()} torch {torch.__version__} threads {torch.get_num_threads()}"
-
-
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as cpuinfo:
-            line = next((line for line in cpuinfo if line.startswith("model name")), "")
-    except OSError:
-        line = ""
-    return line.partition(":")[2].strip() or platform.processor() or "unknown"
-
-
-def _read_record(path: Path) -> dict[str, str]:
-    """The recorded choices, or none where the file is missing or damaged."""
-    try:
-        records = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return records if isinstance(records, dict) else {}
+    return record_directory() / MACHINE_RECORD
 
 
 def _usable(backend: Any) -> bool:

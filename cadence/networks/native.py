@@ -20,10 +20,11 @@ import hashlib
 import io
 import logging
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import torch
+
+from cadence.machine_record import exclusive
 
 logger = logging.getLogger(__name__)
 
@@ -93,20 +94,3 @@ def load_native_kernels() -> None:
             ) from error
     if building:
         logger.info("built the kernel in %.1f s", time.perf_counter() - start)
-
-
-@contextlib.contextmanager
-def exclusive(path: Path) -> Iterator[None]:
-    """Holds an exclusive lock on ``path`` among processes, which the OS releases if the
-    holder dies (where ``fcntl`` exists; elsewhere nothing is locked)."""
-    try:
-        import fcntl
-    except ImportError:  # not POSIX
-        yield
-        return
-    with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import functools
+import json
 
 import gymnasium as gym
 import numpy as np
 import pytest
 
+from cadence import machine_record
 from cadence.data.time_step import StepType
 from cadence.envs import (
     EnvBuildError,
@@ -19,6 +21,7 @@ from cadence.envs import (
     SerialEnvironment,
     ThreadEnvironment,
     UnknownEnvironmentError,
+    make,
     make_env,
 )
 from cadence.envs.config import EnvConfig
@@ -111,6 +114,34 @@ def test_auto_prefers_the_tensor_env_for_large_batches_and_falls_back_without_on
             env, SerialEnvironment
         )  # wrappers need Gymnasium; one env needs no worker
         assert tuple(env.observation_spec.shape) == (2, 3)
+
+
+def test_auto_measures_an_envs_step_cost_once_per_machine(unmeasured_machine, monkeypatch):
+    """The choice between serial and parallel decides the learner's thread count, hence a
+    run's numbers: a later run must read the first one's measurement, not time again."""
+    costs = iter([1e-3, 1e-7])  # slow enough for workers, then (another time) cheap
+    measured = []
+
+    def step_cost(factory):
+        measured.append(factory.name)
+        return next(costs)
+
+    monkeypatch.setattr(make, "_step_cost", step_cost)
+    monkeypatch.setattr(make.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    frame_skip = [functools.partial(FrameSkip, skip=2)]
+    factory = make.GymEnvFactory("Pendulum-v1", 0, 0, gym_wrappers=frame_skip)
+    assert make._pick_cpu_backend(factory, 2) == "parallel"
+    assert make._pick_cpu_backend(factory, 2) == "parallel"  # read back, not 1e-7
+    assert make._pick_cpu_backend(factory, 1) == "serial"  # one env needs no worker
+    assert measured == ["Pendulum-v1"]
+    path = machine_record.record_directory() / make.STEP_COST_RECORD
+    [(key, cost)] = json.loads(path.read_text()).items()
+    assert key.endswith("Pendulum-v1 cadence.envs.wrappers.FrameSkip((), [('skip', 2)])")
+    assert cost == 1e-3
+    # An env with no name across processes is timed each time, and not recorded.
+    lambda_factory = make.GymEnvFactory(lambda: gym.make("Pendulum-v1"), 0, 0)
+    assert make._pick_cpu_backend(lambda_factory, 2) == "serial"
+    assert len(measured) == 2 and len(json.loads(path.read_text())) == 1
 
 
 def test_a_callable_with_env_kwargs_and_wrappers_in_order():
