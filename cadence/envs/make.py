@@ -370,8 +370,9 @@ def _env_label(factory: GymEnvFactory) -> str | None:
 
 
 def _qualified_name(function: Callable[..., Any]) -> str | None:
-    """``module.qualname``, with a ``functools.partial``'s arguments (a wrapper from the
-    config's ``env.wrappers``); None for a lambda or a function defined in another."""
+    """``module.qualname`` (a script's file for ``__main__``), with a ``functools.partial``'s
+    arguments (a wrapper from the config's ``env.wrappers``); None for a lambda, a function
+    defined in another, or a notebook's."""
     if isinstance(function, functools.partial):
         name = _qualified_name(function.func)
         arguments = repr((function.args, sorted(function.keywords.items())))
@@ -379,7 +380,10 @@ def _qualified_name(function: Callable[..., Any]) -> str | None:
     qualname = getattr(function, "__qualname__", None)
     if qualname is None or "<" in qualname:
         return None
-    return f"{function.__module__}.{qualname}"
+    module = getattr(function, "__module__", None)
+    if module == "__main__":  # a script's: named by its file (a notebook's have none)
+        module = getattr(sys.modules["__main__"], "__file__", None)
+    return None if module is None else f"{module}.{qualname}"
 
 
 def _step_cost(factory: GymEnvFactory, num_steps: int = 50, warm_up: int = 5) -> float:

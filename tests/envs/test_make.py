@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import sys
 
 import gymnasium as gym
 import numpy as np
@@ -142,6 +143,14 @@ def test_auto_measures_an_envs_step_cost_once_per_machine(unmeasured_machine, mo
     lambda_factory = make.GymEnvFactory(lambda: gym.make("Pendulum-v1"), 0, 0)
     assert make._pick_cpu_backend(lambda_factory, 2) == "serial"
     assert len(measured) == 2 and len(json.loads(path.read_text())) == 1
+
+
+def test_a_scripts_env_class_is_recorded_by_the_scripts_file(monkeypatch):
+    monkeypatch.setattr(ImageEnv, "__module__", "__main__")
+    monkeypatch.setattr(sys.modules["__main__"], "__file__", "/work/train.py", raising=False)
+    assert make._qualified_name(ImageEnv) == "/work/train.py.ImageEnv"
+    monkeypatch.delattr(sys.modules["__main__"], "__file__")
+    assert make._qualified_name(ImageEnv) is None  # a notebook's: timed in every run
 
 
 def test_a_callable_with_env_kwargs_and_wrappers_in_order():
