@@ -35,7 +35,7 @@ from typing import Any
 import torch
 
 from cadence.replay.buffer import ReplayBuffer
-from cadence.replay.storage import RingStorage
+from cadence.replay.storage import RingStorage, lazy_zeros
 
 FORMAT_VERSION = 1
 _SNAPSHOT = re.compile(r"snapshot-(\d+)")
@@ -414,7 +414,7 @@ def _decode(data: bytes, path: Path) -> Any:
 def _empty_fields(meta: Mapping[str, Any], device: torch.device) -> dict[str, torch.Tensor]:
     outer = (meta["num_envs"], meta["capacity"])
     return {
-        key: torch.zeros(outer + tuple(shape), dtype=getattr(torch, dtype), device=device)
+        key: lazy_zeros(outer + tuple(shape), getattr(torch, dtype), device)
         for key, (shape, dtype) in meta["fields"].items()
     }
 

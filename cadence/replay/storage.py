@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import torch
 
 from cadence.data.nest import Nest, flatten_with_paths, map_structure, pack_sequence_as
@@ -271,7 +272,7 @@ class RingStorage:
     def _allocate(self, fields: Mapping[str, tuple[tuple[int, ...], torch.dtype]], structure: Nest):
         outer = (self.num_envs, self.capacity)
         self._fields = {
-            key: torch.zeros(outer + shape, dtype=dtype, device=self.device)
+            key: lazy_zeros(outer + shape, dtype, self.device)
             for key, (shape, dtype) in fields.items()
         }
         self._structure = structure
@@ -370,3 +371,22 @@ def _fields_of(values: Mapping[str, Any]) -> dict[str, tuple[tuple[int, ...], to
 
 def _paths(nest: Nest) -> list[str]:
     return [key for key, _ in flatten_with_paths(nest)]
+
+
+def lazy_zeros(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """``torch.zeros(shape, dtype=dtype, device=device)``; on the CPU, memory the OS commits
+    as it is written.
+
+    ``torch.zeros`` writes every byte: a pixel replay buffer of 1M steps of 64 x 64 x 3 took
+    10.8 s and 12 GB of memory before the first step was stored, most of it for steps a short
+    run never reaches. NumPy's zeros come from ``calloc``, whose large blocks are pages the
+    OS hands out zeroed when first touched: the same zeros, committed step by step.
+    """
+    if torch.device(device).type == "cpu":
+        try:
+            numpy_dtype = torch.empty((), dtype=dtype).numpy().dtype
+        except TypeError:  # no NumPy counterpart (bfloat16)
+            pass
+        else:
+            return torch.from_numpy(np.zeros(shape, numpy_dtype))
+    return torch.zeros(shape, dtype=dtype, device=device)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -44,6 +46,28 @@ def test_each_env_wraps_around_its_own_ring():
     # The raw ring of env 0: step 4 overwrote step 0 at position 0.
     assert storage.fields["x"][0].tolist() == [4, 1, 2, 3]
     assert storage.fields["nested/y"][0].tolist() == [8, 2, 4, 6]
+
+
+def _resident_bytes() -> int:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="reads Linux's /proc")
+def test_a_large_ring_takes_memory_as_it_is_written():
+    # 2 envs x 100k steps of 3 x 64 x 64 pixels: 2.5 GB of zeros, which torch.zeros wrote
+    # out in full (seconds) before the first step was stored.
+    storage = RingStorage(num_envs=2, capacity=100_000)
+    before = _resident_bytes()
+    frames = torch.full((10, 2, 3, 64, 64), 7, dtype=torch.uint8)
+    storage.add_sequence({"pixels": frames, "x": torch.ones(10, 2, dtype=torch.bfloat16)})
+    assert _resident_bytes() - before < 200 * 2**20
+    ring = storage.fields["pixels"]
+    assert ring.shape == (2, 100_000, 3, 64, 64) and ring.dtype == torch.uint8
+    assert torch.equal(ring[:, :10], frames.transpose(0, 1))
+    assert not ring[:, 10:20].any()  # the steps not yet written read as zeros
+    assert storage.fields["x"].dtype == torch.bfloat16  # no NumPy dtype: torch.zeros
+    assert not storage.fields["x"][:, 10:].any()
 
 
 def test_times_count_every_step_ever_added():
