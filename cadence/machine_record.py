@@ -30,7 +30,7 @@ def recorded(
     file_name: str,
     key: str,
     measure: Callable[[], Any],
-    usable: Callable[[Any], bool] = lambda value: value is not None,
+    usable: Callable[[Any], bool],
 ) -> Any:
     """The value recorded under ``key`` in ``file_name`` (in `record_directory`), measured
     and recorded first where there is none or this process cannot use it.

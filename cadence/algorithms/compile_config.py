@@ -23,8 +23,9 @@ def compile_field(default: str = "off") -> Any:
             "eager, compiled and, on a GPU, CUDA graphs on the first minibatches (and eager "
             "and compiled on the first unrolls), keep the fastest, record it in "
             "checkpoints; the timings decide, so two fresh runs of one seed can round "
-            "differently: name a mode to reproduce a run exactly). A config's first run compiles (seconds to a minute); later runs "
-            "load the graphs from the per-machine cache ($CADENCE_COMPILE_CACHE)."
+            "differently: name a mode to reproduce a run exactly). A config's first run "
+            "compiles (seconds to a minute); later runs load the graphs from the "
+            "per-machine cache ($CADENCE_COMPILE_CACHE)."
         },
     )
 

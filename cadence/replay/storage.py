@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from cadence.data.nest import Nest, flatten_with_paths, map_structure, pack_sequence_as
-from cadence.data.specs import TensorSpec
+from cadence.data.specs import TensorSpec, numpy_dtype
 
 
 class RingStorage:
@@ -384,9 +384,7 @@ def lazy_zeros(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device)
     """
     if torch.device(device).type == "cpu":
         try:
-            numpy_dtype = torch.empty((), dtype=dtype).numpy().dtype
+            return torch.from_numpy(np.zeros(shape, numpy_dtype(dtype)))
         except TypeError:  # no NumPy counterpart (bfloat16)
             pass
-        else:
-            return torch.from_numpy(np.zeros(shape, numpy_dtype))
     return torch.zeros(shape, dtype=dtype, device=device)
