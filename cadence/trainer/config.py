@@ -11,6 +11,11 @@ from attrs.validators import ge, gt, in_, le
 
 from cadence.algorithms.compile_config import DEFAULT_UPDATES_PER_GRAPH, MAX_UPDATES_PER_GRAPH
 
+DEFAULT_EVAL_MAX_EPISODE_STEPS = 10_000
+"""An evaluation episode's steps at most unless told (``trainer.eval_max_episode_steps``): an
+env without a time limit whose policy never ends an episode (CliffWalking's agent walking
+into a wall) would otherwise be evaluated forever."""
+
 _DEVICE = re.compile(r"^(cpu(:0)?|cuda(:\d+)?|mps)$")
 
 
@@ -47,6 +52,14 @@ class TrainerConfig:
     )
     num_eval_episodes: int = field(
         default=10, validator=ge(1), metadata={"doc": "Episodes per evaluation."}
+    )
+    eval_max_episode_steps: int = field(
+        default=DEFAULT_EVAL_MAX_EPISODE_STEPS,
+        validator=ge(1),
+        metadata={
+            "doc": "Steps after which an evaluation episode (and one of `cadence play` or "
+            "`cadence eval`) is cut, with a warning: a bound for envs without a time limit."
+        },
     )
     eval_seed_offset: int = field(
         default=1_000_000,

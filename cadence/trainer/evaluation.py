@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import logging
+
 import torch
 
 from cadence.algorithms.algorithm import Algorithm, AlgStep, reset_state
 from cadence.data.nest import Nest, flatten
 from cadence.data.time_step import TimeStep
 from cadence.envs.environment import Environment
+from cadence.trainer.config import DEFAULT_EVAL_MAX_EPISODE_STEPS
 from cadence.transforms.transformer import DataTransformer
+
+logger = logging.getLogger(__name__)
 
 
 @torch.no_grad()
@@ -17,11 +22,15 @@ def evaluate_episodes(
     env: Environment,
     device: torch.device | str = "cpu",
     transformer: DataTransformer | None = None,
+    max_steps: int = DEFAULT_EVAL_MAX_EPISODE_STEPS,
 ) -> dict[str, torch.Tensor]:
-    """Runs ``predict_step`` until every environment of ``env`` ends its first episode.
+    """Runs ``predict_step`` until every environment of ``env`` ends its first episode, or
+    ``max_steps`` steps have run.
 
     Counting only the first episode of each environment keeps the estimate
-    unbiased (short episodes are not over-represented).
+    unbiased (short episodes are not over-represented). An episode still running after
+    ``max_steps`` steps is cut there (its return is that of its steps so far), with a
+    warning that says how to bound the env's episodes.
 
     Args:
         algorithm: the policy.
@@ -29,10 +38,12 @@ def evaluate_episodes(
         device: where the algorithm runs.
         transformer: the training's data transformers, applied in eval mode (their
             statistics frozen); returns are those of the raw rewards.
+        max_steps: the steps an episode may run before it is cut.
 
     Returns:
-        ``{"return": [B], "length": [B]}`` plus ``"info/<key>": [B]`` with the
-        value of each ``env_info`` key at the episode's LAST step.
+        ``{"return": [B], "length": [B], "cut": [B]}`` (``cut``: 1.0 where the episode
+        was cut at ``max_steps``, else 0.0) plus ``"info/<key>": [B]`` with the value
+        of each ``env_info`` key at the episode's LAST step.
     """
     was_training = algorithm.training
     algorithm.eval()
@@ -43,7 +54,9 @@ def evaluate_episodes(
     returns = torch.zeros(env.batch_size, dtype=torch.float64, device=device)
     lengths = torch.zeros(env.batch_size, dtype=torch.int64, device=device)
     final_info = {k: torch.zeros(env.batch_size, device=device) for k in time_step.env_info}
-    while not bool(done.all()):
+    for _ in range(max_steps):
+        if bool(done.all()):
+            break
         step = policy.predict_step(time_step, state)
         state = step.state
         time_step = env.step(step.output).to(device)
@@ -56,7 +69,26 @@ def evaluate_episodes(
         done |= ended
     algorithm.train(was_training)
     policy.restore_mode()
-    return {"return": returns, "length": lengths, **{f"info/{k}": v for k, v in final_info.items()}}
+    cut = ~done
+    if bool(cut.any()):
+        warn_cut_episodes(int(cut.sum()), env.batch_size, max_steps)
+    return {
+        "return": returns,
+        "length": lengths,
+        "cut": cut.float(),
+        **{f"info/{k}": v for k, v in final_info.items()},
+    }
+
+
+def warn_cut_episodes(cut: int, episodes: int, max_steps: int) -> None:
+    """Warns that ``cut`` of ``episodes`` evaluated episodes ran ``max_steps`` steps without
+    ending."""
+    logger.warning(
+        "%d of %d evaluation episodes did not end within %d steps and were cut there (their "
+        "returns are partial): the env may have no time limit. Set env.max_episode_steps to "
+        "end its episodes, or raise trainer.eval_max_episode_steps",
+        cut, episodes, max_steps,
+    )  # fmt: skip
 
 
 class TransformedPolicy:

@@ -17,7 +17,7 @@ from cadence.envs.make import make_env
 from cadence.envs.mujoco_setup import is_mujoco_env, offscreen_gl_hint
 from cadence.envs.wrapper_config import gym_wrappers
 from cadence.trainer.checkpoint import STATE_FILE, CheckpointManager
-from cadence.trainer.evaluation import TransformedPolicy, evaluate_episodes
+from cadence.trainer.evaluation import TransformedPolicy, evaluate_episodes, warn_cut_episodes
 from cadence.trainer.run import check_training_env
 from cadence.trainer.video import write_mp4 as write_video
 from cadence.transforms.build import make_data_transformer
@@ -99,7 +99,12 @@ def play(
         policy = TransformedPolicy(*load_policy(config, run_dir, env, checkpoint), batch_size=1)
         frames: list[np.ndarray] = []
         returns, lengths = _run_episodes(
-            policy, env, episodes, frames if video_path else None, config.env.name
+            policy,
+            env,
+            episodes,
+            frames if video_path else None,
+            config.env.name,
+            config.trainer.eval_max_episode_steps,
         )
     finally:
         env.close()
@@ -138,7 +143,12 @@ def evaluate(
     env = make_policy_env(config, episodes)
     try:
         algorithm, transformer = load_policy(config, run_dir, env, checkpoint)
-        results = evaluate_episodes(algorithm, env, transformer=transformer)
+        results = evaluate_episodes(
+            algorithm,
+            env,
+            transformer=transformer,
+            max_steps=config.trainer.eval_max_episode_steps,
+        )
     finally:
         env.close()
     returns = results["return"]
@@ -157,27 +167,38 @@ def _run_episodes(
     episodes: int,
     frames: list[np.ndarray] | None,
     env_name: str,
+    max_steps: int,
 ) -> tuple[list[float], list[int]]:
+    """Runs ``episodes`` episodes, each cut after ``max_steps`` steps (with a warning)."""
     returns: list[float] = []
     lengths: list[int] = []
+    cut = 0
     time_step = env.reset()
     state = policy.algorithm.initial_state(1)
     episode_return, episode_length = 0.0, 0
     while len(returns) < episodes:
         if frames is not None:
             frames.append(_frame(env, env_name))
-        if time_step.is_last()[0]:
+        ends = bool(time_step.is_last()[0])
+        if ends or episode_length >= max_steps:
+            cut += not ends
             returns.append(episode_return)
             lengths.append(episode_length)
             episode_return, episode_length = 0.0, 0
             if len(returns) == episodes:
                 break
+            if not ends:  # the env would step on in the cut episode: start the next one
+                time_step = env.reset()
+                state = policy.algorithm.initial_state(1)
+                continue
         step = policy.predict_step(time_step, state)
         state = step.state
         time_step = env.step(step.output)
         if not time_step.is_first()[0]:
             episode_return += float(time_step.reward[0])
             episode_length += 1
+    if cut:
+        warn_cut_episodes(cut, episodes, max_steps)
     return returns, lengths
 
 

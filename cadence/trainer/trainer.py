@@ -323,7 +323,11 @@ class Trainer:
         try:
             with torch.random.fork_rng(devices=[]):
                 episodes = evaluate_episodes(
-                    self.algorithm, env, self.collector.learner_device, self.collector.transformer
+                    self.algorithm,
+                    env,
+                    self.collector.learner_device,
+                    self.collector.transformer,
+                    self.config.eval_max_episode_steps,
                 )
         finally:
             env.close()
@@ -500,7 +504,7 @@ def _transformer_state(collector: Collector) -> dict[str, Any]:
 def _episode_metrics(prefix: str, key: str, values: torch.Tensor) -> dict[str, float]:
     if values.numel() == 0:
         return {}
-    name = {"return": "episode_return", "length": "episode_length"}.get(key)
+    name = {"return": "episode_return", "length": "episode_length", "cut": "episodes_cut"}.get(key)
     if name is not None:
         return {f"{prefix}/{name}": float(values.mean())}
     if key == "info/is_success":
