@@ -26,6 +26,7 @@ from typing import Any
 
 import cadence
 from cadence.config import ConfigError, list_configs
+from cadence.data.errors import UnsupportedSpaceError
 from cadence.envs.errors import EnvBuildError
 from cadence.export.errors import ExportError
 from cadence.launch import RankFailedError
@@ -45,9 +46,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     Exit codes: 0 success (a pre-empted run included: starting it again resumes
     it), 1 a missing file such as a run without checkpoints, or training stopped by
-    a non-finite loss or a run directory that could not be written (a full disk), 2 a usage or config error, an environment that cannot be built
-    (unknown id, missing dependency, a ``module:Id`` that does not import, an env that
-    raises), or a run none of whose checkpoints verifies; the message goes to stderr.
+    a non-finite loss or a run directory that could not be written (a full disk), 2 a
+    usage or config error, an environment that cannot be built (unknown id, missing
+    dependency, a ``module:Id`` that does not import, an env that raises) or whose spaces
+    the config's algorithm does not take, or a run none of whose checkpoints verifies;
+    the message goes to stderr.
     """
     parser = build_parser()
     try:
@@ -62,6 +65,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.run(args)
     except ConfigError as error:
+        print(f"cadence {args.command}: {error}", file=sys.stderr)
+        return 2
+    except UnsupportedSpaceError as error:  # the config's algorithm or network and the env
         print(f"cadence {args.command}: {error}", file=sys.stderr)
         return 2
     except (CheckpointError, RunConfigMismatchError, EnvBuildError) as error:  # nothing written

@@ -140,3 +140,70 @@ def _write_run_of_a_moved_module(run: Path) -> None:
     run.mkdir()
     config = load_config("ppo_cartpole", ["env.name=moved_away:Corridor-v0"], root_dir=run)
     (run / "config.yaml").write_text(to_yaml(config))
+
+
+SPACES_MODULE = """
+import gymnasium as gym
+import numpy as np
+
+
+class Spaces(gym.Env):
+    def __init__(self, observation_space, action_space):
+        self.observation_space, self.action_space = observation_space, action_space
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return self.observation_space.sample(), {}
+
+    def step(self, action):
+        assert self.action_space.contains(action), action
+        return self.observation_space.sample(), 0.0, False, False, {}
+
+
+VECTOR = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
+gym.register(
+    "MultiDiscreteActions-v0",
+    entry_point=lambda: Spaces(VECTOR, gym.spaces.MultiDiscrete([3, 2])),
+    max_episode_steps=10,
+)
+gym.register(
+    "ChannelsLast-v0",
+    entry_point=lambda: Spaces(gym.spaces.Box(0, 255, (16, 16, 3), np.uint8), gym.spaces.Discrete(2)),
+    max_episode_steps=10,
+)
+"""
+TINY_RUN = ["trainer.num_env_steps=64", "trainer.num_eval_episodes=1", "trainer.progress_bar=off"]
+
+
+@pytest.mark.parametrize(
+    ("config", "env", "message", "fix"),
+    [
+        (
+            "dqn_cartpole",
+            "MultiDiscreteActions-v0",
+            "DQN needs a single discrete action (gymnasium Discrete)",
+            ["ppo_cartpole"],  # PPO and A2C take MultiDiscrete actions
+        ),
+        (
+            "ppo_cartpole",
+            "ChannelsLast-v0",
+            "the observations are images of shape (16, 16, 3), channels last",
+            ["ppo_cartpole", "env.wrappers=[{name:ImageChannelFirst}]", "network.cnn=small"],
+        ),
+    ],
+    ids=["dqn-multi-discrete", "channels-last-images"],
+)
+def test_train_with_spaces_the_algorithm_does_not_take_exits_2_saying_what_would(
+    capsys, tmp_path, monkeypatch, config, env, message, fix
+):
+    """One line on stderr, no traceback; the run directory takes the fix it suggests (it
+    holds no checkpoint, only the refused start's config)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "spaces_env.py").write_text(SPACES_MODULE)
+    name = f"env.name=spaces_env:{env}"
+    assert main(["train", config, name, *TINY_RUN, "--root-dir", "run"]) == 2
+    captured = capsys.readouterr()
+    assert f"cadence train: {message}" in captured.err and "Traceback" not in captured.err
+    assert captured.out == ""
+    assert main(["train", fix[0], name, *fix[1:], *TINY_RUN, "--root-dir", "run"]) == 0
+    assert (tmp_path / "run" / "COMPLETE").exists()

@@ -31,6 +31,7 @@ from torch.func import functional_call
 
 from cadence.algorithms.algorithm import Algorithm, AlgStep, LossInfo, UpdateResult
 from cadence.algorithms.returns import n_step_return
+from cadence.data.errors import UnsupportedSpaceError
 from cadence.data.nest import Nest, map_structure
 from cadence.data.specs import BoundedTensorSpec, Spec
 from cadence.data.time_step import StepType, TimeStep
@@ -378,17 +379,20 @@ def action_bounds(action_spec: Spec) -> tuple[torch.Tensor, torch.Tensor]:
         ValueError: the spec is discrete, unbounded, not 1-D, or has an empty range.
     """
     if not isinstance(action_spec, BoundedTensorSpec) or action_spec.is_discrete:
-        raise ValueError(
-            f"TD3 and DDPG need a bounded continuous (Box) action space, got {action_spec}"
+        raise UnsupportedSpaceError(
+            f"TD3 and DDPG need a bounded continuous (Box) action space, got {action_spec}; "
+            "use DQN, PPO, A2C or SAC for discrete actions"
         )
     if len(action_spec.shape) != 1:
-        raise ValueError(f"TD3 and DDPG need 1-D actions, got shape {tuple(action_spec.shape)}")
+        raise UnsupportedSpaceError(
+            f"TD3 and DDPG need 1-D actions, got shape {tuple(action_spec.shape)}"
+        )
     shape = action_spec.shape
     low = torch.as_tensor(action_spec.minimum, dtype=torch.float32).expand(shape).clone()
     high = torch.as_tensor(action_spec.maximum, dtype=torch.float32).expand(shape).clone()
     finite = all(math.isfinite(x) for x in torch.cat([low, high]).tolist())
     if not finite or not bool((high > low).all()):
-        raise ValueError(
+        raise UnsupportedSpaceError(
             f"TD3 and DDPG need finite action bounds with minimum < maximum, got "
             f"[{low.tolist()}, {high.tolist()}]; wrap the env to rescale unbounded actions"
         )

@@ -23,6 +23,7 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
+from cadence.data.errors import UnsupportedSpaceError
 from cadence.data.specs import BoundedTensorSpec, TensorSpec
 from cadence.mbrl.config import WorldModelConfig
 from cadence.networks.matmul import Linear
@@ -269,16 +270,16 @@ def kl_term(
 
 def _check_specs(observation_spec: TensorSpec, action_spec: TensorSpec) -> None:
     if not isinstance(observation_spec, TensorSpec) or len(observation_spec.shape) not in (1, 3):
-        raise ValueError(
+        raise UnsupportedSpaceError(
             "the world model takes a vector (D,) or a channel-first image (C, 64, 64) "
             f"observation, got {observation_spec!r}"
         )
     if is_image(observation_spec) and tuple(observation_spec.shape[1:]) != (IMAGE_SIZE, IMAGE_SIZE):
-        raise ValueError(
+        raise UnsupportedSpaceError(
             f"image observations must be 64x64 for the world model's conv stack, got "
             f"{tuple(observation_spec.shape)}; render or resize to 64x64"
         )
     if not isinstance(action_spec, BoundedTensorSpec) or not action_spec.dtype.is_floating_point:
-        raise ValueError(
+        raise UnsupportedSpaceError(
             f"model-based algorithms take bounded continuous (Box) actions, got {action_spec!r}"
         )

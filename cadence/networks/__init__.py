@@ -20,6 +20,7 @@ __getattr__, __dir__ = lazy_exports(
     {
         "NetworkConfig": "config",
         "DeterministicActor": "deterministic_actor",
+        "MultiCategorical": "distributions",
         "TanhNormal": "distributions",
         "DictEncoder": "encoders",
         "FlattenEncoder": "encoders",
@@ -30,6 +31,7 @@ __getattr__, __dir__ = lazy_exports(
         "EnsembleLinear": "ensemble",
         "EnsembleMLP": "ensemble",
         "CategoricalHead": "heads",
+        "MultiCategoricalHead": "heads",
         "NormalHead": "heads",
         "TanhNormalHead": "heads",
         "make_action_head": "heads",
@@ -44,6 +46,8 @@ __getattr__, __dir__ = lazy_exports(
 __all__ = [
     "MLP",
     "CategoricalHead",
+    "MultiCategorical",
+    "MultiCategoricalHead",
     "CriticEnsemble",
     "DeterministicActor",
     "DictEncoder",

@@ -1,5 +1,6 @@
-"""`TanhNormal`: a diagonal Gaussian squashed by tanh into box bounds (as SAC's policy), and
-`LeanCategorical`: torch's `Categorical` over logits without its per-call overhead."""
+"""`TanhNormal`: a diagonal Gaussian squashed by tanh into box bounds (as SAC's policy),
+`LeanCategorical`: torch's `Categorical` over logits without its per-call overhead, and
+`MultiCategorical`: independent categoricals, one per dimension of a multi-discrete action."""
 
 from __future__ import annotations
 
@@ -50,6 +51,41 @@ class LeanCategorical(Categorical):
         if value.shape != self._batch_shape:  # broadcasting: torch's general path
             return super().log_prob(value)
         return self.logits.gather(-1, value.long().unsqueeze(-1)).squeeze(-1)
+
+
+class MultiCategorical(Distribution):
+    """Independent categoricals over the ``K`` dimensions of a multi-discrete action
+    (Gymnasium's ``MultiDiscrete`` and ``MultiBinary``): a sample is ``[*B, K]``, and
+    ``log_prob`` and ``entropy`` sum over the dimensions, so a policy-gradient loss treats
+    the whole action as one.
+
+    Args:
+        logits: ``[*B, K, N]``, ``N`` the most values of any dimension; a dimension with
+            fewer values masks the rest with the dtype's lowest number (probability 0).
+
+    >>> d = MultiCategorical(torch.zeros(4, 3, 2))
+    >>> d.sample().shape, d.log_prob(torch.zeros(4, 3, dtype=torch.long)).shape
+    (torch.Size([4, 3]), torch.Size([4]))
+    """
+
+    arg_constraints = {"logits": constraints.real}
+
+    def __init__(self, logits: torch.Tensor):
+        self.parts = LeanCategorical(logits)
+        super().__init__(logits.shape[:-2], logits.shape[-2:-1], validate_args=False)
+
+    def sample(self, sample_shape: Sequence[int] = torch.Size()) -> torch.Tensor:
+        return self.parts.sample(sample_shape)
+
+    def log_prob(self, value: torch.Tensor) -> torch.Tensor:
+        return self.parts.log_prob(value).sum(-1)
+
+    def entropy(self) -> torch.Tensor:
+        return self.parts.entropy().sum(-1)
+
+    @property
+    def mode(self) -> torch.Tensor:
+        return self.parts.mode
 
 
 class TanhNormal(Distribution):

@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from cadence.data.errors import UnsupportedSpaceError
 from cadence.data.nest import Nest
 from cadence.data.specs import CompositeSpec, DiscreteTensorSpec, Spec, TensorSpec
 from cadence.networks.config import CNNKind, NetworkConfig
@@ -164,14 +165,28 @@ def _conv_stack(channels: int, kind: CNNKind) -> nn.Sequential:
     return nn.Sequential(*layers, nn.Flatten())
 
 
+CHANNEL_FIRST_OVERRIDE = "'env.wrappers=[{name:ImageChannelFirst}]'"
+"""The override that turns a Gymnasium env's ``[H, W, C]`` images into ``[C, H, W]``."""
+
+
 def _check_image(spec: TensorSpec, kind: CNNKind) -> None:
     if len(spec.shape) != 3:
-        raise ValueError(f"images must be channel-first (C, H, W), got shape {spec.shape}")
-    if min(spec.shape[1:]) < MIN_IMAGE_SIZE[kind]:
-        raise ValueError(
-            f"the '{kind}' CNN needs height and width >= {MIN_IMAGE_SIZE[kind]}, got "
-            f"{spec.shape}; use cnn='small' (>= 8) or resize the images"
+        raise UnsupportedSpaceError(
+            f"images must be channel-first (C, H, W), got shape {tuple(spec.shape)}"
         )
+    if min(spec.shape[1:]) >= MIN_IMAGE_SIZE[kind]:
+        return
+    if spec.shape[-1] in (1, 3, 4) and spec.shape[0] > 4:
+        raise UnsupportedSpaceError(
+            f"the observations are images of shape {tuple(spec.shape)}, channels last "
+            "(Gymnasium's [H, W, C]); the CNN takes them channels first: add the "
+            f"ImageChannelFirst wrapper ({CHANNEL_FIRST_OVERRIDE}, or the env.wrappers "
+            "list of the config)"
+        )
+    raise UnsupportedSpaceError(
+        f"the '{kind}' CNN needs height and width >= {MIN_IMAGE_SIZE[kind]}, got "
+        f"{tuple(spec.shape)}; set network.cnn=small (>= 8) or resize the images"
+    )
 
 
 def _orthogonal_(module: nn.Module) -> None:

@@ -11,6 +11,7 @@ them is the caller's job (the log-prob must stay that of the unclipped action).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Literal
 
 import numpy as np
@@ -19,8 +20,14 @@ import torch.nn.functional as F
 from torch import nn
 from torch.distributions import Categorical, Independent, Normal
 
-from cadence.data.specs import BoundedTensorSpec, DiscreteTensorSpec, Spec, TensorSpec
-from cadence.networks.distributions import LeanCategorical, TanhNormal
+from cadence.data.errors import UnsupportedSpaceError
+from cadence.data.specs import (
+    BoundedTensorSpec,
+    DiscreteTensorSpec,
+    Spec,
+    TensorSpec,
+)
+from cadence.networks.distributions import LeanCategorical, MultiCategorical, TanhNormal
 from cadence.networks.mlp import make_linear
 
 POLICY_GAIN = 0.01
@@ -46,6 +53,32 @@ class CategoricalHead(nn.Module):
         # torch's Categorical costs more than the rest of a small policy's step (argument
         # checks, broadcasting); the logits come from a linear layer, never from a user.
         return LeanCategorical(self.logits(features))
+
+
+class MultiCategoricalHead(nn.Module):
+    """Logits of each dimension of a multi-discrete action (Gymnasium's ``MultiDiscrete``,
+    ``MultiBinary``): ``[*B, in_dim] -> MultiCategorical`` over ``[*B, K]``.
+
+    Args:
+        in_dim: feature width.
+        nvec: the number of values of each of the ``K`` dimensions.
+
+    >>> MultiCategoricalHead(8, [3, 2])(torch.zeros(4, 8)).mode.shape
+    torch.Size([4, 2])
+    """
+
+    def __init__(self, in_dim: int, nvec: Sequence[int]):
+        super().__init__()
+        nvec = [int(n) for n in nvec]
+        self.shape = (len(nvec), max(nvec))
+        self.logits = make_linear(in_dim, len(nvec) * max(nvec), POLICY_GAIN)
+        values = torch.arange(max(nvec))
+        invalid = values >= torch.tensor(nvec).unsqueeze(-1)
+        self.register_buffer("invalid", invalid, persistent=False)
+
+    def forward(self, features: torch.Tensor) -> MultiCategorical:
+        logits = self.logits(features).unflatten(-1, self.shape)
+        return MultiCategorical(logits.masked_fill(self.invalid, torch.finfo(logits.dtype).min))
 
 
 class NormalHead(nn.Module):
@@ -126,26 +159,35 @@ def make_action_head(
     init_log_std: float = 0.0,
     state_dependent_std: bool = False,
 ) -> nn.Module:
-    """The head for ``action_spec``: categorical for a scalar discrete spec, else ``kind``.
+    """The head for ``action_spec``: categorical for a scalar discrete spec, one categorical
+    per dimension for a 1-D one (`MultiCategoricalHead`), else ``kind``.
 
     Args:
         in_dim: feature width.
-        action_spec: a scalar `DiscreteTensorSpec` or a 1-D continuous spec.
+        action_spec: a scalar or 1-D `DiscreteTensorSpec`, or a 1-D continuous spec.
         kind: ``"normal"`` (`NormalHead`) or ``"tanh_normal"`` (`TanhNormalHead`,
             needs finite bounds) for continuous actions.
         init_log_std: initial log std of a continuous head.
         state_dependent_std: for ``"normal"``, predict the std from the features.
 
     Raises:
-        TypeError: for action specs no head handles (Dict, multi-discrete,
-            actions of more than one dim, unbounded with ``"tanh_normal"``).
+        UnsupportedSpaceError: for action specs no head handles (Dict, actions of more
+            than one dim, unbounded with ``"tanh_normal"``).
     """
     if isinstance(action_spec, DiscreteTensorSpec):
-        if action_spec.shape != ():
-            raise TypeError(f"only scalar discrete actions are supported, not {action_spec.shape}")
-        return CategoricalHead(in_dim, action_spec.num_values)
+        if action_spec.shape == ():
+            return CategoricalHead(in_dim, action_spec.num_values)
+        if len(action_spec.shape) == 1:
+            return MultiCategoricalHead(in_dim, action_spec.nvec)
+        raise UnsupportedSpaceError(
+            f"no action head for discrete actions of shape {action_spec.shape}: use a "
+            "Discrete, MultiDiscrete or MultiBinary space of one dimension"
+        )
     if not isinstance(action_spec, TensorSpec) or len(action_spec.shape) != 1:
-        raise TypeError(f"no action head for {action_spec!r}: use a flat Box or a Discrete space")
+        raise UnsupportedSpaceError(
+            f"no action head for {action_spec!r}: use a flat Box, Discrete, MultiDiscrete or "
+            "MultiBinary space"
+        )
     if kind == "tanh_normal":
         return TanhNormalHead(in_dim, action_spec, init_log_std)
     return NormalHead(in_dim, action_spec.shape[0], state_dependent_std, init_log_std)
@@ -169,7 +211,11 @@ def _bounded_log_std(raw: torch.Tensor) -> torch.Tensor:
 
 def _check_bounded(spec: Spec) -> None:
     if not isinstance(spec, BoundedTensorSpec) or len(spec.shape) != 1:
-        raise TypeError(f"a tanh_normal head needs a 1-D bounded action spec, got {spec!r}")
+        raise UnsupportedSpaceError(
+            f"a tanh_normal head needs a 1-D bounded action spec, got {spec!r}"
+        )
     low, high = np.asarray(spec.minimum, np.float64), np.asarray(spec.maximum, np.float64)
     if not (np.isfinite(low).all() and np.isfinite(high).all() and (low < high).all()):
-        raise TypeError(f"a tanh_normal head needs finite bounds with low < high, got {spec!r}")
+        raise UnsupportedSpaceError(
+            f"a tanh_normal head needs finite bounds with low < high, got {spec!r}"
+        )

@@ -3,7 +3,8 @@
 Each episode shows a context c in {0, 1} (as a one-hot vector, an 8x8 image
 whose top or bottom half is lit, or a Dict of both) and ends after one action.
 Discrete actions earn 1 when the action equals c; continuous actions in [-3, 3] earn
-``-(a - target(c))**2`` with targets -0.5 and 0.5.
+``-(a - target(c))**2`` with targets -0.5 and 0.5; MultiDiscrete and MultiBinary actions
+earn the fraction of their dimensions equal to c's targets (`MULTI_TARGETS`).
 """
 
 from __future__ import annotations
@@ -12,6 +13,10 @@ import gymnasium as gym
 import numpy as np
 
 CONTINUOUS_TARGETS = (-0.5, 0.5)
+MULTI_TARGETS = {
+    "multi_discrete": (np.array([2, 1]), np.array([0, 0])),
+    "multi_binary": (np.array([1, 0, 1]), np.array([0, 1, 1])),
+}
 
 
 class ContextBandit(gym.Env):
@@ -25,11 +30,12 @@ class ContextBandit(gym.Env):
             "image": image,
             "dict": gym.spaces.Dict({"vector": vector, "image": image}),
         }[observation]
-        self.action_space = (
-            gym.spaces.Discrete(2)
-            if action == "discrete"
-            else gym.spaces.Box(-3.0, 3.0, (1,), np.float32)
-        )
+        self.action_space = {
+            "discrete": gym.spaces.Discrete(2),
+            "continuous": gym.spaces.Box(-3.0, 3.0, (1,), np.float32),
+            "multi_discrete": gym.spaces.MultiDiscrete([3, 2]),
+            "multi_binary": gym.spaces.MultiBinary(3),
+        }[action]
         self._context = 0
 
     def reset(self, *, seed=None, options=None):
@@ -40,6 +46,8 @@ class ContextBandit(gym.Env):
     def step(self, action):
         if self.action_kind == "discrete":
             reward = float(int(action) == self._context)
+        elif self.action_kind in MULTI_TARGETS:  # the fraction of dimensions right
+            reward = float(np.mean(action == MULTI_TARGETS[self.action_kind][self._context]))
         else:
             reward = -float((np.asarray(action).item() - CONTINUOUS_TARGETS[self._context]) ** 2)
         return self._observe(), reward, True, False, {}

@@ -1,6 +1,7 @@
 import pytest
 import torch
 
+from cadence.data.errors import UnsupportedSpaceError
 from cadence.data.specs import BoundedTensorSpec, CompositeSpec, DiscreteTensorSpec, TensorSpec
 from cadence.networks.config import NetworkConfig
 from cadence.networks.encoders import (
@@ -61,8 +62,11 @@ def test_nature_cnn_adapts_to_rectangular_sizes_and_refuses_tiny_ones():
     encoder = ImageEncoder(TensorSpec((4, 36, 100)), "nature")
     assert encoder(torch.zeros(2, 4, 36, 100)).shape == (2, 512)
     assert ImageEncoder(TensorSpec((1, 8, 8)), "small")(torch.zeros(1, 1, 8, 8)).shape == (1, 256)
-    with pytest.raises(ValueError, match="cnn='small'"):
+    with pytest.raises(UnsupportedSpaceError, match="set network.cnn=small"):
         ImageEncoder(TensorSpec((3, 32, 32)), "nature")
+    # Gymnasium's [H, W, C] layout: the error names the wrapper that makes it [C, H, W].
+    with pytest.raises(UnsupportedSpaceError, match="ImageChannelFirst"):
+        ImageEncoder(TensorSpec((84, 84, 3), torch.uint8), "small")
 
 
 def test_is_image():

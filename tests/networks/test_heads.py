@@ -14,6 +14,7 @@ from cadence.data.specs import BoundedTensorSpec, CompositeSpec, DiscreteTensorS
 from cadence.networks.distributions import TanhNormal
 from cadence.networks.heads import (
     CategoricalHead,
+    MultiCategoricalHead,
     NormalHead,
     TanhNormalHead,
     make_action_head,
@@ -135,7 +136,7 @@ def test_make_action_head_chooses_by_spec():
 @pytest.mark.parametrize(
     "spec, kind",
     [
-        (DiscreteTensorSpec((2,), nvec=3), "normal"),
+        (DiscreteTensorSpec((2, 2), nvec=3), "normal"),
         (CompositeSpec({"a": TensorSpec((2,))}), "normal"),
         (TensorSpec((2, 2)), "normal"),
         (TensorSpec((2,)), "tanh_normal"),
@@ -145,3 +146,22 @@ def test_make_action_head_chooses_by_spec():
 def test_make_action_head_refuses_unsupported_specs(spec, kind):
     with pytest.raises(TypeError):
         make_action_head(8, spec, kind)
+
+
+def test_a_multi_discrete_action_gets_one_categorical_per_dimension():
+    """MultiDiscrete [3, 2]: the 2-valued dimension never samples a third value, and the
+    log-probability and entropy are the sums of the dimensions' own."""
+    head = make_action_head(8, DiscreteTensorSpec((2,), nvec=[3, 2]))
+    assert isinstance(head, MultiCategoricalHead)
+    distribution = head(torch.randn(4000, 8))
+    actions = distribution.sample()
+    assert actions.shape == (4000, 2)
+    assert set(actions[:, 0].tolist()) == {0, 1, 2} and set(actions[:, 1].tolist()) == {0, 1}
+    logits = head.logits(torch.zeros(1, 8)).reshape(2, 3)
+    first, second = logits[0].log_softmax(-1), logits[1, :2].log_softmax(-1)
+    at_zero = head(torch.zeros(1, 8))
+    expected = first[2] + second[1]
+    assert torch.allclose(at_zero.log_prob(torch.tensor([[2, 1]])), expected)
+    entropy = -(first.exp() * first).sum() - (second.exp() * second).sum()
+    assert torch.allclose(at_zero.entropy(), entropy)
+    assert at_zero.mode.tolist() == [[int(first.argmax()), int(second.argmax())]]

@@ -6,6 +6,7 @@ from typing import Any
 
 from cadence.algorithms.dqn.algorithm import DQNAlgorithm
 from cadence.algorithms.dqn.config import DQNConfig
+from cadence.data.errors import UnsupportedSpaceError
 from cadence.data.specs import DiscreteTensorSpec, Spec
 from cadence.networks import QNetwork, make_encoder
 
@@ -16,12 +17,14 @@ def make_dqn(
     """DQN with a `QNetwork` over any observation the encoders take (vector, image, Dict).
 
     Raises:
-        ValueError: the actions are not one discrete choice (DQN needs ``argmax_a``).
+        UnsupportedSpaceError: the actions are not one discrete choice (DQN needs
+            ``argmax_a``).
     """
     if not isinstance(action_spec, DiscreteTensorSpec) or action_spec.shape != ():
-        raise ValueError(
+        raise UnsupportedSpaceError(
             f"DQN needs a single discrete action (gymnasium Discrete), got {action_spec}; "
-            "use SAC, TD3 or DDPG for continuous actions"
+            "use PPO or A2C for MultiDiscrete or MultiBinary actions, SAC, TD3 or DDPG for "
+            "continuous ones"
         )
     q_network = QNetwork(
         make_encoder(observation_spec, network_config),

@@ -15,6 +15,7 @@ import torch
 from torch import nn
 from torch.distributions import Distribution
 
+from cadence.data.errors import UnsupportedSpaceError
 from cadence.data.nest import Nest
 from cadence.data.specs import DiscreteTensorSpec, Spec
 from cadence.networks.config import NetworkConfig
@@ -133,7 +134,10 @@ def make_critic(
     act = activation or ACTIVATIONS[config.activation]
     if isinstance(action_spec, DiscreteTensorSpec):
         if action_spec.shape != ():
-            raise TypeError(f"SAC takes scalar discrete actions, not shape {action_spec.shape}")
+            raise UnsupportedSpaceError(
+                f"SAC takes a single discrete action (gymnasium Discrete), not shape "
+                f"{action_spec.shape}; use PPO or A2C for MultiDiscrete or MultiBinary actions"
+            )
         return DiscreteCriticEnsemble(
             encoder,
             action_spec.num_values,
@@ -144,7 +148,7 @@ def make_critic(
             config.orthogonal_init,
         )
     if len(action_spec.shape) != 1:
-        raise TypeError(f"SAC takes flat Box actions, not shape {action_spec.shape}")
+        raise UnsupportedSpaceError(f"SAC takes flat Box actions, not shape {action_spec.shape}")
     return CriticEnsemble(
         encoder,
         action_spec.shape[0],
