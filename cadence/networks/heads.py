@@ -21,12 +21,7 @@ from torch import nn
 from torch.distributions import Categorical, Independent, Normal
 
 from cadence.data.errors import UnsupportedSpaceError
-from cadence.data.specs import (
-    BoundedTensorSpec,
-    DiscreteTensorSpec,
-    Spec,
-    TensorSpec,
-)
+from cadence.data.specs import BoundedTensorSpec, DiscreteTensorSpec, Spec, TensorSpec
 from cadence.networks.distributions import LeanCategorical, MultiCategorical, TanhNormal
 from cadence.networks.mlp import make_linear
 
