@@ -206,6 +206,9 @@ def _has_trailing_shape(value: torch.Tensor, shape: Shape) -> bool:
 def spec_from_space(space: gym.Space) -> Spec:
     """The spec of a Gymnasium space; 64-bit floats become float32.
 
+    A ``Discrete`` or ``MultiDiscrete`` space's values are counted from its ``start``: the
+    spec holds ``value - start``, from 0 (`GymAdapter` shifts the values both ways).
+
     Raises:
         TypeError: for space types with no tensor form (``Text``, ``Graph``, ...).
     """
@@ -215,8 +218,6 @@ def spec_from_space(space: gym.Space) -> Spec:
             return TensorSpec(space.shape, torch_dtype(dtype))
         return BoundedTensorSpec(space.shape, torch_dtype(dtype), space.low, space.high)
     if isinstance(space, gym.spaces.Discrete):
-        if space.start != 0:
-            raise TypeError(f"Discrete spaces must start at 0 (this one starts at {space.start})")
         return DiscreteTensorSpec((), torch.int64, int(space.n))
     if isinstance(space, gym.spaces.MultiDiscrete):
         return DiscreteTensorSpec(space.shape, torch.int64, space.nvec)

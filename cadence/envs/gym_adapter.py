@@ -55,7 +55,13 @@ class GymAdapter(PyEnvironment):
         self._tuple_action = isinstance(env.action_space, gym.spaces.Tuple)
         self._scalar_discrete_action = isinstance(env.action_space, gym.spaces.Discrete)
         # Actions `step` passes to the env as they are (see `_to_gym`).
-        self._plain_action = not (self._tuple_action or self._scalar_discrete_action)
+        # A Discrete or MultiDiscrete space's start, where it is not 0: the specs count
+        # from 0 (`spec_from_space`), so actions are shifted up and observations down.
+        self._action_start = _nonzero_start(env.action_space)
+        self._obs_starts = _starts(env.observation_space)
+        self._plain_action = not (
+            self._tuple_action or self._scalar_discrete_action or self._action_start is not None
+        )
         if env_info_keys is None:
             env_info_keys = self._probe_info_keys()
         self._info_keys = tuple(env_info_keys)
@@ -65,7 +71,8 @@ class GymAdapter(PyEnvironment):
         self._zero_action = self._action_spec.numpy_zeros()
         self._obs_dtypes = map_structure(lambda s: s.numpy_dtype, self._observation_spec)
         # A plain Box observation (the common case) skips the generic nest walk per step.
-        self._flat_obs_dtype = None if is_nested(self._obs_dtypes) else self._obs_dtypes
+        plain_obs = not is_nested(self._obs_dtypes) and self._obs_starts is None
+        self._flat_obs_dtype = self._obs_dtypes if plain_obs else None
         self._needs_reset = True
         if seed is not None:
             env.action_space.seed(seed)
@@ -99,7 +106,7 @@ class GymAdapter(PyEnvironment):
         # the common cases (a Box or an integer action, a Box observation) inlined.
         if self._needs_reset:
             return self.reset()
-        if self._plain_action or isinstance(action, np.integer):
+        if self._plain_action or (isinstance(action, np.integer) and self._action_start is None):
             gym_action = action
         else:
             gym_action = self._to_gym(action)
@@ -193,9 +200,13 @@ class GymAdapter(PyEnvironment):
             return np.asarray(observation, self._flat_obs_dtype)
         if self._tuple_obs:
             observation = {str(i): o for i, o in enumerate(observation)}
+        if self._obs_starts is not None:
+            return map_structure(_from_start, observation, self._obs_dtypes, self._obs_starts)
         return map_structure(np.asarray, observation, self._obs_dtypes)
 
     def _to_gym(self, action: Nest) -> Any:
+        if self._action_start is not None:
+            return np.asarray(action, np.int64) + self._action_start
         if self._scalar_discrete_action:
             # numpy integers are what `Discrete.sample` gives, so every env takes them, and
             # `Discrete.contains` checks them much faster than Python ints.
@@ -250,6 +261,32 @@ def _set_mujoco_state(env: gym.Env, state: dict[str, Any]) -> None:
             target[...] = array
     data.time = state["time"]
     env.np_random.bit_generator.state = state["np_random"]
+
+
+def _nonzero_start(space: gym.Space) -> np.ndarray | None:
+    """The ``start`` of a Discrete or MultiDiscrete space, or None where it is 0 (or the
+    space has none)."""
+    if isinstance(space, gym.spaces.Discrete | gym.spaces.MultiDiscrete):
+        start = np.asarray(space.start, np.int64)
+        return start if start.any() else None
+    return None
+
+
+def _starts(space: gym.Space) -> Nest:
+    """`_nonzero_start` of every leaf of an observation space, as a nest shaped like its
+    spec (0 where a leaf starts at 0); None where every leaf does."""
+    if isinstance(space, gym.spaces.Dict | gym.spaces.Tuple):
+        items = space.spaces.items() if isinstance(space, gym.spaces.Dict) else enumerate(space)
+        starts = {str(key): _starts(sub) for key, sub in items}
+        if all(start is None for start in starts.values()):
+            return None
+        return {key: 0 if start is None else start for key, start in starts.items()}
+    return _nonzero_start(space)
+
+
+def _from_start(observation: Any, dtype: np.dtype, start: Any) -> np.ndarray:
+    """An observation leaf as its spec's dtype, counted from 0."""
+    return np.asarray(np.asarray(observation) - start, dtype)
 
 
 def _is_numeric_scalar(value: Any) -> bool:

@@ -153,6 +153,56 @@ def test_tuple_observations_become_dicts_keyed_by_position():
     np.testing.assert_array_equal(observation["1"], [0.25, 0.75])
 
 
+class _StartEnv(gym.Env):
+    """Discrete values that do not start at 0: the observation echoes the last action."""
+
+    def __init__(self, action_space):
+        self.action_space = action_space
+        self.observation_space = spaces.Dict(
+            {
+                "cell": spaces.Discrete(5, start=10),
+                "echo": spaces.MultiDiscrete([3, 4], start=[-1, 2]),
+            }
+        )
+        self.actions = []
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return {"cell": np.int64(14), "echo": np.array([-1, 2])}, {}
+
+    def step(self, action):
+        assert self.action_space.contains(action), action
+        self.actions.append(action)
+        echo = np.array([int(np.ravel(action)[0]), 5])
+        return {"cell": np.int64(10), "echo": echo}, 0.0, False, False, {}
+
+
+@pytest.mark.parametrize(
+    ("action_space", "action", "gym_action"),
+    [
+        (spaces.Discrete(3, start=-1), np.int64(0), -1),  # sell, hold, buy as -1, 0, 1
+        (spaces.MultiDiscrete([3, 2], start=[-1, 7]), np.array([2, 0]), [1, 7]),
+    ],
+)
+def test_discrete_spaces_that_do_not_start_at_0_are_counted_from_0(
+    action_space, action, gym_action
+):
+    """Their specs count from 0, as every network and algorithm does; the adapter shifts
+    observations down and actions up by the space's start."""
+    env = GymAdapter(_StartEnv(action_space), seed=0)
+    assert env.observation_spec["cell"].nvec == 5
+    assert env.observation_spec["echo"].nvec.tolist() == [3, 4]
+    size = action_space.n if isinstance(action_space, spaces.Discrete) else action_space.nvec
+    np.testing.assert_array_equal(env.action_spec.nvec, size)
+    first = env.reset().observation
+    assert first["cell"] == 4 and first["echo"].tolist() == [0, 0]
+    observation = env.step(action).observation
+    np.testing.assert_array_equal(env.gym_env.unwrapped.actions[-1], gym_action)
+    assert observation["cell"] == 0
+    assert observation["echo"].tolist() == [np.ravel(gym_action)[0] + 1, 3]
+    assert env.observation_spec["echo"].contains(torch.as_tensor(observation["echo"]))
+
+
 def test_dict_observations_land_in_their_fields_whatever_the_key_order():
     # Gymnasium sorts a Dict space's keys; the env returns them in its own order.
     env = SerialEnvironment([lambda: GymAdapter(DictObservationEnv(), seed=5)])
