@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from gymnasium.utils import EzPickle
 
-from cadence.data.nest import Nest, is_nested, map_structure
+from cadence.data.nest import Nest, flatten, is_nested, map_structure
 from cadence.data.specs import CompositeSpec, Spec, TensorSpec, spec_from_space
 from cadence.data.time_step import StepType, TimeStep
 from cadence.envs.env_state import UnsavableEnvStateError, loads_env_state, wrapper_layers
@@ -275,13 +275,16 @@ def _nonzero_start(space: gym.Space) -> np.ndarray | None:
 def _starts(space: gym.Space) -> Nest:
     """`_nonzero_start` of every leaf of an observation space, as a nest shaped like its
     spec (0 where a leaf starts at 0); None where every leaf does."""
+    starts = _leaf_starts(space)
+    return None if all(isinstance(start, int) for start in flatten(starts)) else starts
+
+
+def _leaf_starts(space: gym.Space) -> Nest:
     if isinstance(space, gym.spaces.Dict | gym.spaces.Tuple):
         items = space.spaces.items() if isinstance(space, gym.spaces.Dict) else enumerate(space)
-        starts = {str(key): _starts(sub) for key, sub in items}
-        if all(start is None for start in starts.values()):
-            return None
-        return {key: 0 if start is None else start for key, start in starts.items()}
-    return _nonzero_start(space)
+        return {str(key): _leaf_starts(sub) for key, sub in items}
+    start = _nonzero_start(space)
+    return 0 if start is None else start
 
 
 def _from_start(observation: Any, dtype: np.dtype, start: Any) -> np.ndarray:

@@ -162,19 +162,21 @@ class _StartEnv(gym.Env):
             {
                 "cell": spaces.Discrete(5, start=10),
                 "echo": spaces.MultiDiscrete([3, 4], start=[-1, 2]),
+                "inner": spaces.Dict({"level": spaces.Discrete(3)}),  # starts at 0
             }
         )
         self.actions = []
 
     def reset(self, *, seed=None, options=None):
         super().reset(seed=seed)
-        return {"cell": np.int64(14), "echo": np.array([-1, 2])}, {}
+        return {"cell": np.int64(14), "echo": np.array([-1, 2]), "inner": {"level": 2}}, {}
 
     def step(self, action):
         assert self.action_space.contains(action), action
         self.actions.append(action)
         echo = np.array([int(np.ravel(action)[0]), 5])
-        return {"cell": np.int64(10), "echo": echo}, 0.0, False, False, {}
+        observation = {"cell": np.int64(10), "echo": echo, "inner": {"level": 1}}
+        return observation, 0.0, False, False, {}
 
 
 @pytest.mark.parametrize(
@@ -196,9 +198,10 @@ def test_discrete_spaces_that_do_not_start_at_0_are_counted_from_0(
     np.testing.assert_array_equal(env.action_spec.nvec, size)
     first = env.reset().observation
     assert first["cell"] == 4 and first["echo"].tolist() == [0, 0]
+    assert first["inner"]["level"] == 2
     observation = env.step(action).observation
     np.testing.assert_array_equal(env.gym_env.unwrapped.actions[-1], gym_action)
-    assert observation["cell"] == 0
+    assert observation["cell"] == 0 and observation["inner"]["level"] == 1
     assert observation["echo"].tolist() == [np.ravel(gym_action)[0] + 1, 3]
     assert env.observation_spec["echo"].contains(torch.as_tensor(observation["echo"]))
 
