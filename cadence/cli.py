@@ -64,10 +64,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _import_from_working_directory()
     try:
         return args.run(args)
-    except ConfigError as error:
-        print(f"cadence {args.command}: {error}", file=sys.stderr)
-        return 2
-    except UnsupportedSpaceError as error:  # the config's algorithm or network and the env
+    except (ConfigError, UnsupportedSpaceError) as error:  # the config, or it and the env
         print(f"cadence {args.command}: {error}", file=sys.stderr)
         return 2
     except (CheckpointError, RunConfigMismatchError, EnvBuildError) as error:  # nothing written

@@ -376,7 +376,8 @@ def action_bounds(action_spec: Spec) -> tuple[torch.Tensor, torch.Tensor]:
     """The ``[A]`` float32 minimum and maximum of a bounded, continuous, 1-D action spec.
 
     Raises:
-        ValueError: the spec is discrete, unbounded, not 1-D, or has an empty range.
+        UnsupportedSpaceError: the spec is discrete, unbounded, not 1-D, or has an empty
+            range.
     """
     if not isinstance(action_spec, BoundedTensorSpec) or action_spec.is_discrete:
         raise UnsupportedSpaceError(

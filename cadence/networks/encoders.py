@@ -165,10 +165,6 @@ def _conv_stack(channels: int, kind: CNNKind) -> nn.Sequential:
     return nn.Sequential(*layers, nn.Flatten())
 
 
-CHANNEL_FIRST_OVERRIDE = "'env.wrappers=[{name:ImageChannelFirst}]'"
-"""The override that turns a Gymnasium env's ``[H, W, C]`` images into ``[C, H, W]``."""
-
-
 def _check_image(spec: TensorSpec, kind: CNNKind) -> None:
     if len(spec.shape) != 3:
         raise UnsupportedSpaceError(
@@ -180,8 +176,8 @@ def _check_image(spec: TensorSpec, kind: CNNKind) -> None:
         raise UnsupportedSpaceError(
             f"the observations are images of shape {tuple(spec.shape)}, channels last "
             "(Gymnasium's [H, W, C]); the CNN takes them channels first: add the "
-            f"ImageChannelFirst wrapper ({CHANNEL_FIRST_OVERRIDE}, or the env.wrappers "
-            "list of the config)"
+            "ImageChannelFirst wrapper ('env.wrappers=[{name:ImageChannelFirst}]', or the "
+            "env.wrappers list of the config)"
         )
     raise UnsupportedSpaceError(
         f"the '{kind}' CNN needs height and width >= {MIN_IMAGE_SIZE[kind]}, got "

@@ -20,7 +20,7 @@ def make_sac(
     Raises:
         ValueError: ``off_policy.mini_batch_length`` is not 2 (SAC learns from one-step
             transitions ``(s_t, a_t, r_t+1, s_t+1)``).
-        TypeError: an action spec SAC does not handle.
+        UnsupportedSpaceError: an action spec SAC does not handle.
     """
     if config.off_policy.mini_batch_length != 2:
         raise ValueError(

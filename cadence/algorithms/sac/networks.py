@@ -128,7 +128,8 @@ def make_critic(
         activation: overrides ``config.activation`` with a module class (e.g. `AbsReLU`).
 
     Raises:
-        TypeError: for action specs SAC does not handle (see `make_action_head`).
+        UnsupportedSpaceError: for action specs SAC does not handle (see
+            `make_action_head`).
     """
     encoder = make_encoder(observation_spec, config)
     act = activation or ACTIVATIONS[config.activation]
