@@ -4,9 +4,11 @@ A random policy with pre-sampled actions (so action sampling is timed on neither
 side; cadence gets torch tensors, as a user passes them, Gymnasium numpy arrays)
 drives, for each env and batch size: a plain single-env Gymnasium loop (reset on
 done; measured in every row, as the reference each batch is compared with),
-Gymnasium's ``SyncVectorEnv`` and ``AsyncVectorEnv`` (default shared memory), and
-cadence's ``serial``, ``thread`` and ``parallel`` back ends and its tensor-native
-env where one exists. Every implementation of a row is built and warmed up
+Gymnasium's ``SyncVectorEnv`` and ``AsyncVectorEnv`` (default shared memory), the
+env's own vector env (``gym.make_vec`` of its ``vector_entry_point``, "gym vec") where
+it registers one, and cadence's ``serial``, ``thread`` and ``parallel`` back ends, its
+``vector`` back end (that same vector env, giving torch time steps) and its
+tensor-native env where one exists. Every implementation of a row is built and warmed up
 first, then timed in ``--repeats`` interleaved rounds and its median round is
 kept, so that load from other processes disturbs every column of a row alike
 and one lucky (or unlucky) round decides nothing; the ratios below compare
@@ -35,9 +37,20 @@ import gymnasium as gym
 import torch
 
 from cadence.envs import make_env
+from cadence.envs.make import has_vector_env
 from cadence.envs.tensor import has_tensor_env
 
-COLUMNS = ("gym loop", "gym sync", "gym async", "serial", "thread", "parallel", "tensor")
+COLUMNS = (
+    "gym loop",
+    "gym sync",
+    "gym async",
+    "gym vec",
+    "serial",
+    "thread",
+    "parallel",
+    "vector",
+    "tensor",
+)
 CPU_BACKENDS = ("serial", "thread", "parallel")
 _NUM_ACTIONS = 64  # pre-sampled action batches, cycled
 Table = dict[tuple[str, int], dict[str, float]]  # (env, num_envs) -> column -> steps/s
@@ -101,6 +114,18 @@ class GymVector(Runner):
         self.t = 0
 
 
+class GymOwnVector(Runner):
+    """The env's own vector env, ``gym.make_vec`` of its ``vector_entry_point``."""
+
+    def __init__(self, name: str, num_envs: int, seed: int):
+        self.batch_size = num_envs
+        self.env = gym.make_vec(name, num_envs, vectorization_mode="vector_entry_point")
+        self.env.reset(seed=seed)
+        self.env.action_space.seed(seed)
+        self.actions = [self.env.action_space.sample() for _ in range(_NUM_ACTIONS)]
+        self.t = 0
+
+
 class CadenceRunner(Runner):
     """A cadence back end built by ``make_env``, stepped with torch actions."""
 
@@ -158,6 +183,9 @@ def build_row(name: str, num_envs: int, seed: int, columns: tuple[str, ...]) -> 
     }
     for backend in CPU_BACKENDS:
         makers[backend] = lambda b=backend: CadenceRunner(name, num_envs, seed, b)
+    if has_vector_env(name):
+        makers["gym vec"] = lambda: GymOwnVector(name, num_envs, seed)
+        makers["vector"] = lambda: CadenceRunner(name, num_envs, seed, "vector")
     if has_tensor_env(name):
         makers["tensor"] = lambda: CadenceRunner(name, num_envs, seed, "tensor")
     return {column: makers[column]() for column in columns if column in makers}
@@ -252,6 +280,11 @@ def bars(table: Table, tensor_envs: int) -> list[Bar]:
             0.8,
         ),
         Bar(
+            "cadence vector / its gym vector env, CartPole-v1 x32",
+            ratio(table, cartpole, ("vector",), "gym vec"),
+            0.6,
+        ),
+        Bar(
             f"tensor CartPole-v1 x{tensor_envs} on CPU",
             table.get(("CartPole-v1", tensor_envs), {}).get("tensor"),
             5e6,
@@ -280,7 +313,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--tensor-envs",
         type=int,
         default=4096,
-        help="batch size of the extra tensor-native CartPole row (0: none)",
+        help="batch size of the extra CartPole row of the tensor-native and vector envs (0: none)",
     )
     parser.add_argument("--columns", nargs="+", choices=COLUMNS, default=list(COLUMNS))
     parser.add_argument("--seed", type=int, default=0)
@@ -314,7 +347,10 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(("CartPole-v1", args.tensor_envs))
     start = time.perf_counter()
     for name, num_envs in rows:
-        row_columns = columns if num_envs in args.envs else ("tensor",)
+        extra_row = ("gym vec", "vector", "tensor")
+        row_columns = (
+            columns if num_envs in args.envs else tuple(c for c in columns if c in extra_row)
+        )
         row = (name, num_envs)
         table[row], cpu_table[row] = run_row(name, num_envs, args.seed, budget, row_columns)
         print_row(f"{name} x{num_envs}", table[row])

@@ -32,6 +32,10 @@ def test_env_throughput_prints_its_table_and_bars():
     out = run_benchmark("env_throughput.py", "--quick", "--tensor-envs", "256")
     assert "HalfCheetah-v5 x8" in out and "CartPole-v1 x256" in out
     assert "parallel / serial, HalfCheetah-v5 x8" in out
+    # CartPole registers a vector env: its row has Gymnasium's and cadence's vector columns.
+    cartpole = next(line for line in out.splitlines() if line.startswith("CartPole-v1 x8 "))
+    assert len(cartpole.split()) == 2 + 9 and "-" not in cartpole.split()[2:]
+    assert "cadence vector / its gym vector env" in out
 
 
 def test_parallel_ceiling_measures_every_column():

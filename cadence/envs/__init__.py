@@ -21,6 +21,7 @@ __getattr__, __dir__ = lazy_exports(
         "SerialEnvironment": "serial",
         "ThreadEnvironment": "thread",
         "TimeLimit": "time_limit",
+        "VectorEnvironment": "vector",
         "ContinuousActionClip": "wrappers",
         "EnvFrameStack": "wrappers",
         "FrameSkip": "wrappers",
@@ -52,5 +53,6 @@ __all__ = [
     "TimeLimit",
     "UnknownEnvironmentError",
     "UnsavableEnvStateError",
+    "VectorEnvironment",
     "make_env",
 ]

@@ -32,15 +32,21 @@ class EnvConfig:
     num_envs: int = field(
         default=8, validator=ge(1), metadata={"doc": "Environments stepped together as one batch."}
     )
-    backend: Literal["serial", "thread", "parallel", "tensor", "prefer_tensor", "auto"] = field(
+    backend: Literal[
+        "serial", "thread", "parallel", "vector", "tensor", "prefer_tensor", "auto"
+    ] = field(
         default="auto",
-        validator=in_(["serial", "thread", "parallel", "tensor", "prefer_tensor", "auto"]),
+        validator=in_(
+            ["serial", "thread", "parallel", "vector", "tensor", "prefer_tensor", "auto"]
+        ),
         metadata={
-            "doc": "Batching back end ('auto': tensor-native if available and the batch is "
+            "doc": "Batching back end ('vector': the id's Gymnasium vector env, the whole "
+            "batch in one call; 'auto': on a CPU the vector env where the id registers one "
+            "and there are no env.wrappers, else tensor-native if available and the batch is "
             "large or not on a CPU, else serial or parallel by the step cost measured once per "
             "machine; 'prefer_tensor': "
             "cadence's tensor-native env when it has one for env.name and there are no "
-            "env.wrappers, else serial or parallel as 'auto' picks for a Gymnasium env)."
+            "env.wrappers, else what 'auto' picks for a Gymnasium env)."
         },
     )
     max_episode_steps: int | None = field(
@@ -129,4 +135,10 @@ class EnvConfig:
                 "env.backend='tensor' steps cadence's torch implementation of the env, not a "
                 "Gymnasium env, so it cannot apply env.wrappers; use backend 'prefer_tensor', "
                 "'auto', 'serial' or 'parallel', or no wrappers (and action_repeat 1)"
+            )
+        if self.all_wrappers and self.backend == "vector":
+            raise ValueError(
+                "env.backend='vector' steps a Gymnasium vector env, which cannot apply "
+                "env.wrappers to its envs; use backend 'auto', 'serial' or 'parallel', or no "
+                "wrappers (and action_repeat 1)"
             )

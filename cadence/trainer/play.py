@@ -13,7 +13,7 @@ import torch
 from cadence.algorithms.algorithm import Algorithm
 from cadence.algorithms.build import build_algorithm
 from cadence.envs.environment import Environment
-from cadence.envs.make import make_env
+from cadence.envs.make import is_vector_only, make_env
 from cadence.envs.mujoco_setup import is_mujoco_env, offscreen_gl_hint
 from cadence.envs.wrapper_config import gym_wrappers
 from cadence.trainer.checkpoint import STATE_FILE, CheckpointManager
@@ -225,7 +225,9 @@ def _make_play_env(config: Any, render: bool) -> Environment:
         and not wrappers
     ):
         backend = "tensor"  # renders itself; its dynamics match the Gymnasium env's
-    elif render:
+    elif is_vector_only(config.env.name):
+        backend = "vector"  # registered as a vector env alone: no single env to build
+    if backend != "tensor" and render:
         env_kwargs.setdefault("render_mode", "rgb_array")
     return make_env(
         config.env.name,

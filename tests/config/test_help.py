@@ -17,7 +17,7 @@ def test_help_lists_every_key_with_value_type_and_doc():
     assert "  env.num_envs=8  (int)" in lines
     assert "  trainer.unroll_length=32  (int)" in lines
     assert "  algorithm.target_kl=null  (float | None)" in lines
-    backends = "{'serial', 'thread', 'parallel', 'tensor', 'prefer_tensor', 'auto'}"
+    backends = "{'serial', 'thread', 'parallel', 'vector', 'tensor', 'prefer_tensor', 'auto'}"
     assert f"  env.backend=serial  ({backends})" in lines
 
 

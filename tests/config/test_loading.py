@@ -124,7 +124,7 @@ def test_type_errors_name_the_expected_type():
 def test_literal_choice_errors_list_the_choices():
     error = _error("ppo_cartpole", ["env.backend=gpu"])
     assert (
-        "env.backend='gpu': expected one of 'serial', 'thread', 'parallel', 'tensor', "
+        "env.backend='gpu': expected one of 'serial', 'thread', 'parallel', 'vector', 'tensor', "
         "'prefer_tensor', 'auto'" in str(error)
     )
     names = ", ".join(f"'{name}'" for name in ALGORITHM_CONFIGS)

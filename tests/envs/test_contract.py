@@ -1,8 +1,9 @@
 """The environment contract suite on every back end, and the Must-show episode ends.
 
-Every back end (serial, thread, parallel, tensor where cadence has one) runs
-CartPole-v1, Pendulum-v1, Hopper-v5 (MuJoCo), an env with ``Dict`` observations
-and actions, and an image env behind Gymnasium wrappers.
+Every back end (serial, thread, parallel; tensor where cadence has one; vector
+where the id registers a Gymnasium vector env) runs CartPole-v1, Pendulum-v1,
+Hopper-v5 (MuJoCo), an env with ``Dict`` observations and actions, and an image env
+behind Gymnasium wrappers.
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ import torch
 
 from cadence.data.time_step import StepType
 from cadence.envs import EnvFrameStack, ImageChannelFirst, make_env
+from cadence.envs.make import has_vector_env
 from cadence.envs.tensor import has_tensor_env
 from cadence.testing import DictObservationEnv, ImageEnv, check_environment
 
-BACKENDS = ["serial", "thread", "parallel", "tensor"]
+BACKENDS = ["serial", "thread", "parallel", "vector", "tensor"]
 NUM_ENVS = 3
 NUM_STEPS = 210  # past Pendulum's 200-step limit
 
@@ -35,12 +37,25 @@ ENVS: dict[str, dict[str, Any]] = {
 }
 
 
+def _has(backend: str, name: Any) -> bool:
+    """Whether ``backend`` runs env ``name`` (tensor and vector need an implementation)."""
+    if backend == "tensor":
+        return isinstance(name, str) and has_tensor_env(name)
+    if backend == "vector":
+        return has_vector_env(name)
+    return True
+
+
+def _backends(env: str) -> list[str]:
+    return [backend for backend in BACKENDS if _has(backend, ENVS[env]["name"])]
+
+
 def _cases() -> list[Any]:
     return [
         pytest.param(backend, env, id=f"{backend}-{env}")
         for backend in BACKENDS
         for env in ENVS
-        if backend != "tensor" or (isinstance(ENVS[env]["name"], str) and has_tensor_env(env))
+        if _has(backend, ENVS[env]["name"])
     ]
 
 
@@ -61,7 +76,7 @@ def test_contract(backend: str, env: str):
         assert report.terminations > 0
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", _backends("Pendulum-v1"))
 def test_pendulum_ends_last_with_discount_one_at_step_200(backend: str):
     with make_env("Pendulum-v1", 2, backend, seed=0) as env:
         time_step = env.reset()
@@ -77,7 +92,7 @@ def test_pendulum_ends_last_with_discount_one_at_step_200(backend: str):
         assert torch.all(after.prev_action == 0)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", _backends("CartPole-v1"))
 def test_cartpole_pole_fall_ends_last_with_discount_zero(backend: str):
     with make_env("CartPole-v1", 2, backend, seed=0) as env:
         env.reset()

@@ -29,6 +29,7 @@ from cadence.envs.config import EnvConfig
 from cadence.envs.env_state import loads_env_state
 from cadence.envs.make import check_env
 from cadence.envs.tensor import TensorEnvironment
+from cadence.envs.vector import VectorEnvironment
 from cadence.testing import ImageEnv
 
 
@@ -94,6 +95,7 @@ def test_the_same_seed_gives_the_same_seeds_in_the_same_order():
         ("serial", SerialEnvironment),
         ("thread", ThreadEnvironment),
         ("parallel", ParallelEnvironment),
+        ("vector", VectorEnvironment),
         ("tensor", TensorEnvironment),
     ],
 )
@@ -106,7 +108,9 @@ def test_each_backend_builds_its_class(backend, cls):
 def test_auto_prefers_the_tensor_env_for_large_batches_and_falls_back_without_one():
     with make_env("CartPole-v1", 64) as env:
         assert isinstance(env, TensorEnvironment)
-    with make_env("CartPole-v1", 2) as env:  # one by one is faster on a CPU
+    with make_env("CartPole-v1", 2) as env:  # on a CPU, Gymnasium's NumPy vector CartPole
+        assert isinstance(env, VectorEnvironment)
+    with make_env("Pendulum-v1", 2) as env:  # no vector env: one by one is faster on a CPU
         assert isinstance(env, SerialEnvironment)
     with make_env(
         "Pendulum-v1", 1, gym_wrappers=[functools.partial(EnvFrameStack, num_stack=2)]
