@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 
 import gymnasium as gym
+import numpy as np
 import pytest
 import torch
 from countdown_vector_env import COUNTDOWN_ID, CountdownVectorEnv
@@ -200,3 +201,15 @@ def test_a_vector_env_of_dict_observations_and_actions_keeps_the_contract():
         lambda seed: make_env(sync_dict_envs, 3, "vector", seed), seed=3, num_steps=210
     )
     assert report.episodes >= 3 and report.terminations > 0 and report.truncations > 0
+
+
+def test_a_vector_env_renders_the_env_asked_for():
+    def pendulums(num_envs: int, render_mode: str | None = None) -> gym.vector.VectorEnv:
+        make = functools.partial(gym.make, "Pendulum-v1", render_mode=render_mode)
+        return gym.vector.SyncVectorEnv([make] * num_envs)
+
+    with make_env(pendulums, 2, "vector", env_kwargs={"render_mode": "rgb_array"}) as env:
+        env.reset()
+        frames = [env.render(i) for i in range(2)]
+        assert all(frame.shape == (500, 500, 3) and frame.dtype == np.uint8 for frame in frames)
+        assert not np.array_equal(frames[0], frames[1])  # two pendulums, two start angles
