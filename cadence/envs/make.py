@@ -129,7 +129,7 @@ def picks_vector(
     or where the id has no single-env ``entry_point`` at all.
 
     A vector env steps its batch in one call: CartPole-v1's NumPy one steps 32 envs about
-    3x faster than a serial batch (benchmarks/env_throughput.py), and a user registers
+    4x faster than a serial batch (benchmarks/env_throughput.py), and a user registers
     theirs to be fast. Where cadence has a tensor-native env that `picks_tensor` takes
     (large batches, accelerators), that one runs in the collector's compiled unroll, faster
     still."""
@@ -157,7 +157,12 @@ def _registered_spec(name: str | Callable[..., gym.Env]) -> gym.envs.registratio
     if not isinstance(name, str):
         return None
     check_env_id(name)
-    return gym.registry.get(name.partition(":")[2] if ":" in name else name)
+    return gym.registry.get(_bare_id(name))
+
+
+def _bare_id(name: str) -> str:
+    """The registered id of ``name``: ``Id`` for ``"module:Id"``."""
+    return name.partition(":")[2] if ":" in name else name
 
 
 def make_vector_env(
@@ -188,9 +193,12 @@ def make_vector_env(
     if callable(name):
         build = functools.partial(name, num_envs=num_envs, **kwargs)
     elif has_vector_env(name):
-        env_id = name.partition(":")[2] if ":" in name else name
         build = functools.partial(
-            gym.make_vec, env_id, num_envs, vectorization_mode="vector_entry_point", **kwargs
+            gym.make_vec,
+            _bare_id(name),
+            num_envs,
+            vectorization_mode="vector_entry_point",
+            **kwargs,
         )
     else:
         raise ValueError(
@@ -230,8 +238,8 @@ def make_env(
             vector env stepping the whole batch in one call: `make_vector_env`), ``"tensor"``
             (cadence's tensor-native implementation of ``name``), ``"prefer_tensor"``
             (``"tensor"`` where cadence has a tensor-native ``name`` and there are no
-            ``gym_wrappers``, else what ``"auto"`` picks for a Gymnasium env: serial or
-            parallel; which one it is depends on ``name`` and the wrappers alone, so a
+            ``gym_wrappers``, else what ``"auto"`` picks for a Gymnasium env: vector,
+            serial or parallel; which one it is depends on ``name`` and the wrappers alone, so a
             resumed run gets the kind it started with), or ``"auto"`` (the fastest for
             this env and machine: on a CPU the id's vector env where it has one
             (`picks_vector`); tensor-native on an accelerator or for large batches; else

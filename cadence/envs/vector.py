@@ -252,10 +252,14 @@ class VectorEnvironment(Environment):
         return list(keys)
 
     def render(self, env_index: int = 0) -> np.ndarray | None:
+        """Env ``env_index``'s frame, from the vector env's frames (a sequence of them, or
+        one ``[num_envs, H, W, 3]`` array); a single frame is returned as it is."""
         frames = self._env.render()
         if frames is None:
             return None
-        return np.asarray(frames[env_index] if isinstance(frames, list | tuple) else frames)
+        if isinstance(frames, list | tuple) or np.ndim(frames) == 4:
+            return np.asarray(frames[env_index])
+        return np.asarray(frames)
 
     def get_state(self) -> bytes:
         """The pickled vector env (its random generator included) and which rows reset next.
