@@ -49,19 +49,17 @@ class GymAdapter(PyEnvironment):
         self._env = env
         self._env_id = env_id
         self._seed = seed
-        self._observation_spec = spec_from_space(env.observation_space)
-        self._action_spec = spec_from_space(env.action_space)
-        self._tuple_obs = isinstance(env.observation_space, gym.spaces.Tuple)
-        self._tuple_action = isinstance(env.action_space, gym.spaces.Tuple)
+        self._spaces = spaces = GymSpaces(env.observation_space, env.action_space)
+        self._observation_spec = spaces.observation_spec
+        self._action_spec = spaces.action_spec
         self._scalar_discrete_action = isinstance(env.action_space, gym.spaces.Discrete)
-        # Actions `step` passes to the env as they are (see `_to_gym`).
-        # A Discrete or MultiDiscrete space's start, where it is not 0: the specs count
-        # from 0 (`spec_from_space`), so actions are shifted up and observations down.
-        self._action_start = _nonzero_start(env.action_space)
-        self._obs_starts = _starts(env.observation_space)
+        # Read by every step: a Box or an integer action goes to the env as it is, and a
+        # plain Box observation (the common case) skips the nest walk.
+        self._action_start = spaces.action_start
         self._plain_action = not (
-            self._tuple_action or self._scalar_discrete_action or self._action_start is not None
+            spaces.tuple_action or self._scalar_discrete_action or spaces.action_start is not None
         )
+        self._flat_obs_dtype = spaces.flat_obs_dtype
         if env_info_keys is None:
             env_info_keys = self._probe_info_keys()
         self._info_keys = tuple(env_info_keys)
@@ -69,10 +67,6 @@ class GymAdapter(PyEnvironment):
             {k: TensorSpec((), torch.float32) for k in self._info_keys}
         )
         self._zero_action = self._action_spec.numpy_zeros()
-        self._obs_dtypes = map_structure(lambda s: s.numpy_dtype, self._observation_spec)
-        # A plain Box observation (the common case) skips the generic nest walk per step.
-        plain_obs = not is_nested(self._obs_dtypes) and self._obs_starts is None
-        self._flat_obs_dtype = self._obs_dtypes if plain_obs else None
         self._needs_reset = True
         if seed is not None:
             env.action_space.seed(seed)
@@ -97,7 +91,7 @@ class GymAdapter(PyEnvironment):
         observation, info = self._env.reset(seed=self._seed)
         self._seed = None
         self._needs_reset = False
-        observation = self._convert_observation(observation)
+        observation = self._spaces.observation(observation)
         info = self._info_values(info)
         return TimeStep(_FIRST, 0.0, 1.0, observation, self._zero_action, self._env_id, info)
 
@@ -119,7 +113,7 @@ class GymAdapter(PyEnvironment):
         if self._flat_obs_dtype is not None:
             observation = np.asarray(observation, self._flat_obs_dtype)
         else:
-            observation = self._convert_observation(observation)
+            observation = self._spaces.observation(observation)
         info = self._info_values(info) if self._info_keys else {}
         discount = 0.0 if terminated else 1.0
         return TimeStep(step_type, float(reward), discount, observation, action, self._env_id, info)
@@ -195,25 +189,12 @@ class GymAdapter(PyEnvironment):
         if "mujoco" in state:
             _set_mujoco_state(self._env.unwrapped, state["mujoco"])
 
-    def _convert_observation(self, observation: Any) -> Nest:
-        if self._flat_obs_dtype is not None:
-            return np.asarray(observation, self._flat_obs_dtype)
-        if self._tuple_obs:
-            observation = {str(i): o for i, o in enumerate(observation)}
-        if self._obs_starts is not None:
-            return map_structure(_from_start, observation, self._obs_dtypes, self._obs_starts)
-        return map_structure(np.asarray, observation, self._obs_dtypes)
-
     def _to_gym(self, action: Nest) -> Any:
-        if self._action_start is not None:
-            return np.asarray(action, np.int64) + self._action_start
-        if self._scalar_discrete_action:
+        if self._scalar_discrete_action and self._action_start is None:
             # numpy integers are what `Discrete.sample` gives, so every env takes them, and
             # `Discrete.contains` checks them much faster than Python ints.
             return action if isinstance(action, np.integer) else int(action)
-        if self._tuple_action:
-            return tuple(action[str(i)] for i in range(len(action)))
-        return action
+        return self._spaces.action(action)
 
     def _info_values(self, info: dict[str, Any]) -> dict[str, float]:
         # A key the env leaves out, or sets to None (Shimmy's "discount" on reset), reads 0.
@@ -225,9 +206,53 @@ class GymAdapter(PyEnvironment):
         keys: dict[str, None] = {}
         for info in (reset_info, step_info):
             for key, value in info.items():
-                if _is_numeric_scalar(value):
+                if is_numeric_scalar(value):
                     keys[key] = None
         return list(keys)
+
+
+class GymSpaces:
+    """A Gymnasium observation and action space as cadence's specs, and the conversions
+    between their values, for one env (`GymAdapter`) or a batch (`VectorEnvironment`: every
+    conversion is element-wise, so a leading batch dimension passes through).
+
+    - Specs come from `spec_from_space`; a ``Tuple`` space is a dict keyed ``"0"``, ``"1"``...
+    - A Discrete or MultiDiscrete space whose ``start`` is not 0 is counted from 0 in its
+      spec: actions are shifted up on their way to the env, observations down.
+    - Observations take their spec's numpy dtype.
+    """
+
+    def __init__(self, observation_space: gym.Space, action_space: gym.Space):
+        self.observation_spec = spec_from_space(observation_space)
+        self.action_spec = spec_from_space(action_space)
+        self.tuple_obs = isinstance(observation_space, gym.spaces.Tuple)
+        self.tuple_action = isinstance(action_space, gym.spaces.Tuple)
+        self.action_start = _nonzero_start(action_space)
+        self.obs_starts = _starts(observation_space)
+        self.obs_dtypes = map_structure(lambda s: s.numpy_dtype, self.observation_spec)
+        plain_obs = not is_nested(self.obs_dtypes) and self.obs_starts is None
+        self.flat_obs_dtype: np.dtype | None = self.obs_dtypes if plain_obs else None
+        """The dtype of a plain Box observation (the common case), None for any other."""
+
+    def observation(self, observation: Any, copy: bool = False) -> Nest:
+        """An env's observation as its spec's numpy nest; ``copy`` makes every leaf new
+        memory (a vector env may overwrite the arrays it returned in its next step)."""
+        array = np.array if copy else np.asarray
+        if self.flat_obs_dtype is not None:
+            return array(observation, self.flat_obs_dtype)
+        if self.tuple_obs:
+            observation = {str(i): o for i, o in enumerate(observation)}
+        if self.obs_starts is not None:  # a subtraction: new memory
+            return map_structure(_from_start, observation, self.obs_dtypes, self.obs_starts)
+        return map_structure(array, observation, self.obs_dtypes)
+
+    def action(self, action: Nest) -> Any:
+        """A numpy action nest as the env takes it."""
+        if self.action_start is not None:
+            return np.asarray(action, np.int64) + self.action_start
+        if self.tuple_action:
+            return tuple(action[str(i)] for i in range(len(action)))
+        return action
 
 
 def _mujoco_state(env: gym.Env) -> dict[str, Any] | None:
@@ -292,7 +317,7 @@ def _from_start(observation: Any, dtype: np.dtype, start: Any) -> np.ndarray:
     return np.asarray(np.asarray(observation) - start, dtype)
 
 
-def _is_numeric_scalar(value: Any) -> bool:
+def is_numeric_scalar(value: Any) -> bool:
     if isinstance(value, (bool, numbers.Number, np.bool_)):
         return True
     return isinstance(value, np.ndarray) and value.shape == () and value.dtype.kind in "biuf"

@@ -35,14 +35,14 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from cadence.data.nest import Nest, is_nested, map_structure
-from cadence.data.specs import CompositeSpec, Spec, TensorSpec, spec_from_space
+from cadence.data.nest import Nest, map_structure
+from cadence.data.specs import CompositeSpec, Spec, TensorSpec
 from cadence.data.time_step import StepType, TimeStep
 from cadence.envs.buffer import action_to_numpy
 from cadence.envs.env_state import UnsavableEnvStateError, loads_env_state
 from cadence.envs.environment import Environment
 from cadence.envs.errors import EnvStateMismatchError
-from cadence.envs.gym_adapter import _from_start, _is_numeric_scalar, _nonzero_start, _starts
+from cadence.envs.gym_adapter import GymSpaces, is_numeric_scalar
 
 _FIRST, _MID, _LAST = int(StepType.FIRST), int(StepType.MID), int(StepType.LAST)
 
@@ -86,18 +86,9 @@ class VectorEnvironment(Environment):
         self._num_envs = env.num_envs
         self._device = torch.device(device)
         self._seed = seed
-        self._observation_spec = spec_from_space(env.single_observation_space)
-        self._action_spec = spec_from_space(env.single_action_space)
-        self._tuple_obs = isinstance(env.single_observation_space, gym.spaces.Tuple)
-        self._tuple_action = isinstance(env.single_action_space, gym.spaces.Tuple)
-        self._action_start = _nonzero_start(env.single_action_space)
-        self._obs_starts = _starts(env.single_observation_space)
-        self._obs_dtypes = map_structure(lambda s: s.numpy_dtype, self._observation_spec)
-        self._flat_obs_dtype = (
-            self._obs_dtypes
-            if not is_nested(self._obs_dtypes) and self._obs_starts is None
-            else None
-        )
+        self._spaces = GymSpaces(env.single_observation_space, env.single_action_space)
+        self._observation_spec = self._spaces.observation_spec
+        self._action_spec = self._spaces.action_spec
         # A flat action's dtype, against which `_time_step` checks the policy's tensor.
         self._action_dtype = getattr(self._action_spec, "dtype", None)
         self._zero_action = map_structure(
@@ -179,12 +170,7 @@ class VectorEnvironment(Environment):
         return self._time_step(step_type, reward, discount, observation, prev_action, info)
 
     def _to_gym(self, action: Nest) -> Any:
-        action = action_to_numpy(action)
-        if self._action_start is not None:
-            return np.asarray(action, np.int64) + self._action_start
-        if self._tuple_action:
-            return tuple(action[str(i)] for i in range(len(action)))
-        return action
+        return self._spaces.action(action_to_numpy(action))
 
     def _time_step(
         self,
@@ -217,18 +203,10 @@ class VectorEnvironment(Environment):
         return time_step if self._device.type == "cpu" else time_step.to(self._device)
 
     def _convert_observation(self, observation: Any) -> Nest:
-        # `np.array` copies: a vector env may return a view of arrays it overwrites next step.
-        if self._flat_obs_dtype is not None:
-            return torch.from_numpy(np.array(observation, self._flat_obs_dtype))
-        if self._tuple_obs:
-            observation = {str(i): o for i, o in enumerate(observation)}
-        if self._obs_starts is not None:
-            observation = map_structure(
-                _from_start, observation, self._obs_dtypes, self._obs_starts
-            )
-        return map_structure(
-            lambda o, dtype: torch.from_numpy(np.array(o, dtype)), observation, self._obs_dtypes
-        )
+        observation = self._spaces.observation(observation, copy=True)
+        if self._spaces.flat_obs_dtype is not None:
+            return torch.from_numpy(observation)
+        return map_structure(torch.from_numpy, observation)
 
     def _info_value(self, info: dict[str, Any], key: str) -> np.ndarray:
         value = info.get(key)
@@ -247,7 +225,7 @@ class VectorEnvironment(Environment):
                 if key.startswith("_") or f"_{key}" not in info:
                     continue  # Gymnasium pairs each per-env key with its "_key" mask
                 values = np.asarray(value)
-                if values.shape == (self._num_envs,) and all(map(_is_numeric_scalar, values)):
+                if values.shape == (self._num_envs,) and all(map(is_numeric_scalar, values)):
                     keys[key] = None
         return list(keys)
 
