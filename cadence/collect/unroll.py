@@ -230,7 +230,9 @@ class Collector:
         """The in-progress episode: current time step (and its raw form), recurrent and
         transformer state, episode sums."""
         return {
-            "time_step": None if self._time_step is None else self._time_step.to_dict(),
+            # Its own copy: a back end's time step may view a larger block (a slab of
+            # `TimeStepBuffer`), all of which saving the view would write.
+            "time_step": None if self._time_step is None else self._time_step.clone().to_dict(),
             "state": self._state,
             "transform_state": self._transform_state,
             "episode_stats": self.episode_stats.state_dict(),

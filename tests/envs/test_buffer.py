@@ -49,3 +49,32 @@ def test_a_prepared_time_step_is_its_own_copy():
     second = buffer.read_prepared(buffer.prepare())
     assert first.reward.tolist() == [1.0] * 3  # not overwritten by the next rows
     assert second.reward.tolist() == [2.0] * 3
+
+
+def test_reads_across_slabs_keep_their_own_rows():
+    buffer = _buffer()
+    reads = []
+    for value in range(3 * buffer._slab_slots + 1):  # into a fourth slab
+        buffer.write_rows(0, [_row(float(value), i) for i in range(3)])
+        reads.append(buffer.read())
+    for value, read in enumerate(reads):
+        assert read.reward.tolist() == [float(value)] * 3
+        assert read.observation.tolist() == [[float(value)] * 2] * 3
+        assert read.env_info["x"].tolist() == [10.0 * value] * 3
+        assert read.env_id.tolist() == [0, 1, 2]
+        assert read.observation.is_contiguous() and read.prev_action.is_contiguous()
+    assert (
+        reads[0].reward.untyped_storage().data_ptr()
+        != reads[-1].reward.untyped_storage().data_ptr()
+    )
+
+
+def test_a_large_block_takes_a_slab_of_its_own():
+    images = TensorSpec((64, 64, 64), torch.float32)  # 1 MiB per env
+    buffer = TimeStepBuffer(images, TensorSpec((), torch.int64), CompositeSpec(), 2)
+    assert buffer._slab_slots == 1
+    first, second = buffer.read(), buffer.read()
+    assert (
+        first.observation.untyped_storage().data_ptr()
+        != second.observation.untyped_storage().data_ptr()
+    )
