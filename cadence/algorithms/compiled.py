@@ -212,7 +212,15 @@ class CompiledWithFallback:
     def __call__(self, *args: Any) -> Any:
         if self.failed:
             return self.fn(*args)
-        key, sizes = self._signatures(args)
+        return self.call_with(self._signatures(args), *args)
+
+    def call_with(self, exact_signature: Hashable, *args: Any) -> Any:
+        """``self(*args)`` for inputs whose `exact_signature` the caller knows (e.g. every
+        time step of an env whose steps share one layout), which saves working it out:
+        5 us of an acting step of 8 CartPoles."""
+        if self.failed:
+            return self.fn(*args)
+        key, sizes = exact_signature
         calls = self._guarded_calls.get(key, 0)
         precompiled = self._precompiled.get(key)
         if precompiled is not None and calls >= GUARDED_CALLS:

@@ -154,7 +154,7 @@ class Collector:
         if mode is not None and self._steps_compile(mode):
             time_steps, actions, infos, states = self._compiled_unroll(initial_state, stateful)
         else:
-            act = policy or (self._act(mode) if mode else self.acting.rollout_step)
+            act = policy or (self._act(mode, stateful) if mode else self.acting.rollout_step)
             time_steps, actions, infos, states = self._eager_unroll(act, initial_state, stateful)
         experience = Experience(time_step=time_steps, action=actions, info=infos, state=states)
         if measuring:
@@ -326,12 +326,21 @@ class Collector:
             return graph
         return replay
 
-    def _act(self, mode: str) -> Callable[[TimeStep, Nest, Nest], AlgStep]:
+    def _act(self, mode: str, stateful: bool) -> Callable[[TimeStep, Nest, Nest], AlgStep]:
         """``rollout_step`` compiled, for an env that steps outside the graph (Gymnasium's):
-        a PPO step on 8 CartPoles (one thread) acts in 31 us instead of eager's 46."""
+        a PPO step on 8 CartPoles (one thread) acts in 31 us instead of eager's 46.
+
+        For one unroll: where every input but the time step is the same at each step (a
+        stateless algorithm) and the env's time steps share one layout
+        (`Environment.uniform_time_steps`, no data transformer between), the inputs'
+        signature is worked out at the first two steps only (`_SteadyInputs`).
+        """
         if self._compiled_act is None:
             self._compiled_act = self._compile(self.acting.rollout_step, mode)
-        return self._compiled_act
+        uniform = getattr(self.env, "uniform_time_steps", False)
+        if stateful or self.transformer is not None or not uniform:
+            return self._compiled_act
+        return _SteadyInputs(self._compiled_act)
 
     def _compile(self, fn: Callable[..., Any], mode: str) -> CompiledWithFallback:
         return CompiledWithFallback(
@@ -348,6 +357,25 @@ class Collector:
             raw, self._transform_state
         )
         return time_step.replace(untransformed=raw)
+
+
+class _SteadyInputs:
+    """A compiled acting step for one unroll whose inputs share one signature from the
+    second step on: the first step's time step is the one carried over (from the last
+    unroll, a reset or a checkpoint), each later one is the env's. It works out the
+    signature at those two steps and reuses the second's: working it out each step cost
+    5 us in a tight loop, 12 us of a step of 8 CartPoles in a PPO unroll."""
+
+    def __init__(self, graph: CompiledWithFallback):
+        self.graph = graph
+        self.calls = 0
+        self.signature: Any = None
+
+    def __call__(self, *args: Any) -> AlgStep:
+        self.calls += 1
+        if self.calls <= 2:
+            self.signature = self.graph.exact_signature(args)
+        return self.graph.call_with(self.signature, *args)
 
 
 class _UnrollSteps(torch.nn.Module):

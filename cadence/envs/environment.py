@@ -156,6 +156,13 @@ class Environment(abc.ABC):
     def device(self) -> torch.device:
         return torch.device("cpu")
 
+    uniform_time_steps: bool = False
+    """Whether every time step `step` returns holds new, contiguous tensors of one layout
+    (the specs' shapes and dtypes, on `device`), as those of cadence's Gymnasium back ends
+    do. A compiled acting step then works out its inputs' signature once per unroll, not
+    once per step (`cadence.collect.Collector`); an env that claims it and breaks it would
+    feed the compiled policy inputs it was not compiled for."""
+
     @abc.abstractmethod
     def reset(self) -> TimeStep:
         """Resets every environment of the batch; all rows are FIRST."""

@@ -168,6 +168,8 @@ class ParallelEnvironment(Environment):
     ...     time_step = env.step(env.action_spec.sample((4,)))
     """
 
+    uniform_time_steps = True  # each one read out of a `TimeStepBuffer`
+
     def __init__(
         self,
         env_fns: Sequence[Callable[[], PyEnvironment]],

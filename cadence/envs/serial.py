@@ -24,6 +24,8 @@ class SerialEnvironment(Environment):
         device: where the time steps are delivered.
     """
 
+    uniform_time_steps = True  # each one read out of a `TimeStepBuffer`
+
     def __init__(self, env_fns: Sequence[Callable[[], PyEnvironment]], device: Any = "cpu"):
         if not env_fns:
             raise ValueError("SerialEnvironment needs at least one environment")

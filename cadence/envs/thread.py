@@ -48,6 +48,8 @@ class ThreadEnvironment(Environment):
     >>> env.close()  # doctest: +SKIP
     """
 
+    uniform_time_steps = True  # its `SerialEnvironment`'s
+
     def __init__(self, env_fns: Sequence[Callable[[], PyEnvironment]], device: Any = "cpu"):
         if not env_fns:
             raise ValueError("ThreadEnvironment needs at least one environment")

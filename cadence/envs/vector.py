@@ -67,6 +67,8 @@ class VectorEnvironment(Environment):
     torch.Size([4, 4])
     """
 
+    uniform_time_steps = True  # each field a new contiguous tensor of its spec's dtype
+
     def __init__(
         self,
         make_vector_env: Callable[[], gym.vector.VectorEnv],
@@ -184,7 +186,8 @@ class VectorEnvironment(Environment):
         if prev_action is None:
             prev_action = map_structure(torch.clone, self._zero_action)
         elif isinstance(prev_action, torch.Tensor) and prev_action.dtype == self._action_dtype:
-            prev_action = prev_action.clone()  # the common case: the policy's action tensor
+            # The common case: the policy's action tensor, contiguous like the other rows'.
+            prev_action = prev_action.clone(memory_format=torch.contiguous_format)
         else:
             prev_action = map_structure(
                 lambda a, s: torch.as_tensor(a, dtype=s.dtype).clone(),
@@ -212,7 +215,7 @@ class VectorEnvironment(Environment):
         value = info.get(key)
         if value is None:
             return np.zeros(self._num_envs, dtype=np.float32)
-        value = np.asarray(value, dtype=np.float32).reshape(self._num_envs)
+        value = np.array(value, dtype=np.float32).reshape(self._num_envs)  # new, contiguous
         mask = info.get(f"_{key}")
         return value if mask is None else np.where(mask, value, np.float32(0.0))
 

@@ -231,29 +231,44 @@ def test_the_trainer_unrolls_off_policy_one_step_per_graph(tmp_path):
         trainer.collector.env.close()
 
 
-def test_gymnasium_envs_step_eagerly_beside_a_compiled_policy_step():
+@pytest.mark.parametrize(
+    ("backend", "uniform"), [("serial", True), ("vector", True), ("serial", False)]
+)
+def test_gymnasium_envs_step_eagerly_beside_a_compiled_policy_step(backend, uniform, monkeypatch):
     # A Gymnasium env steps outside any graph; the policy's step alone runs compiled, with
-    # the eager one's actions.
+    # the eager one's actions. Time steps of one layout (cadence's back ends) have their
+    # signature worked out at an unroll's first two steps only; others' at every step.
     def unrolls(compile_mode: str, algorithm):
-        env = make_env("CartPole-v1", num_envs=2, backend="serial", seed=1)
+        env = make_env("CartPole-v1", num_envs=2, backend=backend, seed=1)
+        if not uniform:
+            env.uniform_time_steps = False
         algorithm.set_compile(compile_mode)
-        collector = Collector(env, algorithm, unroll_length=6)
+        collector = Collector(env, algorithm, unroll_length=16)
         torch.manual_seed(0)
         try:
-            return collector, [collector.unroll()[0] for _ in range(GUARDED_CALLS)]
+            return collector, [collector.unroll()[0] for _ in range(GUARDED_CALLS + 1)]
         finally:
             env.close()
 
     eager_algorithm = make_ppo(PPOConfig(), *_specs(), NetworkConfig(hidden_sizes=(16, 16)))
     compiled_algorithm = copy.deepcopy(eager_algorithm)
     _, expected = unrolls("off", eager_algorithm)
+    signatures = []
+    work_out = CompiledWithFallback._signatures
+    monkeypatch.setattr(
+        CompiledWithFallback,
+        "_signatures",
+        lambda self, args: signatures.append(args) or work_out(self, args),
+    )
     collector, got = unrolls("default", compiled_algorithm)
     assert collector._compiled_steps is None
     assert collector._compiled_act is not None and collector._compiled_act.is_compiled
+    assert len(signatures) == (2 if uniform else 16) * len(got)
     for experience, eager_experience in zip(got, expected, strict=True):
         assert torch.equal(experience.action, eager_experience.action)
         torch.testing.assert_close(experience.info["log_prob"], eager_experience.info["log_prob"])
         assert torch.equal(experience.time_step.step_type, eager_experience.time_step.step_type)
+    assert any((e.time_step.step_type == 0).any() for e in got[1:])  # episodes reset inside
 
 
 def test_a_compiled_unroll_follows_the_exploration_schedule():
