@@ -1,6 +1,7 @@
 """`TanhNormal`: a diagonal Gaussian squashed by tanh into box bounds (as SAC's policy),
-`LeanCategorical`: torch's `Categorical` over logits without its per-call overhead, and
-`MultiCategorical`: independent categoricals, one per dimension of a multi-discrete action."""
+`LeanNormal`: torch's `Normal` drawing through ``randn``, `LeanCategorical`: torch's
+`Categorical` over logits without its per-call overhead, and `MultiCategorical`:
+independent categoricals, one per dimension of a multi-discrete action."""
 
 from __future__ import annotations
 
@@ -86,6 +87,32 @@ class MultiCategorical(Distribution):
     @property
     def mode(self) -> torch.Tensor:
         return self.parts.mode
+
+
+class LeanNormal(Normal):
+    """torch's `Normal` whose ``sample`` draws ``loc + scale * randn``: the numbers
+    ``torch.normal(loc, scale)`` draws (it fills standard normals, then scales and shifts
+    them), through ops a compiled step calls directly. ``torch.normal`` has no C entry for
+    inductor's C++ wrapper, which calls it through a slower fallback: on 8 x 6 actions,
+    one thread, the compiled draw took 50 us against 17 us so, most of a compiled PPO
+    acting step on HalfCheetah.
+
+    >>> loc, scale = torch.zeros(8, 6), torch.full((8, 6), 0.5)
+    >>> _ = torch.manual_seed(0)
+    >>> lean = LeanNormal(loc, scale).sample()
+    >>> _ = torch.manual_seed(0)
+    >>> bool(torch.equal(lean, Normal(loc, scale).sample()))
+    True
+    """
+
+    def __init__(self, loc: torch.Tensor, scale: torch.Tensor):
+        super().__init__(loc, scale, validate_args=False)
+
+    def sample(self, sample_shape: Sequence[int] = torch.Size()) -> torch.Tensor:
+        shape = self._extended_shape(torch.Size(sample_shape))
+        with torch.no_grad():
+            noise = torch.randn(shape, dtype=self.loc.dtype, device=self.loc.device)
+            return self.loc.expand(shape) + self.scale.expand(shape) * noise
 
 
 class TanhNormal(Distribution):

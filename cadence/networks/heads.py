@@ -18,11 +18,16 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.distributions import Categorical, Independent, Normal
+from torch.distributions import Categorical, Independent
 
 from cadence.data.errors import UnsupportedSpaceError
 from cadence.data.specs import BoundedTensorSpec, DiscreteTensorSpec, Spec, TensorSpec
-from cadence.networks.distributions import LeanCategorical, MultiCategorical, TanhNormal
+from cadence.networks.distributions import (
+    LeanCategorical,
+    LeanNormal,
+    MultiCategorical,
+    TanhNormal,
+)
 from cadence.networks.mlp import make_linear
 
 POLICY_GAIN = 0.01
@@ -112,7 +117,7 @@ class NormalHead(nn.Module):
             log_std = _bounded_log_std(self.log_std(features))
         else:
             log_std = self.log_std.expand_as(mean)
-        return Independent(Normal(mean, log_std.exp(), validate_args=False), 1, validate_args=False)
+        return Independent(LeanNormal(mean, log_std.exp()), 1, validate_args=False)
 
 
 class TanhNormalHead(nn.Module):

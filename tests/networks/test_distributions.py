@@ -1,10 +1,11 @@
 """`LeanCategorical` scores as torch's `Categorical` and draws from the same distribution
-for less per-call work."""
+for less per-call work; `LeanNormal` draws torch's `Normal`'s very numbers, compiled too."""
 
+import pytest
 import torch
-from torch.distributions import Categorical
+from torch.distributions import Categorical, Normal
 
-from cadence.networks.distributions import LeanCategorical
+from cadence.networks.distributions import LeanCategorical, LeanNormal
 
 
 def test_lean_categorical_scores_as_torchs_categorical():
@@ -58,3 +59,26 @@ def test_lean_categorical_log_prob_has_gradients_to_the_logits():
     logits = torch.randn(5, 3, requires_grad=True)
     LeanCategorical(logits).log_prob(torch.tensor([0, 1, 2, 0, 1])).sum().backward()
     assert logits.grad is not None and logits.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize(("batch", "sample_shape"), [((3,), ()), ((8, 6), ()), ((2, 5, 7), (4,))])
+def test_lean_normal_draws_torchs_numbers_eagerly_and_compiled(batch, sample_shape):
+    import torch._inductor.config as inductor_config
+
+    loc, scale = torch.randn(batch), torch.rand(batch) + 0.1
+    lean, full = LeanNormal(loc, scale), Normal(loc, scale, validate_args=False)
+
+    def draw() -> torch.Tensor:
+        return LeanNormal(loc, scale).sample(sample_shape)
+
+    with inductor_config.patch(fallback_random=True):  # as cadence's compiled graphs run
+        compiled = torch.compile(draw, fullgraph=True)
+        for seed in range(3):
+            torch.manual_seed(seed)
+            expected = full.sample(sample_shape)
+            torch.manual_seed(seed)
+            assert torch.equal(draw(), expected)
+            torch.manual_seed(seed)
+            assert torch.equal(compiled(), expected)
+    value = lean.sample()
+    torch.testing.assert_close(lean.log_prob(value), full.log_prob(value), rtol=0, atol=0)
