@@ -38,6 +38,13 @@ def test_env_throughput_prints_its_table_and_bars():
     assert "cadence vector / its gym vector env" in out
 
 
+def test_collect_step_prints_its_table_and_bar():
+    out = run_benchmark("collect_step.py", "--quick", "--envs", "CartPole-v1", "--num-envs", "2")
+    row = next(line for line in out.splitlines() if line.startswith("CartPole-v1 x2 "))
+    assert len(row.split()) == 2 + 4  # the label, then every column (SB3's "-" without it)
+    assert "cadence's per-step Python / the envs' own cost, CartPole-v1 x2" in out
+
+
 def test_parallel_ceiling_measures_every_column():
     out = run_benchmark(
         "parallel_ceiling.py", "--env", "CartPole-v1", "--envs", "4", "--rounds", "2",

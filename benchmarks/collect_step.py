@@ -1,0 +1,184 @@
+"""What one step of collection from Gymnasium envs costs: cadence's collector against
+Stable-Baselines3's, beside what the envs themselves cost.
+
+Each row is one Gymnasium id x N envs stepped in this process (cadence's serial back end,
+SB3's ``DummyVecEnv``) by PPO with 64x64 tanh networks, at one torch thread. Columns, in
+microseconds per step of the whole batch (the median of alternating rounds):
+
+- ``env alone``: the N envs stepped in a plain Python loop with a fixed action and reset
+  as their episodes end: what the envs themselves cost.
+- ``cadence``: `Collector.unroll` (32 steps) of ``ppo_cartpole`` with that env, per step:
+  the envs, the time steps, the policy's step, the stacking of the unroll and the episode
+  statistics. ``eager`` acts with the eager policy, ``compiled`` with its compiled step
+  (``algorithm.compile=default``).
+- ``SB3``: ``PPO.collect_rollouts`` (32 steps) per step, its rollout buffer included.
+
+Then, per row, cadence's per-step Python in units of the env's own cost,
+``(cadence compiled - env alone) / env alone`` (the compiled fast path's bar for the
+Gymnasium path is 1: collecting costs no more than twice what the envs cost), and the
+speed-up over SB3.
+
+    python benchmarks/collect_step.py [--envs CartPole-v1 HalfCheetah-v5] [--num-envs 8]
+    python benchmarks/collect_step.py --quick   # a smoke run, a few seconds per row
+
+(SB3: ``pip install -e '.[bench]'``; HalfCheetah: ``pip install mujoco``.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+UNROLL = 32
+COLUMNS = ("env alone", "cadence eager", "cadence compiled", "SB3")
+
+
+def env_alone(name: str, num_envs: int) -> Callable[[], None]:
+    """One step of ``num_envs`` Gymnasium envs in a Python loop (a fixed action)."""
+    envs = [gym.make(name) for _ in range(num_envs)]
+    for i, env in enumerate(envs):
+        env.reset(seed=i)
+    action = envs[0].action_space.sample()
+
+    def step() -> None:
+        for env in envs:
+            _, _, terminated, truncated, _ = env.step(action)
+            if terminated or truncated:
+                env.reset()
+
+    return step
+
+
+def cadence_unroll(name: str, num_envs: int, compile_mode: str) -> Callable[[], None]:
+    """One `Collector.unroll` of ``UNROLL`` steps of ``ppo_cartpole`` on ``name``."""
+    from cadence.config.loading import compose_config
+    from cadence.trainer.run import build_trainer
+
+    overrides = [
+        f"env.name={name}",
+        f"env.num_envs={num_envs}",
+        "env.backend=serial",
+        f"algorithm.compile={compile_mode}",
+        "trainer.num_threads=1",
+        f"trainer.unroll_length={UNROLL}",
+    ]
+    config = compose_config("ppo_cartpole", overrides)
+    trainer = build_trainer(config, Path(tempfile.mkdtemp(prefix="collect_step-")))
+    return trainer.collector.unroll
+
+
+def sb3_unroll(name: str, num_envs: int) -> Callable[[], None] | None:
+    """One ``PPO.collect_rollouts`` of ``UNROLL`` steps, or None without SB3."""
+    if importlib.util.find_spec("stable_baselines3") is None:
+        return None
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.env_util import make_vec_env
+
+    env = make_vec_env(name, n_envs=num_envs, seed=0)
+    model = PPO("MlpPolicy", env, n_steps=UNROLL, device="cpu", seed=0)
+    _, callback = model._setup_learn(total_timesteps=10**9, callback=None)
+    callback.on_training_start(locals(), globals())
+
+    def unroll() -> None:
+        model.collect_rollouts(model.env, callback, model.rollout_buffer, UNROLL)
+
+    return unroll
+
+
+def measure(
+    runs: dict[str, Callable[[], None]], steps: dict[str, int], rounds: int, seconds: float
+) -> dict[str, float]:
+    """Median microseconds per step of each run, over ``rounds`` alternating rounds of
+    about ``seconds`` each (after one untimed call, which also compiles)."""
+    for run in runs.values():
+        run()
+    calls = {}
+    for label, run in runs.items():  # calls per round, from one timed call
+        start = time.perf_counter()
+        run()
+        calls[label] = max(1, round(seconds / (time.perf_counter() - start)))
+    times: dict[str, list[float]] = {label: [] for label in runs}
+    for _ in range(rounds):
+        for label, run in runs.items():
+            start = time.perf_counter()
+            for _ in range(calls[label]):
+                run()
+            elapsed = time.perf_counter() - start
+            times[label].append(1e6 * elapsed / (calls[label] * steps[label]))
+    return {label: statistics.median(values) for label, values in times.items()}
+
+
+def row(name: str, num_envs: int, rounds: int, seconds: float) -> dict[str, float]:
+    runs = {
+        "env alone": env_alone(name, num_envs),
+        "cadence eager": cadence_unroll(name, num_envs, "off"),
+        "cadence compiled": cadence_unroll(name, num_envs, "default"),
+    }
+    sb3 = sb3_unroll(name, num_envs)
+    if sb3 is not None:
+        runs["SB3"] = sb3
+    steps = {label: 1 if label == "env alone" else UNROLL for label in runs}
+    return measure(runs, steps, rounds, seconds)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--envs", nargs="+", default=["CartPole-v1", "HalfCheetah-v5"])
+    parser.add_argument("--num-envs", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=7, help="alternating rounds per row")
+    parser.add_argument("--seconds", type=float, default=0.5, help="per run and round")
+    parser.add_argument("--quick", action="store_true", help="3 rounds of 0.05 s")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.rounds, args.seconds = 3, 0.05
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    torch.set_num_threads(1)
+    np.seterr(all="ignore")
+    print(f"collection, us per step of the batch (median of {args.rounds} alternating rounds)")
+    print(f"{'':<22}" + "".join(f"{c:>18}" for c in COLUMNS))
+    verdicts = []
+    for name in args.envs:
+        label = f"{name} x{args.num_envs}"
+        try:
+            micros = row(name, args.num_envs, args.rounds, args.seconds)
+        except gym.error.DependencyNotInstalled as error:
+            print(f"{label:<22}  skipped: {error}")
+            continue
+        cells = "".join(f"{micros[c]:>18.1f}" if c in micros else f"{'-':>18}" for c in COLUMNS)
+        print(f"{label:<22}{cells}", flush=True)
+        alone, compiled = micros["env alone"], micros["cadence compiled"]
+        overhead = (compiled - alone) / alone
+        verdicts.append(
+            f"  {'PASS' if overhead <= 1 else 'FAIL'}  cadence's per-step Python / the envs' "
+            f"own cost, {label}: {overhead:.2f}x  (bar <= 1x)"
+        )
+        if "SB3" in micros:
+            verdicts.append(
+                f"        SB3 / cadence compiled, per step, {label}: "
+                f"{micros['SB3'] / compiled:.2f}x"
+            )
+    print("\n".join(verdicts))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
