@@ -74,6 +74,13 @@ class GymEnvFactory:
             # A worker process starts with Gymnasium's registry only; this registers
             # cadence's own ids (cadence/...) there too.
             check_env_id(self.name)
+            if is_vector_only(self.name):  # e.g. a Batcher's `make_gym_env`
+                raise ValueError(
+                    f"{self.name!r} is registered as a vector env alone (a "
+                    "vector_entry_point, no entry_point), which cannot be built one env at "
+                    "a time; run it through make_env(..., backend='vector') or "
+                    "env.backend=vector"
+                )
             if is_mujoco_env(self.name):
                 prepare_for_mujoco(self.env_kwargs.get("render_mode"))
             env = gym.make(self.name, **self.env_kwargs)

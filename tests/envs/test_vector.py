@@ -11,6 +11,7 @@ import torch
 from countdown_vector_env import COUNTDOWN_ID, CountdownVectorEnv
 from gymnasium.vector import AutoresetMode
 
+from cadence.agents.gym_env import make_gym_env
 from cadence.config import load_config
 from cadence.data.time_step import StepType
 from cadence.envs import make_env
@@ -164,6 +165,8 @@ def test_a_vector_only_id_is_checked_as_a_vector_env_and_refused_by_the_others()
             check_env(COUNTDOWN_ID, backend)
     with pytest.raises(ValueError, match="vector env alone"):
         make_env(COUNTDOWN_ID, 2, "thread")
+    with pytest.raises(ValueError, match="vector env alone.*backend='vector'"):
+        make_gym_env(seed=0, name=COUNTDOWN_ID)  # a Batcher's envs, one at a time
 
 
 @pytest.mark.timeout(300)
