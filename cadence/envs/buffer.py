@@ -191,6 +191,35 @@ class TimeStepBuffer:
         for key, array in self._info:
             array[rows] = [t.env_info[key] for t in time_steps]
 
+    def write_batch(
+        self,
+        step_type: np.ndarray,
+        reward: np.ndarray,
+        discount: np.ndarray,
+        observation: Nest,
+        prev_action: Nest | None,
+        env_info: dict[str, np.ndarray],
+    ) -> None:
+        """Writes every row at once from batched numpy arrays (a vector env's), each field
+        converted to its dtype by the assignment; ``prev_action`` None writes zeros."""
+        self._step_type[:] = step_type
+        self._reward[:] = reward
+        self._discount[:] = discount
+        _write_columns(self._obs_leaves, self._flat_obs, observation, self._obs_structure)
+        if prev_action is None:
+            self.zero_actions(slice(None))
+        else:
+            _write_columns(
+                self._action_leaves, self._flat_action, prev_action, self._action_structure
+            )
+        for key, array in self._info:
+            array[:] = env_info[key]
+
+    def zero_actions(self, rows: Any) -> None:
+        """Zeroes ``prev_action`` in ``rows`` (FIRST steps')."""
+        for array in self._action_leaves:
+            array[rows] = 0
+
     def read(self, device: torch.device | str = "cpu") -> TimeStep:
         """A torch `TimeStep` of all rows, copied out of the block (one memcpy)."""
         return self.read_prepared(self.prepare(), device)
@@ -254,6 +283,16 @@ def _write_leaves(
     for row, value in enumerate(values, start):
         for array, leaf in zip(arrays, _leaves(value, structure), strict=True):
             array[row] = leaf
+
+
+def _write_columns(arrays: list[np.ndarray], flat: bool, value: Nest, structure: Nest) -> None:
+    """Writes every row of ``arrays`` (the leaves of one nest field) from the batched
+    ``value``."""
+    if flat:
+        arrays[0][:] = value
+        return
+    for array, leaf in zip(arrays, _leaves(value, structure), strict=True):
+        array[:] = leaf
 
 
 def _leaves(nest: Nest, structure: Nest = None) -> list[Any]:

@@ -35,10 +35,10 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from cadence.data.nest import Nest, map_structure
+from cadence.data.nest import Nest
 from cadence.data.specs import CompositeSpec, Spec, TensorSpec
 from cadence.data.time_step import StepType, TimeStep
-from cadence.envs.buffer import action_to_numpy
+from cadence.envs.buffer import TimeStepBuffer, action_to_numpy
 from cadence.envs.env_state import UnsavableEnvStateError, loads_env_state
 from cadence.envs.environment import Environment
 from cadence.envs.errors import EnvStateMismatchError
@@ -67,7 +67,7 @@ class VectorEnvironment(Environment):
     torch.Size([4, 4])
     """
 
-    uniform_time_steps = True  # each field a new contiguous tensor of its spec's dtype
+    uniform_time_steps = True  # each one read out of a `TimeStepBuffer`
 
     def __init__(
         self,
@@ -91,16 +91,15 @@ class VectorEnvironment(Environment):
         self._spaces = GymSpaces(env.single_observation_space, env.single_action_space)
         self._observation_spec = self._spaces.observation_spec
         self._action_spec = self._spaces.action_spec
-        # A flat action's dtype, against which `_time_step` checks the policy's tensor.
-        self._action_dtype = getattr(self._action_spec, "dtype", None)
-        self._zero_action = map_structure(
-            lambda s: torch.zeros((self._num_envs, *s.shape), dtype=s.dtype), self._action_spec
-        )
         if env_info_keys is None:
             env_info_keys = self._probe_info_keys()
         self._info_keys = tuple(env_info_keys)
         self._env_info_spec = CompositeSpec(
             {k: TensorSpec((), torch.float32) for k in self._info_keys}
+        )
+        # The batch is written column by column and read out as the other back ends' are.
+        self._buffer = TimeStepBuffer(
+            self._observation_spec, self._action_spec, self._env_info_spec, self._num_envs
         )
         # Rows whose last step was LAST: the env resets them in this step (NEXT_STEP).
         self._resetting = np.zeros(self._num_envs, dtype=bool)
@@ -153,26 +152,24 @@ class VectorEnvironment(Environment):
         return self._time_step(step_type, reward, discount, observation, None, info)
 
     def step(self, action: Nest) -> TimeStep:
-        observation, reward, terminated, truncated, info = self._env.step(self._to_gym(action))
+        action = action_to_numpy(action)
+        observation, reward, terminated, truncated, info = self._env.step(
+            self._spaces.action(action)
+        )
         terminated = np.asarray(terminated, dtype=bool)
         ended = terminated | np.asarray(truncated, dtype=bool)
         reward = np.array(reward, dtype=np.float32)
         resetting = self._resetting
-        prev_action = action
         if resetting.any():
             # New arrays: a vector env may keep the arrays it returned.
             terminated = terminated & ~resetting
             ended = ended & ~resetting
             reward[resetting] = 0.0
-            prev_action = _zero_rows(action, resetting)
         step_type = np.where(ended, np.int64(_LAST), np.int64(_MID))
         step_type[resetting] = _FIRST
         self._resetting = ended
         discount = (~terminated).astype(np.float32)
-        return self._time_step(step_type, reward, discount, observation, prev_action, info)
-
-    def _to_gym(self, action: Nest) -> Any:
-        return self._spaces.action(action_to_numpy(action))
+        return self._time_step(step_type, reward, discount, observation, action, info, resetting)
 
     def _time_step(
         self,
@@ -182,34 +179,17 @@ class VectorEnvironment(Environment):
         observation: Any,
         prev_action: Nest | None,
         info: dict[str, Any],
+        first: np.ndarray | None = None,
     ) -> TimeStep:
-        if prev_action is None:
-            prev_action = map_structure(torch.clone, self._zero_action)
-        elif isinstance(prev_action, torch.Tensor) and prev_action.dtype == self._action_dtype:
-            # The common case: the policy's action tensor, contiguous like the other rows'.
-            prev_action = prev_action.clone(memory_format=torch.contiguous_format)
-        else:
-            prev_action = map_structure(
-                lambda a, s: torch.as_tensor(a, dtype=s.dtype).clone(),
-                prev_action,
-                self._action_spec,
-            )
-        time_step = TimeStep(
-            torch.from_numpy(step_type),
-            torch.from_numpy(reward),
-            torch.from_numpy(discount),
-            self._convert_observation(observation),
-            prev_action,
-            torch.arange(self._num_envs),
-            {k: torch.from_numpy(self._info_value(info, k)) for k in self._info_keys},
-        )
-        return time_step if self._device.type == "cpu" else time_step.to(self._device)
-
-    def _convert_observation(self, observation: Any) -> Nest:
-        observation = self._spaces.observation(observation, copy=True)
-        if self._spaces.flat_obs_dtype is not None:
-            return torch.from_numpy(observation)
-        return map_structure(torch.from_numpy, observation)
+        """The batch as a torch `TimeStep`: written into the buffer (which converts each
+        field to its spec's dtype), a zero ``prev_action`` where ``prev_action`` is None
+        and in the rows ``first``, then read out in one copy."""
+        env_info = {k: self._info_value(info, k) for k in self._info_keys}
+        observation = self._spaces.observation(observation)
+        self._buffer.write_batch(step_type, reward, discount, observation, prev_action, env_info)
+        if first is not None and first.any():
+            self._buffer.zero_actions(first)
+        return self._buffer.read(self._device)
 
     def _info_value(self, info: dict[str, Any], key: str) -> np.ndarray:
         value = info.get(key)
@@ -274,17 +254,6 @@ class VectorEnvironment(Environment):
         if not self._closed:
             self._closed = True
             self._env.close()
-
-
-def _zero_rows(action: Nest, rows: np.ndarray) -> Nest:
-    """``action`` with ``rows`` zeroed (a FIRST step's ``prev_action``), as a fresh copy."""
-
-    def zero(leaf: Any) -> Any:
-        leaf = np.array(action_to_numpy(leaf))
-        leaf[rows] = 0
-        return leaf
-
-    return map_structure(zero, action)
 
 
 def _label(env: Any) -> str:

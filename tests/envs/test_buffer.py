@@ -78,3 +78,23 @@ def test_a_large_block_takes_a_slab_of_its_own():
         first.observation.untyped_storage().data_ptr()
         != second.observation.untyped_storage().data_ptr()
     )
+
+
+def test_a_whole_batch_is_written_column_by_column_in_the_fields_dtypes():
+    buffer = _buffer()
+    buffer.write_batch(
+        np.array([0, 1, 2]),
+        np.array([1.5, 2.5, 3.5]),  # float64: stored as float32
+        np.ones(3),
+        np.arange(6.0).reshape(3, 2),
+        np.full((3, 1), 0.5),
+        {"x": np.array([7.0, 8.0, 9.0])},
+    )
+    buffer.zero_actions(np.array([False, True, False]))
+    read = buffer.read()
+    assert read.step_type.tolist() == [0, 1, 2] and read.reward.dtype == torch.float32
+    assert read.observation.tolist() == [[0.0, 1.0], [2.0, 3.0], [4.0, 5.0]]
+    assert read.prev_action.tolist() == [[0.5], [0.0], [0.5]]
+    assert read.env_info["x"].tolist() == [7.0, 8.0, 9.0]
+    buffer.write_batch(np.zeros(3), np.zeros(3), np.ones(3), np.zeros((3, 2)), None, {"x": 0})
+    assert buffer.read().prev_action.tolist() == [[0.0]] * 3  # None: a reset's zero actions
