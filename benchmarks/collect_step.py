@@ -1,12 +1,13 @@
 """What one step of collection from Gymnasium envs costs: cadence's collector against
 Stable-Baselines3's, beside what the envs themselves cost.
 
-Each row is one Gymnasium id x N envs stepped in this process (cadence's serial back end,
-SB3's ``DummyVecEnv``) by PPO with 64x64 tanh networks, at one torch thread. Columns, in
+Each row is one Gymnasium id x N envs stepped in this process (cadence's serial back end
+unless ``--backend`` says otherwise, SB3's ``DummyVecEnv``) by PPO with 64x64 tanh networks, at one torch thread. Columns, in
 microseconds per step of the whole batch (the median of alternating rounds):
 
 - ``env alone``: the N envs stepped in a plain Python loop with a fixed action and reset
-  as their episodes end: what the envs themselves cost.
+  as their episodes end: what the envs themselves cost (with ``--backend vector``, the
+  id's own Gymnasium vector env stepped with a fixed batch of actions).
 - ``cadence``: `Collector.unroll` (32 steps) of ``ppo_cartpole`` with that env, per step:
   the envs, the time steps, the policy's step, the stacking of the unroll and the episode
   statistics. ``eager`` acts with the eager policy, ``compiled`` with its compiled step
@@ -19,6 +20,7 @@ Gymnasium path is 1: collecting costs no more than twice what the envs cost), an
 speed-up over SB3.
 
     python benchmarks/collect_step.py [--envs CartPole-v1 HalfCheetah-v5] [--num-envs 8]
+                                      [--backend serial|vector|thread|parallel]
     python benchmarks/collect_step.py --quick   # a smoke run, a few seconds per row
 
 (SB3: ``pip install -e '.[bench]'``; HalfCheetah: ``pip install mujoco``.)
@@ -46,8 +48,14 @@ UNROLL = 32
 COLUMNS = ("env alone", "cadence eager", "cadence compiled", "SB3")
 
 
-def env_alone(name: str, num_envs: int) -> Callable[[], None]:
-    """One step of ``num_envs`` Gymnasium envs in a Python loop (a fixed action)."""
+def env_alone(name: str, num_envs: int, backend: str) -> Callable[[], None]:
+    """One step of ``num_envs`` Gymnasium envs in a Python loop (a fixed action), or of
+    the id's own vector env for the ``vector`` back end (which resets by itself)."""
+    if backend == "vector":
+        vector_env = gym.make_vec(name, num_envs, vectorization_mode="vector_entry_point")
+        vector_env.reset(seed=0)
+        actions = vector_env.action_space.sample()
+        return lambda: vector_env.step(actions)
     envs = [gym.make(name) for _ in range(num_envs)]
     for i, env in enumerate(envs):
         env.reset(seed=i)
@@ -62,7 +70,7 @@ def env_alone(name: str, num_envs: int) -> Callable[[], None]:
     return step
 
 
-def cadence_unroll(name: str, num_envs: int, compile_mode: str) -> Callable[[], None]:
+def cadence_unroll(name: str, num_envs: int, compile_mode: str, backend: str) -> Callable[[], None]:
     """One `Collector.unroll` of ``UNROLL`` steps of ``ppo_cartpole`` on ``name``."""
     from cadence.config.loading import compose_config
     from cadence.trainer.run import build_trainer
@@ -70,7 +78,7 @@ def cadence_unroll(name: str, num_envs: int, compile_mode: str) -> Callable[[], 
     overrides = [
         f"env.name={name}",
         f"env.num_envs={num_envs}",
-        "env.backend=serial",
+        f"env.backend={backend}",
         f"algorithm.compile={compile_mode}",
         "trainer.num_threads=1",
         f"trainer.unroll_length={UNROLL}",
@@ -121,11 +129,11 @@ def measure(
     return {label: statistics.median(values) for label, values in times.items()}
 
 
-def row(name: str, num_envs: int, rounds: int, seconds: float) -> dict[str, float]:
+def row(name: str, num_envs: int, backend: str, rounds: int, seconds: float) -> dict[str, float]:
     runs = {
-        "env alone": env_alone(name, num_envs),
-        "cadence eager": cadence_unroll(name, num_envs, "off"),
-        "cadence compiled": cadence_unroll(name, num_envs, "default"),
+        "env alone": env_alone(name, num_envs, backend),
+        "cadence eager": cadence_unroll(name, num_envs, "off", backend),
+        "cadence compiled": cadence_unroll(name, num_envs, "default", backend),
     }
     sb3 = sb3_unroll(name, num_envs)
     if sb3 is not None:
@@ -140,6 +148,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--envs", nargs="+", default=["CartPole-v1", "HalfCheetah-v5"])
     parser.add_argument("--num-envs", type=int, default=8)
+    parser.add_argument(
+        "--backend", default="serial", choices=("serial", "vector", "thread", "parallel")
+    )
     parser.add_argument("--rounds", type=int, default=7, help="alternating rounds per row")
     parser.add_argument("--seconds", type=float, default=0.5, help="per run and round")
     parser.add_argument("--quick", action="store_true", help="3 rounds of 0.05 s")
@@ -150,16 +161,24 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from cadence.envs.make import has_vector_env
+
     args = parse_args(argv)
     torch.set_num_threads(1)
     np.seterr(all="ignore")
-    print(f"collection, us per step of the batch (median of {args.rounds} alternating rounds)")
+    print(
+        f"collection, us per step of the batch (median of {args.rounds} alternating rounds; "
+        f"cadence's {args.backend} back end)"
+    )
     print(f"{'':<22}" + "".join(f"{c:>18}" for c in COLUMNS))
     verdicts = []
     for name in args.envs:
         label = f"{name} x{args.num_envs}"
+        if args.backend == "vector" and not has_vector_env(name):
+            print(f"{label:<22}  skipped: no vector env registered for {name}")
+            continue
         try:
-            micros = row(name, args.num_envs, args.rounds, args.seconds)
+            micros = row(name, args.num_envs, args.backend, args.rounds, args.seconds)
         except gym.error.DependencyNotInstalled as error:
             print(f"{label:<22}  skipped: {error}")
             continue
