@@ -38,7 +38,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import gymnasium as gym
-import numpy as np
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -165,7 +164,6 @@ def main(argv: list[str] | None = None) -> int:
 
     args = parse_args(argv)
     torch.set_num_threads(1)
-    np.seterr(all="ignore")
     print(
         f"collection, us per step of the batch (median of {args.rounds} alternating rounds; "
         f"cadence's {args.backend} back end)"

@@ -234,17 +234,16 @@ class GymSpaces:
         self.flat_obs_dtype: np.dtype | None = self.obs_dtypes if plain_obs else None
         """The dtype of a plain Box observation (the common case), None for any other."""
 
-    def observation(self, observation: Any, copy: bool = False) -> Nest:
-        """An env's observation as its spec's numpy nest; ``copy`` makes every leaf new
-        memory (a vector env may overwrite the arrays it returned in its next step)."""
-        array = np.array if copy else np.asarray
+    def observation(self, observation: Any) -> Nest:
+        """An env's observation as its spec's numpy nest (leaves may share the env's
+        memory: the back ends copy them into their buffers)."""
         if self.flat_obs_dtype is not None:
-            return array(observation, self.flat_obs_dtype)
+            return np.asarray(observation, self.flat_obs_dtype)
         if self.tuple_obs:
             observation = {str(i): o for i, o in enumerate(observation)}
-        if self.obs_starts is not None:  # a subtraction: new memory
+        if self.obs_starts is not None:
             return map_structure(_from_start, observation, self.obs_dtypes, self.obs_starts)
-        return map_structure(array, observation, self.obs_dtypes)
+        return map_structure(np.asarray, observation, self.obs_dtypes)
 
     def action(self, action: Nest) -> Any:
         """A numpy action nest as the env takes it."""

@@ -74,13 +74,7 @@ class GymEnvFactory:
             # A worker process starts with Gymnasium's registry only; this registers
             # cadence's own ids (cadence/...) there too.
             check_env_id(self.name)
-            if is_vector_only(self.name):  # e.g. a Batcher's `make_gym_env`
-                raise ValueError(
-                    f"{self.name!r} is registered as a vector env alone (a "
-                    "vector_entry_point, no entry_point), which cannot be built one env at "
-                    "a time; run it through make_env(..., backend='vector') or "
-                    "env.backend=vector"
-                )
+            refuse_vector_only(self.name)  # e.g. a Batcher's `make_gym_env`
             if is_mujoco_env(self.name):
                 prepare_for_mujoco(self.env_kwargs.get("render_mode"))
             env = gym.make(self.name, **self.env_kwargs)
@@ -158,6 +152,18 @@ def is_vector_only(name: str | Callable[..., gym.Env]) -> bool:
     ``entry_point``: every back end but ``"vector"`` would fail to build it."""
     spec = _registered_spec(name)
     return spec is not None and spec.vector_entry_point is not None and spec.entry_point is None
+
+
+def refuse_vector_only(name: str | Callable[..., gym.Env]) -> None:
+    """Raises ValueError for an id `is_vector_only`, where its envs would be built one by
+    one (the serial, thread and parallel back ends; a `Batcher`'s `make_gym_env`)."""
+    if is_vector_only(name):
+        raise ValueError(
+            f"{name!r} is registered as a vector env alone (a vector_entry_point, no "
+            "entry_point), which cannot be built one env at a time (the serial, thread and "
+            "parallel back ends, a Batcher's envs); use env.backend 'vector' or 'auto' "
+            "(from Python, make_env(..., backend='vector'))"
+        )
 
 
 def _registered_spec(name: str | Callable[..., gym.Env]) -> gym.envs.registration.EnvSpec | None:
@@ -316,12 +322,7 @@ def make_env(
             env_kwargs=env_kwargs,
             env_info_keys=env_info_keys,
         )
-    if is_vector_only(name):
-        raise ValueError(
-            f"{name!r} is registered as a vector env alone (a vector_entry_point, no "
-            "entry_point), which the back ends that build envs one by one (serial, thread, "
-            "parallel) cannot build; use env.backend 'vector' or 'auto'"
-        )
+    refuse_vector_only(name)  # before any worker starts
     factories = [
         GymEnvFactory(name, i, seed, max_episode_steps, gym_wrappers, env_kwargs, env_info_keys)
         for i in range(num_envs)

@@ -160,16 +160,18 @@ class VectorEnvironment(Environment):
         ended = terminated | np.asarray(truncated, dtype=bool)
         reward = np.array(reward, dtype=np.float32)
         resetting = self._resetting
-        if resetting.any():
+        first = resetting if resetting.any() else None
+        if first is not None:
             # New arrays: a vector env may keep the arrays it returned.
-            terminated = terminated & ~resetting
-            ended = ended & ~resetting
-            reward[resetting] = 0.0
+            terminated = terminated & ~first
+            ended = ended & ~first
+            reward[first] = 0.0
         step_type = np.where(ended, np.int64(_LAST), np.int64(_MID))
-        step_type[resetting] = _FIRST
+        if first is not None:
+            step_type[first] = _FIRST
         self._resetting = ended
         discount = (~terminated).astype(np.float32)
-        return self._time_step(step_type, reward, discount, observation, action, info, resetting)
+        return self._time_step(step_type, reward, discount, observation, action, info, first)
 
     def _time_step(
         self,
@@ -183,11 +185,11 @@ class VectorEnvironment(Environment):
     ) -> TimeStep:
         """The batch as a torch `TimeStep`: written into the buffer (which converts each
         field to its spec's dtype), a zero ``prev_action`` where ``prev_action`` is None
-        and in the rows ``first``, then read out in one copy."""
+        and in the rows ``first`` (None: no row), then read out in one copy."""
         env_info = {k: self._info_value(info, k) for k in self._info_keys}
         observation = self._spaces.observation(observation)
         self._buffer.write_batch(step_type, reward, discount, observation, prev_action, env_info)
-        if first is not None and first.any():
+        if first is not None:
             self._buffer.zero_actions(first)
         return self._buffer.read(self._device)
 
@@ -195,7 +197,7 @@ class VectorEnvironment(Environment):
         value = info.get(key)
         if value is None:
             return np.zeros(self._num_envs, dtype=np.float32)
-        value = np.array(value, dtype=np.float32).reshape(self._num_envs)  # new, contiguous
+        value = np.asarray(value, dtype=np.float32).reshape(self._num_envs)
         mask = info.get(f"_{key}")
         return value if mask is None else np.where(mask, value, np.float32(0.0))
 
