@@ -17,9 +17,12 @@ microseconds per step of the whole batch (the median of alternating rounds):
 Then, per row, cadence's per-step Python in units of the env's own cost,
 ``(cadence compiled - env alone) / env alone`` (the compiled fast path's bar for the
 Gymnasium path is 1: collecting costs no more than twice what the envs cost), and the
-speed-up over SB3.
+speed-up over SB3. Per env id with two batch sizes or more, that Python split into a part
+per step (the policy's call and the collector's work, whatever the batch) and a part per
+env, and from that the batch from which the bar holds: a cheap env such as CartPole needs
+more envs to outweigh the policy's call.
 
-    python benchmarks/collect_step.py [--envs CartPole-v1 HalfCheetah-v5] [--num-envs 8]
+    python benchmarks/collect_step.py [--envs CartPole-v1 HalfCheetah-v5] [--num-envs 8 32]
                                       [--backend serial|vector|thread|parallel]
     python benchmarks/collect_step.py --quick   # a smoke run, a few seconds per row
 
@@ -30,6 +33,8 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import itertools
+import math
 import statistics
 import sys
 import tempfile
@@ -146,7 +151,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--envs", nargs="+", default=["CartPole-v1", "HalfCheetah-v5"])
-    parser.add_argument("--num-envs", type=int, default=8)
+    parser.add_argument(
+        "--num-envs", type=int, nargs="+", default=[8, 32], help="a row per count, per env"
+    )
     parser.add_argument(
         "--backend", default="serial", choices=("serial", "vector", "thread", "parallel")
     )
@@ -170,19 +177,21 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(f"{'':<22}" + "".join(f"{c:>18}" for c in COLUMNS))
     verdicts = []
-    for name in args.envs:
-        label = f"{name} x{args.num_envs}"
+    costs: dict[str, dict[int, tuple[float, float]]] = {}
+    for name, num_envs in itertools.product(args.envs, args.num_envs):
+        label = f"{name} x{num_envs}"
         if args.backend == "vector" and not has_vector_env(name):
             print(f"{label:<22}  skipped: no vector env registered for {name}")
             continue
         try:
-            micros = row(name, args.num_envs, args.backend, args.rounds, args.seconds)
+            micros = row(name, num_envs, args.backend, args.rounds, args.seconds)
         except gym.error.DependencyNotInstalled as error:
             print(f"{label:<22}  skipped: {error}")
             continue
         cells = "".join(f"{micros[c]:>18.1f}" if c in micros else f"{'-':>18}" for c in COLUMNS)
         print(f"{label:<22}{cells}", flush=True)
         alone, compiled = micros["env alone"], micros["cadence compiled"]
+        costs.setdefault(name, {})[num_envs] = (alone, compiled - alone)
         overhead = (compiled - alone) / alone
         verdicts.append(
             f"  {'PASS' if overhead <= 1 else 'FAIL'}  cadence's per-step Python / the envs' "
@@ -193,8 +202,30 @@ def main(argv: list[str] | None = None) -> int:
                 f"        SB3 / cadence compiled, per step, {label}: "
                 f"{micros['SB3'] / compiled:.2f}x"
             )
-    print("\n".join(verdicts))
+    splits = [split_line(name, rows) for name, rows in costs.items() if len(rows) > 1]
+    print("\n".join(verdicts + splits))
     return 0
+
+
+def split_line(name: str, rows: dict[int, tuple[float, float]]) -> str:
+    """cadence's per-step Python on ``name`` split into a part per step (the policy's call,
+    the collector) and a part per env, a line through the smallest and largest batch's
+    (env alone, cadence compiled - env alone) ``rows``; and the batch from which the bar
+    holds, where the envs' own cost per env outgrows the part per env."""
+    (n0, (alone0, over0)), (n1, (alone1, over1)) = min(rows.items()), max(rows.items())
+    per_env = (over1 - over0) / (n1 - n0)
+    per_step = over0 - per_env * n0
+    env_per_env = (alone1 - alone0) / (n1 - n0)
+    line = (
+        f"        cadence's per-step Python, {name}: {per_step:.0f} us per step + "
+        f"{per_env:.1f} us per env (the env: {env_per_env:.1f} us per env)"
+    )
+    if per_env < 0 or per_step < 0:
+        return line + ": too noisy to split (take batch sizes further apart, or more rounds)"
+    if env_per_env <= per_env:
+        return line + ": the bar holds at no batch size"
+    start = max(1, math.ceil(per_step / (env_per_env - per_env)))
+    return line + f": the bar holds from about {start} envs"
 
 
 if __name__ == "__main__":

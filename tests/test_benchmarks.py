@@ -39,10 +39,14 @@ def test_env_throughput_prints_its_table_and_bars():
 
 
 def test_collect_step_prints_its_table_and_bar():
-    out = run_benchmark("collect_step.py", "--quick", "--envs", "CartPole-v1", "--num-envs", "2")
-    row = next(line for line in out.splitlines() if line.startswith("CartPole-v1 x2 "))
-    assert len(row.split()) == 2 + 4  # the label, then every column (SB3's "-" without it)
-    assert "cadence's per-step Python / the envs' own cost, CartPole-v1 x2" in out
+    out = run_benchmark(
+        "collect_step.py", "--quick", "--envs", "CartPole-v1", "--num-envs", "2", "4"
+    )
+    for count in (2, 4):
+        row = next(line for line in out.splitlines() if line.startswith(f"CartPole-v1 x{count} "))
+        assert len(row.split()) == 2 + 4  # the label, then every column (SB3's "-" without it)
+        assert f"cadence's per-step Python / the envs' own cost, CartPole-v1 x{count}" in out
+    assert "cadence's per-step Python, CartPole-v1: " in out  # split per step and per env
 
 
 def test_parallel_ceiling_measures_every_column():
