@@ -11,6 +11,10 @@ keyed by what it depends on; every later process on the machine reads it there, 
 seed gives the same numbers in every run, sweeps and test sessions included. A lock makes
 processes that start together wait for the first one's measurement. Deleting the file
 measures again.
+
+``compile: auto`` measures along the way instead, timing a run's first updates and unrolls
+each way: the first run to choose records its choices (`record_first`), and later runs
+take them from their first call (`recall`).
 """
 
 from __future__ import annotations
@@ -54,12 +58,34 @@ def recorded(
             if usable(records.get(key)):
                 return records[key]
             records[key] = measure()
-            # Under the lock: a write cut short leaves a damaged record, measured again.
-            path.write_text(json.dumps(records, indent=1, sort_keys=True) + "\n")
+            _write(path, records)
             return records[key]
     except OSError as error:
         logger.warning("cannot record a measurement in %s (%s)", path, error)
         return measure()
+
+
+def recall(file_name: str | Path, key: str) -> Any:
+    """The value recorded under ``key`` in ``file_name`` (in `record_directory`; a path
+    is taken as it is), None where there is none."""
+    return _read(record_directory() / file_name).get(key)
+
+
+def record_first(file_name: str | Path, key: str, value: Any) -> None:
+    """Records ``value`` under ``key`` in ``file_name`` unless a value is there already:
+    for a choice a run measures along the way (`recorded` measures up front), the first
+    process to finish its measurement sets it for the machine. Where the folder cannot be
+    written, a warning says so."""
+    path = record_directory() / file_name
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with exclusive(path.with_name(path.name + ".lock")):
+            records = _read(path)
+            if key not in records:
+                records[key] = value
+                _write(path, records)
+    except OSError as error:
+        logger.warning("cannot record a measurement in %s (%s)", path, error)
 
 
 def record_directory() -> Path:
@@ -94,6 +120,11 @@ def _read(path: Path) -> dict[str, Any]:
     except (OSError, ValueError):
         return {}
     return records if isinstance(records, dict) else {}
+
+
+def _write(path: Path, records: dict[str, Any]) -> None:
+    # Under the lock: a write cut short leaves a damaged record, measured again.
+    path.write_text(json.dumps(records, indent=1, sort_keys=True) + "\n")
 
 
 @contextlib.contextmanager

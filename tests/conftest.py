@@ -7,6 +7,7 @@ import os
 import pytest
 import torch
 
+from cadence.algorithms import compiled
 from cadence.networks import matmul
 from cadence.trainer.run import torch_settings_restored
 
@@ -29,6 +30,14 @@ def restore_process_settings():
         os.environ.pop(matmul.ENV_VAR, None)
     else:
         os.environ[matmul.ENV_VAR] = inherited
+
+
+@pytest.fixture(autouse=True)
+def own_compile_auto_record(monkeypatch, tmp_path):
+    """Each test starts with no ``compile: auto`` choice recorded for the machine: a test
+    that times both ways must time them whatever an earlier test (or session) chose, and
+    one test's choice must not decide how another's first calls run."""
+    monkeypatch.setattr(compiled, "AUTO_RECORD", tmp_path / "compile_auto.json")
 
 
 @pytest.fixture

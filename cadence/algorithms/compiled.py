@@ -19,7 +19,9 @@ Adam, target update) runs as one graph per minibatch shape:
 ``torch.compile`` plus ``"auto"``, which times eager and compiled calls (on a GPU, also
 compiled calls replayed as CUDA graphs) on the first minibatches and keeps the fastest,
 per function (`UpdateCompiler.choices`, checkpointed with the
-algorithm so that a resumed run does not measure again).
+algorithm so that a resumed run does not measure again). The first run on a machine to
+choose records its choices there (`AUTO_RECORD`), and later runs of the same graphs take
+them from their first call: two of them with one seed give the same numbers.
 
 Compiled artifacts persist per machine in `compile_cache_dir` (PyTorch's FX-graph and
 AOTAutograd caches, written atomically, so the runs of a sweep can share them): a second
@@ -47,8 +49,15 @@ from torch.utils._pytree import SUPPORTED_NODES, tree_flatten
 
 from cadence.algorithms.compile_config import COMPILE_MODES, MAX_UPDATES_PER_GRAPH
 from cadence.algorithms.cuda_graphs import WARMUP_CALLS, CudaGraphReplay
-from cadence.algorithms.precompiled import Precompiled, load_or_compile, machine, precompilable
+from cadence.algorithms.precompiled import (
+    Precompiled,
+    file_stem,
+    load_or_compile,
+    machine,
+    precompilable,
+)
 from cadence.data.time_step import TimeStep
+from cadence.machine_record import machine_key, recall, record_first
 from cadence.networks.matmul import cpu_matmul
 
 logger = logging.getLogger(__name__)
@@ -58,6 +67,11 @@ GUARDED_CALLS = 2
 
 AUTO_TIMED_CALLS = 5
 """``"auto"``: calls timed each way (after one untimed call each) before choosing."""
+
+AUTO_RECORD = "compile_auto.json"
+"""``"auto"``'s choices by machine and graph (`auto_record_key`), in the compile cache
+folder: the first run to choose records them, and later runs take them from their first
+call (`cadence.machine_record`)."""
 
 
 def compile_cache_dir() -> Path:
@@ -424,6 +438,7 @@ class UpdateCompiler:
         self._graphs: dict[str, CompiledWithFallback] = {}
         self._replays: dict[str, CudaGraphReplay] = {}
         self._timings: dict[str, dict[str, list[float]]] = {}
+        self._record_keys: dict[str, str | None] = {}  # by function: `auto_record_key`
         # A list searched by identity, not a dict by id(): an id would enter the graph's
         # cache key and differ in every process, and the cache would never hit.
         self._optimizers: list[GraphOptimizer] = []
@@ -460,12 +475,29 @@ class UpdateCompiler:
                 self._replays[name] = CudaGraphReplay(graph, graph.exact_signature, name)
         if self.mode != "auto":
             return self._run(graph, args, steps, name)
-        choice = self.choices.get(name)
+        choice = self.choices.get(name) or self._recorded_choice(name, fn, graph, args)
         if choice == "eager":
             return fn(*args)
         if choice is not None:
             return self._run(graph, args, steps, name if choice == "graphs" else "")
         return self._measure(name, fn, graph, args, steps)
+
+    def _recorded_choice(
+        self, name: str, fn: Callable[..., Any], graph: CompiledWithFallback, args: tuple
+    ) -> str | None:
+        """The way this machine's first run chose for ``fn``'s graph (`AUTO_RECORD`),
+        taken as this run's from its first call; None where none is recorded (looked up at
+        the first call only)."""
+        if name in self._record_keys:
+            return None
+        key = self._record_keys[name] = auto_record_key(fn, graph.signature(args))
+        ways = ("eager", "compiled", "graphs") if name in self._replays else ("eager", "compiled")
+        choice = None if key is None else recorded_auto_choice(key)
+        if choice not in ways:
+            return None
+        self.choices[name] = choice
+        logger.info("compile=auto: %s: %s, as first measured on this machine", name, choice)
+        return choice
 
     def replays_on(self, device: torch.device | None) -> bool:
         """Whether graphs on ``device`` replay as CUDA graphs: under ``reduce-overhead``,
@@ -561,6 +593,9 @@ class UpdateCompiler:
             if replay is not None and replay.failed:  # its calls ran compiled
                 del medians["graphs"]
             self.choices[key] = min(medians, key=medians.__getitem__)
+            record_key = self._record_keys.get(key)
+            if record_key is not None:
+                record_auto_choice(record_key, self.choices[key])
             logger.info(
                 "compile=auto: %s: %s per call: %s",
                 key,
@@ -584,6 +619,26 @@ class UpdateCompiler:
                 )  # fmt: skip
         if self.on_compile is not None:
             self.on_compile(started)
+
+
+def recorded_auto_choice(key: str) -> str | None:
+    """The way recorded under ``key`` (`auto_record_key`) in `AUTO_RECORD`, if any."""
+    return recall(AUTO_RECORD, key)
+
+
+def record_auto_choice(key: str, way: str) -> None:
+    """Records ``way`` under ``key`` in `AUTO_RECORD` unless a way is there already."""
+    record_first(AUTO_RECORD, key, way)
+
+
+def auto_record_key(fn: Callable[..., Any], signature: Hashable) -> str | None:
+    """What ``"auto"``'s choice for the calls of ``fn`` with this `signature` is recorded
+    under (`AUTO_RECORD`): the machine and the graph's name (`file_stem`: the method, its
+    module's tensors and structure, the signature, the torch version). None for a function
+    that is not a module's method, whose choice every run measures."""
+    if not isinstance(getattr(fn, "__self__", None), torch.nn.Module):
+        return None
+    return f"{machine_key()} {file_stem(fn, signature, {'mode': 'auto'})}"
 
 
 class GraphOptimizer:

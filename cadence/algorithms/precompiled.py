@@ -95,7 +95,7 @@ def load_or_compile(
     **compile_kwargs)``) and saved there; None where it cannot be compiled whole (a graph
     break, a guard that does not save), which a marker file remembers so that later
     starts do not trace in vain (the caller then compiles with ``torch.compile``)."""
-    stem = _file_stem(fn, signature, compile_kwargs)
+    stem = file_stem(fn, signature, compile_kwargs)
     unsupported = directory / f"{stem}.unsupported"
     if unsupported.exists():
         return None
@@ -130,7 +130,7 @@ def load_or_compile(
     return result
 
 
-def _file_stem(fn: Callable[..., Any], signature: Hashable, compile_kwargs: dict) -> str:
+def file_stem(fn: Callable[..., Any], signature: Hashable, compile_kwargs: dict) -> str:
     """The saved graphs' name: the method, its module's tensors (names, shapes, dtypes,
     devices: a sweep over network sizes does not try each other's files) and structure
     (its repr, object addresses left out: e.g. which activation), the call's signature,

@@ -20,7 +20,9 @@ Under ``compile: reduce-overhead`` on a GPU those calls replay as CUDA graphs
 through each call's inputs and outputs (`TensorEnvironment.graph_state`). Under
 ``compile: auto`` the collector times its first unrolls eagerly and compiled (its
 compiled acting step beside a Gymnasium env, or its compiled steps in a tensor-native
-one) and keeps the faster way (`Collector.compile_choice`, checkpointed with its state).
+one) and keeps the faster way (`Collector.compile_choice`, checkpointed with its state),
+which it records for the machine: a later run with the same algorithm, env and unroll
+takes it from its first unroll (`cadence.algorithms.compiled.AUTO_RECORD`).
 """
 
 from __future__ import annotations
@@ -34,7 +36,15 @@ from typing import Any
 import torch
 
 from cadence.algorithms.algorithm import Algorithm, AlgStep, reset_state
-from cadence.algorithms.compiled import CompiledWithFallback, graph_options, median_times, sync
+from cadence.algorithms.compiled import (
+    CompiledWithFallback,
+    auto_record_key,
+    graph_options,
+    median_times,
+    record_auto_choice,
+    recorded_auto_choice,
+    sync,
+)
 from cadence.algorithms.cuda_graphs import CudaGraphReplay
 from cadence.collect.episode_stats import EpisodeStats
 from cadence.data.devices import same_device
@@ -129,6 +139,7 @@ class Collector:
         """``compile: auto``'s way for the unroll, ``"eager"`` or ``"compiled"``, once
         `AUTO_TIMED_UNROLLS` unrolls each way have measured it (None before)."""
         self._unroll_timings: dict[str, list[float]] = {"eager": [], "compiled": []}
+        self._record_key: str | None = None  # `_auto_record_key` ("": none), once looked up
 
     @torch.no_grad()
     def unroll(
@@ -264,12 +275,36 @@ class Collector:
         return "default" if compiler.mode == "reduce-overhead" else compiler.mode
 
     def _auto_way(self) -> str:
-        """``compile: auto``'s way for the next unroll: the choice, once made; before, each
-        way in turn."""
+        """``compile: auto``'s way for the next unroll: the choice, once made or as this
+        machine's first run made it (`_recorded_choice`); before, each way in turn."""
+        if self.compile_choice is None:
+            self.compile_choice = self._recorded_choice()
         if self.compile_choice is not None:
             return self.compile_choice
         timings = self._unroll_timings
         return "eager" if len(timings["eager"]) <= len(timings["compiled"]) else "compiled"
+
+    def _recorded_choice(self) -> str | None:
+        """The way this machine's first run with this algorithm, env and unroll chose
+        (`cadence.algorithms.compiled.AUTO_RECORD`), looked up at the first unroll only."""
+        if self._record_key is not None:
+            return None
+        self._record_key = self._auto_record_key()
+        choice = recorded_auto_choice(self._record_key) if self._record_key else None
+        if choice not in ("eager", "compiled"):
+            return None
+        logger.info("compile=auto: the unroll: %s, as first measured on this machine", choice)
+        return choice
+
+    def _auto_record_key(self) -> str:
+        """`auto_record_key` of the acting step, for this env (its kind, specs and batch)
+        and unroll: what the unroll's choice depends on."""
+        env = self.env
+        signature = (
+            "unroll", type(env).__qualname__, repr(env.observation_spec),
+            repr(env.action_spec), env.batch_size, self.unroll_length, self.steps_per_graph,
+        )  # fmt: skip
+        return auto_record_key(self.acting.rollout_step, signature) or ""
 
     def _measuring(self) -> bool:
         """Whether this unroll is timed for ``compile: auto``."""
@@ -287,6 +322,8 @@ class Collector:
         graphs = (self._compiled_steps, self._compiled_act)
         failed = any(graph is not None and graph.failed for graph in graphs)
         self.compile_choice = "eager" if failed else min(medians, key=medians.__getitem__)
+        if self._record_key and not failed:
+            record_auto_choice(self._record_key, self.compile_choice)
         logger.info(
             "compile=auto: the unroll: eager %.2f ms, compiled %.2f ms: %s",
             1e3 * medians["eager"], 1e3 * medians["compiled"], self.compile_choice,

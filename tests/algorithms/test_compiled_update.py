@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import json
 import logging
 
 import pytest
@@ -29,6 +30,7 @@ from cadence.data.experience import Experience
 from cadence.data.nest import flatten, map_structure
 from cadence.data.specs import BoundedTensorSpec, DiscreteTensorSpec, TensorSpec
 from cadence.data.time_step import StepType, TimeStep
+from cadence.machine_record import machine_key
 from cadence.networks import NetworkConfig
 from cadence.replay.buffer import ReplayBuffer
 from cadence.testing.resume import assert_close_states
@@ -381,6 +383,30 @@ def test_auto_times_both_ways_records_its_choice_and_a_checkpoint_keeps_it(caplo
     assert resumed.compiler.choices == {key: choice}
     eager, _ = _ppo()
     eager.load_state_dict(algorithm.state_dict())  # the choice is no parameter
+
+
+def test_auto_records_its_choice_and_later_runs_take_it_from_their_first_call(caplog):
+    algorithm, batches = _ppo()
+    algorithm.set_compile("auto")
+    algorithm.train()
+    for _ in range(2 * (compiled.AUTO_TIMED_CALLS + 1)):
+        algorithm.update(batches[0])
+    (name, choice), *_ = algorithm.compiler.choices.items()
+    (key, recorded), *others = json.loads(compiled.AUTO_RECORD.read_text()).items()
+    assert not others and recorded == choice and machine_key() in key
+    other = "eager" if choice == "compiled" else "compiled"
+    compiled.record_auto_choice(key, other)  # a second run to choose leaves the first's
+    assert json.loads(compiled.AUTO_RECORD.read_text()) == {key: choice}
+    # A later run takes the recorded way from its first call (eager here, to tell).
+    compiled.AUTO_RECORD.write_text(json.dumps({key: "eager"}))
+    later, _ = _ppo()
+    later.set_compile("auto")
+    later.train()
+    with caplog.at_level(logging.INFO, logger=compiled.__name__):
+        later.update(batches[0])
+    assert later.compiler.choices == {name: "eager"} and not later.compiler._timings
+    assert not later.compiler._graphs[name].is_compiled  # its first call ran eagerly
+    assert "as first measured on this machine" in caplog.text
 
 
 def test_auto_without_a_cpp_compiler_runs_eagerly_with_one_warning(monkeypatch, caplog):

@@ -4,11 +4,13 @@
 from __future__ import annotations
 
 import copy
+import json
 import logging
 
 import pytest
 import torch
 
+from cadence.algorithms import compiled
 from cadence.algorithms.compiled import GUARDED_CALLS, CompiledWithFallback, graph_options
 from cadence.algorithms.dqn import DQNConfig, make_dqn
 from cadence.algorithms.ppo import PPOConfig, make_ppo
@@ -100,13 +102,22 @@ def test_auto_times_the_unroll_both_ways_and_keeps_the_faster_through_a_checkpoi
     medians = {way: sorted(t[1:])[unroll.AUTO_TIMED_UNROLLS // 2] for way, t in timings.items()}
     assert collector.compile_choice == min(medians, key=medians.__getitem__)
     assert "compile=auto: the unroll" in caplog.text
-    compiled = collector._compiled_steps if backend == "tensor" else collector._compiled_act
-    assert compiled is not None and compiled.is_compiled
+    graph = collector._compiled_steps if backend == "tensor" else collector._compiled_act
+    assert graph is not None and graph.is_compiled
     resumed = Collector(collector.env, auto_algorithm, unroll_length=40, steps_per_graph=2)
     resumed.load_state_dict(collector.state_dict())
     assert resumed.compile_choice == collector.compile_choice
     resumed.unroll()
     assert resumed._unroll_timings == {"eager": [], "compiled": []}  # not measured again
+    # The choice is recorded for the machine: a later run's collector takes it from its
+    # first unroll, without measuring (a recorded "eager" acts eagerly from the start).
+    (key, recorded), *others = json.loads(compiled.AUTO_RECORD.read_text()).items()
+    assert not others and recorded == collector.compile_choice
+    compiled.AUTO_RECORD.write_text(json.dumps({key: "eager"}))
+    later = Collector(collector.env, auto_algorithm, unroll_length=40, steps_per_graph=2)
+    later.unroll()
+    assert later.compile_choice == "eager" and later._compiled_act is None
+    assert later._compiled_steps is None and not any(later._unroll_timings.values())
 
 
 def _assert_same_unrolls(got, expected):
