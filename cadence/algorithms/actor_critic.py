@@ -27,8 +27,8 @@ from cadence.algorithms.agent_view import AlgorithmAgent
 from cadence.algorithms.algorithm import Algorithm, AlgStep, LossInfo
 from cadence.algorithms.returns import generalized_advantage_estimation
 from cadence.data.experience import Experience
-from cadence.data.nest import Nest, map_structure
-from cadence.data.specs import Spec
+from cadence.data.nest import Nest, flatten, map_structure, pack_sequence_as
+from cadence.data.specs import CompositeSpec, Spec
 from cadence.data.time_step import StepType, TimeStep
 
 
@@ -83,14 +83,14 @@ class ActorCriticAlgorithm(Algorithm):
         self.mini_batch_size = mini_batch_size
         self.target_kl = target_kl
         self._optimizer = optimizer(self.network.parameters())
-        self._clip_actions = not action_spec.is_discrete and hasattr(action_spec, "minimum")
-        if self._clip_actions:
-            self.register_buffer(
-                "_action_low", torch.as_tensor(action_spec.minimum), persistent=False
-            )
-            self.register_buffer(
-                "_action_high", torch.as_tensor(action_spec.maximum), persistent=False
-            )
+        # Continuous actions (each continuous entry of a Dict or Tuple) are clipped to
+        # their bounds: the buffers of leaf i of the action nest, in `flatten`'s order.
+        leaves = flatten(_spec_nest(action_spec))
+        self._clipped = [i for i, leaf in enumerate(leaves) if _bounded(leaf)]
+        for i in self._clipped:
+            low, high = torch.as_tensor(leaves[i].minimum), torch.as_tensor(leaves[i].maximum)
+            self.register_buffer(_bound_name("low", i), low, persistent=False)
+            self.register_buffer(_bound_name("high", i), high, persistent=False)
 
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:
         return {"actor_critic": self._optimizer}
@@ -257,10 +257,23 @@ class ActorCriticAlgorithm(Algorithm):
     def may_stop_epochs(self) -> bool:
         return self.target_kl is not None
 
-    def _to_env(self, action: torch.Tensor) -> torch.Tensor:
-        if self._clip_actions:
-            return torch.maximum(torch.minimum(action, self._action_high), self._action_low)
-        return action
+    def _to_env(self, action: Nest) -> Nest:
+        """``action`` clipped to the action spec's bounds (its continuous leaves)."""
+        if not self._clipped:
+            return action
+        if isinstance(action, torch.Tensor):
+            return self._clip(action, 0)
+        leaves = flatten(action)
+        for i in self._clipped:
+            leaves[i] = self._clip(leaves[i], i)
+        return pack_sequence_as(action, leaves)
+
+    def _clip(self, action: torch.Tensor, leaf: int) -> torch.Tensor:
+        low, high = (
+            getattr(self, _bound_name("low", leaf)),
+            getattr(self, _bound_name("high", leaf)),
+        )
+        return torch.maximum(torch.minimum(action, high), low)
 
 
 def _batch_major(x: torch.Tensor) -> torch.Tensor:
@@ -268,6 +281,27 @@ def _batch_major(x: torch.Tensor) -> torch.Tensor:
     return x.transpose(0, 1)
 
 
-def _where_rows(condition: torch.Tensor, yes: torch.Tensor, no: torch.Tensor) -> torch.Tensor:
-    """``yes`` in the rows ``[B]`` where ``condition`` holds, else ``no``."""
-    return torch.where(condition.reshape(condition.shape + (1,) * (yes.dim() - 1)), yes, no)
+def _where_rows(condition: torch.Tensor, yes: Nest, no: Nest) -> Nest:
+    """``yes`` in the rows ``[B]`` where ``condition`` holds, else ``no`` (leaf by leaf)."""
+
+    def where(yes: torch.Tensor, no: torch.Tensor) -> torch.Tensor:
+        return torch.where(condition.reshape(condition.shape + (1,) * (yes.dim() - 1)), yes, no)
+
+    return map_structure(where, yes, no)
+
+
+def _spec_nest(spec: Spec) -> Nest:
+    """A `CompositeSpec` as a nest of its leaf specs (plain dicts), for `flatten`."""
+    if isinstance(spec, CompositeSpec):
+        return {key: _spec_nest(leaf) for key, leaf in spec.items()}
+    return spec
+
+
+def _bounded(spec: Spec) -> bool:
+    return not spec.is_discrete and hasattr(spec, "minimum")
+
+
+def _bound_name(side: str, leaf: int) -> str:
+    """The buffer of one side of a clipped action leaf's bounds: ``_action_low`` and
+    ``_action_high`` for a plain action (leaf 0), as they always were."""
+    return f"_action_{side}" if leaf == 0 else f"_action_{side}_{leaf}"

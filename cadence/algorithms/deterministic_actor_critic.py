@@ -382,7 +382,7 @@ def action_bounds(action_spec: Spec) -> tuple[torch.Tensor, torch.Tensor]:
     if not isinstance(action_spec, BoundedTensorSpec) or action_spec.is_discrete:
         raise UnsupportedSpaceError(
             f"TD3 and DDPG need a bounded continuous (Box) action space, got {action_spec}; "
-            "use DQN, PPO, A2C or SAC for discrete actions"
+            "use DQN, PPO, A2C or SAC for discrete actions, PPO or A2C for a Dict or Tuple"
         )
     if len(action_spec.shape) != 1:
         raise UnsupportedSpaceError(

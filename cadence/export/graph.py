@@ -19,8 +19,9 @@ Inputs, in this order (``B`` is the batch, dynamic):
   where the state is reset to its initial value;
 - ``state/<path>`` ``[B, ...]`` float32: the state the previous step returned.
 
-Outputs: ``action`` ``[B, *action_shape]``, then ``next_state/<path>`` (the state to feed
-back), in the order of the inputs.
+Outputs: ``action`` ``[B, *action_shape]``, or one ``action/<key>`` per leaf of a Dict or
+Tuple action (a Tuple's entries keyed ``0``, ``1``...), then ``next_state/<path>`` (the
+state to feed back), in the order of the inputs.
 """
 
 from __future__ import annotations
@@ -118,7 +119,7 @@ class PolicyGraph(nn.Module):
         }
 
     def forward(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """The action ``[B, *action_shape]`` and the next state, from flat inputs (see module)."""
+        """The action's leaves and the next state's, from flat inputs (see module)."""
         time_step, state = self._time_step_and_state(inputs)
         if self.transformer is not None:
             # Stateless (checked), so any batch's initial state will do; passing none
@@ -130,7 +131,7 @@ class PolicyGraph(nn.Module):
             state = reset_state(time_step.step_type, state, initial)
         step = self.algorithm.predict_step(time_step, state)
         action = step.output if self.action_map is None else self.action_map(step.output)
-        return (action, *flatten(step.state))
+        return (*flatten(action), *flatten(step.state))
 
     def _time_step_and_state(self, inputs: tuple[torch.Tensor, ...]) -> tuple[TimeStep, Nest]:
         """The `TimeStep` an environment would have returned, and the policy's state."""
@@ -146,8 +147,13 @@ class PolicyGraph(nn.Module):
             step_type = torch.full_like(anchor, int(StepType.MID), dtype=torch.int64)
             state = ()
         if prev_action is None:  # read by no model-free policy; a TimeStep has one
-            zeros = self.action_spec.zeros((1,)).to(anchor.device)
-            prev_action = zeros.expand(anchor.shape[0], *self.action_spec.shape)
+            prev_action = pack_sequence_as(
+                self.action_spec,
+                [
+                    spec.zeros((1,)).to(anchor.device).expand(anchor.shape[0], *spec.shape)
+                    for spec in flatten(self.action_spec)
+                ],
+            )
         time_step = TimeStep(
             step_type=step_type,
             reward=torch.zeros_like(anchor, dtype=torch.float32),
@@ -204,7 +210,11 @@ class PolicyGraph(nn.Module):
         """The outputs' names, shapes and dtypes, in order."""
         with torch.no_grad():
             outputs = self(*self.example_inputs(2))
-        names = ["action", *(f"next_state/{path}" for path in self._state_paths)]
+        actions = [
+            "action" if path == "" else f"action/{path}"
+            for path, _ in flatten_with_paths(self.action_spec)
+        ]
+        names = [*actions, *(f"next_state/{path}" for path in self._state_paths)]
         return [_info(name, value) for name, value in zip(names, outputs, strict=True)]
 
     def _expanded_initial_state(self, batch_size: Any) -> Nest:

@@ -1,12 +1,16 @@
 """`TanhNormal`: a diagonal Gaussian squashed by tanh into box bounds (as SAC's policy),
 `LeanNormal`: torch's `Normal` drawing through ``randn``, `LeanCategorical`: torch's
 `Categorical` over logits without its per-call overhead, and `MultiCategorical`:
-independent categoricals, one per dimension of a multi-discrete action."""
+independent categoricals, one per dimension of a multi-discrete action, and
+`JointDistribution`: independent distributions, one per entry of a Dict or Tuple action."""
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Sequence
+import operator
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -87,6 +91,45 @@ class MultiCategorical(Distribution):
     @property
     def mode(self) -> torch.Tensor:
         return self.parts.mode
+
+
+class JointDistribution(Distribution):
+    """Independent distributions, one per entry of a Dict or Tuple action (a
+    `CompositeSpec`): a sample and the mode are dicts of the parts' (nested as the spec
+    is), and ``log_prob`` and ``entropy`` sum the parts' ``[*B]``, as `MultiCategorical`
+    sums its dimensions': a policy-gradient loss treats the whole action as one.
+
+    >>> from torch.distributions import Independent
+    >>> d = JointDistribution({"move": LeanCategorical(torch.zeros(4, 3)),
+    ...                        "force": Independent(LeanNormal(torch.zeros(4, 2), torch.ones(4, 2)), 1)})
+    >>> {k: v.shape for k, v in d.sample().items()}
+    {'move': torch.Size([4]), 'force': torch.Size([4, 2])}
+    >>> d.log_prob(d.mode).shape
+    torch.Size([4])
+    """
+
+    arg_constraints: dict[str, constraints.Constraint] = {}
+
+    def __init__(self, parts: dict[str, Distribution]):
+        self.parts = parts
+        super().__init__(next(iter(parts.values())).batch_shape, validate_args=False)
+
+    def sample(self, sample_shape: Sequence[int] = torch.Size()) -> dict[str, Any]:
+        return {key: part.sample(sample_shape) for key, part in self.parts.items()}
+
+    def log_prob(self, value: dict[str, Any]) -> torch.Tensor:
+        return _sum(part.log_prob(value[key]) for key, part in self.parts.items())
+
+    def entropy(self) -> torch.Tensor:
+        return _sum(part.entropy() for part in self.parts.values())
+
+    @property
+    def mode(self) -> dict[str, Any]:
+        return {key: part.mode for key, part in self.parts.items()}
+
+
+def _sum(terms: Iterable[torch.Tensor]) -> torch.Tensor:
+    return functools.reduce(operator.add, terms)
 
 
 class LeanNormal(Normal):

@@ -21,8 +21,15 @@ from torch import nn
 from torch.distributions import Categorical, Independent
 
 from cadence.data.errors import UnsupportedSpaceError
-from cadence.data.specs import BoundedTensorSpec, DiscreteTensorSpec, Spec, TensorSpec
+from cadence.data.specs import (
+    BoundedTensorSpec,
+    CompositeSpec,
+    DiscreteTensorSpec,
+    Spec,
+    TensorSpec,
+)
 from cadence.networks.distributions import (
+    JointDistribution,
     LeanCategorical,
     LeanNormal,
     MultiCategorical,
@@ -152,6 +159,43 @@ class TanhNormalHead(nn.Module):
         return TanhNormal(mean, log_std.exp(), self.minimum, self.maximum)
 
 
+class CompositeHead(nn.Module):
+    """One head per entry of a Dict or Tuple action (a `CompositeSpec`; a Tuple's entries
+    are keyed ``"0"``, ``"1"``...), each the one `make_action_head` makes for that entry,
+    all on the same features: ``[*B, in_dim] -> JointDistribution``.
+
+    >>> spec = CompositeSpec({"move": DiscreteTensorSpec((), 3), "force": TensorSpec((2,))})
+    >>> head = CompositeHead(8, spec)
+    >>> {k: v.shape for k, v in head(torch.zeros(4, 8)).sample().items()}
+    {'move': torch.Size([4]), 'force': torch.Size([4, 2])}
+    """
+
+    def __init__(
+        self,
+        in_dim: int,
+        action_spec: CompositeSpec,
+        kind: Literal["normal", "tanh_normal"] = "normal",
+        init_log_std: float = 0.0,
+        state_dependent_std: bool = False,
+    ):
+        super().__init__()
+        unnamed = [key for key in action_spec if not key or "." in key]
+        if unnamed or not action_spec:
+            raise UnsupportedSpaceError(
+                f"no action head for the Dict action {action_spec!r}: its keys must be "
+                f"non-empty and free of '.' (got {unnamed}), and it must have one at least"
+            )
+        self.parts = nn.ModuleDict(
+            {
+                key: make_action_head(in_dim, spec, kind, init_log_std, state_dependent_std)
+                for key, spec in action_spec.items()
+            }
+        )
+
+    def forward(self, features: torch.Tensor) -> JointDistribution:
+        return JointDistribution({key: head(features) for key, head in self.parts.items()})
+
+
 def make_action_head(
     in_dim: int,
     action_spec: Spec,
@@ -160,20 +204,24 @@ def make_action_head(
     state_dependent_std: bool = False,
 ) -> nn.Module:
     """The head for ``action_spec``: categorical for a scalar discrete spec, one categorical
-    per dimension for a 1-D one (`MultiCategoricalHead`), else ``kind``.
+    per dimension for a 1-D one (`MultiCategoricalHead`), one head per entry of a Dict or
+    Tuple (`CompositeHead`), else ``kind``.
 
     Args:
         in_dim: feature width.
-        action_spec: a scalar or 1-D `DiscreteTensorSpec`, or a 1-D continuous spec.
+        action_spec: a scalar or 1-D `DiscreteTensorSpec`, a 1-D continuous spec, or a
+            `CompositeSpec` of those.
         kind: ``"normal"`` (`NormalHead`) or ``"tanh_normal"`` (`TanhNormalHead`,
             needs finite bounds) for continuous actions.
         init_log_std: initial log std of a continuous head.
         state_dependent_std: for ``"normal"``, predict the std from the features.
 
     Raises:
-        UnsupportedSpaceError: for action specs no head handles (Dict, actions of more
-            than one dim, unbounded with ``"tanh_normal"``).
+        UnsupportedSpaceError: for action specs no head handles (actions of more than one
+            dim, unbounded with ``"tanh_normal"``, a Dict key with a ``.``).
     """
+    if isinstance(action_spec, CompositeSpec):
+        return CompositeHead(in_dim, action_spec, kind, init_log_std, state_dependent_std)
     if isinstance(action_spec, DiscreteTensorSpec):
         if action_spec.shape == ():
             return CategoricalHead(in_dim, action_spec.num_values)
@@ -186,7 +234,7 @@ def make_action_head(
     if not isinstance(action_spec, TensorSpec) or len(action_spec.shape) != 1:
         raise UnsupportedSpaceError(
             f"no action head for {action_spec!r}: use a flat Box, Discrete, MultiDiscrete or "
-            "MultiBinary space"
+            "MultiBinary space, or a Dict or Tuple of them"
         )
     if kind == "tanh_normal":
         return TanhNormalHead(in_dim, action_spec, init_log_std)

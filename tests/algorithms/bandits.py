@@ -4,7 +4,9 @@ Each episode shows a context c in {0, 1} (as a one-hot vector, an 8x8 image
 whose top or bottom half is lit, or a Dict of both) and ends after one action.
 Discrete actions earn 1 when the action equals c; continuous actions in [-3, 3] earn
 ``-(a - target(c))**2`` with targets -0.5 and 0.5; MultiDiscrete and MultiBinary actions
-earn the fraction of their dimensions equal to c's targets (`MULTI_TARGETS`).
+earn the fraction of their dimensions equal to c's targets (`MULTI_TARGETS`). A Dict
+action ``{"pick": Discrete(2), "push": Box}`` earns the sum of the discrete and continuous
+rewards; a Tuple action ``(Discrete(2), MultiBinary(3))`` the mean of theirs.
 """
 
 from __future__ import annotations
@@ -35,6 +37,13 @@ class ContextBandit(gym.Env):
             "continuous": gym.spaces.Box(-3.0, 3.0, (1,), np.float32),
             "multi_discrete": gym.spaces.MultiDiscrete([3, 2]),
             "multi_binary": gym.spaces.MultiBinary(3),
+            "dict": gym.spaces.Dict(
+                {
+                    "pick": gym.spaces.Discrete(2),
+                    "push": gym.spaces.Box(-3.0, 3.0, (1,), np.float32),
+                }
+            ),
+            "tuple": gym.spaces.Tuple((gym.spaces.Discrete(2), gym.spaces.MultiBinary(3))),
         }[action]
         self._context = 0
 
@@ -44,13 +53,22 @@ class ContextBandit(gym.Env):
         return self._observe(), {}
 
     def step(self, action):
-        if self.action_kind == "discrete":
-            reward = float(int(action) == self._context)
-        elif self.action_kind in MULTI_TARGETS:  # the fraction of dimensions right
-            reward = float(np.mean(action == MULTI_TARGETS[self.action_kind][self._context]))
+        if self.action_kind == "dict":  # both parts' rewards
+            reward = self._reward("discrete", action["pick"])
+            reward += self._reward("continuous", action["push"])
+        elif self.action_kind == "tuple":  # the mean of both parts' rewards
+            pick, bits = action
+            reward = (self._reward("discrete", pick) + self._reward("multi_binary", bits)) / 2
         else:
-            reward = -float((np.asarray(action).item() - CONTINUOUS_TARGETS[self._context]) ** 2)
+            reward = self._reward(self.action_kind, action)
         return self._observe(), reward, True, False, {}
+
+    def _reward(self, kind, action):
+        if kind == "discrete":
+            return float(int(action) == self._context)
+        if kind in MULTI_TARGETS:  # the fraction of dimensions right
+            return float(np.mean(action == MULTI_TARGETS[kind][self._context]))
+        return -float((np.asarray(action).item() - CONTINUOUS_TARGETS[self._context]) ** 2)
 
     def _observe(self):
         vector = np.eye(2, dtype=np.float32)[self._context]

@@ -14,12 +14,15 @@ from bandits import ContextBandit  # tests/algorithms/bandits.py
 from cadence.algorithms.a2c import A2CConfig, make_a2c
 from cadence.algorithms.actor_critic import ActorCriticAlgorithm
 from cadence.algorithms.algorithm import Algorithm, UpdateResult
+from cadence.algorithms.build import build_algorithm
 from cadence.algorithms.on_policy import OnPolicyScheme
 from cadence.algorithms.ppo import PPOConfig, make_ppo
 from cadence.algorithms.returns import generalized_advantage_estimation
 from cadence.collect import Collector
+from cadence.config import load_config
+from cadence.data.errors import UnsupportedSpaceError
 from cadence.data.experience import Experience
-from cadence.data.specs import BoundedTensorSpec, DiscreteTensorSpec, TensorSpec
+from cadence.data.specs import BoundedTensorSpec, CompositeSpec, DiscreteTensorSpec, TensorSpec
 from cadence.data.time_step import StepType, TimeStep
 from cadence.envs import make_env
 from cadence.networks import NetworkConfig
@@ -100,6 +103,34 @@ def test_rollout_explores_predict_takes_the_mode_and_continuous_actions_are_clip
     predicted = algorithm.predict_step(time_step, ())
     assert torch.equal(predicted.output, torch.ones(64, 1))  # mode 5 clipped to 1
     assert torch.equal(algorithm.predict_step(time_step, ()).output, predicted.output)
+
+
+def test_the_continuous_entries_of_a_dict_action_are_clipped_and_the_rest_kept():
+    torch.manual_seed(0)
+    spec = CompositeSpec(
+        {
+            "pick": DiscreteTensorSpec((), nvec=3),
+            "push": BoundedTensorSpec((1,), torch.float32, -1.0, 1.0),
+            "free": TensorSpec((2,)),  # unbounded: not clipped
+        }
+    )
+    algorithm = _ppo(action_spec=spec)
+    with torch.no_grad():
+        algorithm.network.action_head.parts["push"].mean.bias.fill_(5.0)
+        algorithm.network.action_head.parts["free"].mean.bias.fill_(5.0)
+    time_step = _time_steps([[F] * 64], [[0.0] * 64], [[1.0] * 64], torch.zeros(1, 64, 3))[0]
+    rollout = algorithm.rollout_step(time_step, ())
+    raw = rollout.info["action"]
+    assert torch.equal(rollout.output["push"], raw["push"].clamp(-1.0, 1.0))
+    assert raw["push"].max() > 1.0  # so some were clipped
+    assert torch.equal(rollout.output["pick"], raw["pick"])
+    assert torch.equal(rollout.output["free"], raw["free"])
+    distribution = algorithm.network.distribution(time_step.observation)
+    assert torch.allclose(rollout.info["log_prob"], distribution.log_prob(raw))
+    deterministic = {"deterministic": torch.arange(64) % 2 == 0}  # the mode in even rows
+    mixed = algorithm.rollout_step(time_step, (), deterministic).output
+    assert torch.equal(mixed["push"][::2], torch.ones(32, 1))
+    assert torch.equal(mixed["pick"][::2], distribution.mode["pick"][::2])
 
 
 def test_linear_schedule_anneals_the_learning_rate():
@@ -288,6 +319,8 @@ PPO_CASES = [
     ("vector", "continuous"),
     ("vector", "multi_discrete"),
     ("vector", "multi_binary"),
+    ("vector", "dict"),
+    ("vector", "tuple"),
     ("image", "discrete"),
     pytest.param("image", "continuous", marks=pytest.mark.slow),
     pytest.param("dict", "discrete", marks=pytest.mark.slow),
@@ -297,16 +330,19 @@ A2C_CASES = [
     ("vector", "discrete"),
     ("vector", "continuous"),
     ("vector", "multi_discrete"),
+    ("vector", "dict"),
     pytest.param("image", "discrete", marks=pytest.mark.slow),
     pytest.param("image", "continuous", marks=pytest.mark.slow),
 ]
 
 
 def _assert_solved(reward, action):
-    if action != "continuous":  # every (dimension of every) action right
-        assert reward.min().item() == 1.0, reward
-    else:
+    if action == "continuous":
         assert reward.min().item() > -0.02, reward  # |a - target| < 0.14 in every env
+    elif action == "dict":  # the pick right, the push within 0.14 of its target
+        assert reward.min().item() > 0.98, reward
+    else:  # every (dimension of every) action right
+        assert reward.min().item() == 1.0, reward
 
 
 @pytest.mark.parametrize(("observation", "action"), PPO_CASES)
@@ -356,3 +392,11 @@ def test_target_kl_judges_each_pass_on_its_own():
     result = OnPolicyScheme(algorithm, _FixedSource(_fixed_experience())).train_iter()
     assert result.metrics["train/num_updates"] == 4
     assert result.metrics["train/approx_kl"] == pytest.approx(0.015)
+
+
+@pytest.mark.parametrize("name", ["sac_pendulum", "td3_pendulum", "ddpg_pendulum", "dqn_cartpole"])
+def test_the_other_algorithms_refuse_a_dict_action_and_name_ppo_and_a2c(name):
+    config = load_config(name)
+    spec = CompositeSpec({"pick": DiscreteTensorSpec((), nvec=2), "push": TensorSpec((1,))})
+    with pytest.raises(UnsupportedSpaceError, match="PPO or A2C"):
+        build_algorithm(config.algorithm, VECTOR, spec, config.network)

@@ -153,3 +153,48 @@ def _through_action_wrappers(env: gym.Env, action: np.ndarray) -> np.ndarray:
             action = env.action(action)
         env = env.env
     return np.asarray(action)
+
+
+class _DictActions(gym.Env):
+    """A Dict action of a discrete and a bounded continuous entry (and a Tuple of them)."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
+    action_space = gym.spaces.Dict(
+        {
+            "pick": gym.spaces.Discrete(3),
+            "aim": gym.spaces.Tuple((gym.spaces.Box(-0.5, 0.5, (2,), np.float32),)),
+        }
+    )
+
+    def reset(self, *, seed=None, options=None):
+        return np.zeros(3, np.float32), {}
+
+    def step(self, action):
+        return np.zeros(3, np.float32), 0.0, True, False, {}
+
+
+def test_a_dict_action_is_one_output_per_entry(tmp_path):
+    env = make_env(_DictActions, 1, "serial")
+    env.close()
+    config = load_config("ppo_cartpole")
+    algorithm = build_algorithm(
+        config.algorithm, env.observation_spec, env.action_spec, config.network
+    ).eval()
+    with torch.no_grad():  # a mean far outside the bounds, which the file must clip too
+        algorithm.network.action_head.parts["aim"].parts["0"].mean.bias.fill_(3.0)
+    graph = PolicyGraph(algorithm, None, env.observation_spec, env.action_spec, False)
+    names = [info.name for info in graph.output_infos()]
+    assert names == ["action/aim/0", "action/pick"]  # the space's order: Gymnasium sorts keys
+    write_onnx(graph, tmp_path / "p.onnx", ["observation"], names)
+    write_torchscript(graph, tmp_path / "p.pt")
+    session = onnxruntime.InferenceSession(str(tmp_path / "p.onnx"))
+    module = torch.jit.load(str(tmp_path / "p.pt"))
+    observation = _observations(env, 5, seed=0)
+    expected = _cadence_actions(graph, observation)
+    aim, pick = session.run(None, {"observation": observation.numpy()})
+    np.testing.assert_array_equal(pick, expected["pick"].numpy())
+    np.testing.assert_allclose(aim, expected["aim"]["0"].numpy(), rtol=1e-5, atol=1e-6)
+    assert np.all(np.abs(aim) <= 0.5) and np.abs(aim).max() == 0.5  # clipped to the bounds
+    script_aim, script_pick = module(observation)
+    assert torch.equal(script_pick, expected["pick"])
+    torch.testing.assert_close(script_aim, expected["aim"]["0"])

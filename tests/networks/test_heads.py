@@ -14,6 +14,7 @@ from cadence.data.specs import BoundedTensorSpec, CompositeSpec, DiscreteTensorS
 from cadence.networks.distributions import TanhNormal
 from cadence.networks.heads import (
     CategoricalHead,
+    CompositeHead,
     MultiCategoricalHead,
     NormalHead,
     TanhNormalHead,
@@ -137,7 +138,9 @@ def test_make_action_head_chooses_by_spec():
     "spec, kind",
     [
         (DiscreteTensorSpec((2, 2), nvec=3), "normal"),
-        (CompositeSpec({"a": TensorSpec((2,))}), "normal"),
+        (CompositeSpec({"a.b": TensorSpec((2,))}), "normal"),  # a key no ModuleDict takes
+        (CompositeSpec({}), "normal"),
+        (CompositeSpec({"a": TensorSpec((2, 2))}), "normal"),  # an entry no head takes
         (TensorSpec((2, 2)), "normal"),
         (TensorSpec((2,)), "tanh_normal"),
         (BoundedTensorSpec((2,), minimum=0.0, maximum=float("inf")), "tanh_normal"),
@@ -165,3 +168,29 @@ def test_a_multi_discrete_action_gets_one_categorical_per_dimension():
     entropy = -(first.exp() * first).sum() - (second.exp() * second).sum()
     assert torch.allclose(at_zero.entropy(), entropy)
     assert at_zero.mode.tolist() == [[int(first.argmax()), int(second.argmax())]]
+
+
+def test_a_dict_action_gets_one_head_per_entry_and_sums_their_log_probs():
+    """Dict {"move": Discrete(3), "aim": {"force": Box(2)}} (nested, as a Tuple's entries
+    "0", "1"... would be): a sample and the mode are dicts of the entries', the
+    log-probability and entropy the sums of the entries' own."""
+    spec = CompositeSpec(
+        {
+            "move": DiscreteTensorSpec((), nvec=3),
+            "aim": CompositeSpec({"force": BoundedTensorSpec((2,), minimum=-1.0, maximum=1.0)}),
+        }
+    )
+    head = make_action_head(8, spec, init_log_std=-1.0)
+    assert isinstance(head, CompositeHead)
+    assert isinstance(head.parts["move"], CategoricalHead)
+    assert isinstance(head.parts["aim"].parts["force"], NormalHead)
+    features = torch.randn(5, 8)
+    distribution = head(features)
+    action = distribution.sample()
+    assert action["move"].shape == (5,) and action["aim"]["force"].shape == (5, 2)
+    move, force = head.parts["move"](features), head.parts["aim"].parts["force"](features)
+    expected = move.log_prob(action["move"]) + force.log_prob(action["aim"]["force"])
+    assert torch.allclose(distribution.log_prob(action), expected)
+    assert torch.allclose(distribution.entropy(), move.entropy() + force.entropy())
+    assert torch.equal(distribution.mode["move"], move.mode)
+    assert torch.equal(distribution.mode["aim"]["force"], force.mean)

@@ -23,8 +23,8 @@ def make_dqn(
     if not isinstance(action_spec, DiscreteTensorSpec) or action_spec.shape != ():
         raise UnsupportedSpaceError(
             f"DQN needs a single discrete action (gymnasium Discrete), got {action_spec}; "
-            "use PPO or A2C for MultiDiscrete or MultiBinary actions, SAC, TD3 or DDPG for "
-            "continuous ones"
+            "use PPO or A2C for MultiDiscrete, MultiBinary, Dict or Tuple actions, SAC, TD3 or "
+            "DDPG for continuous ones"
         )
     q_network = QNetwork(
         make_encoder(observation_spec, network_config),

@@ -8,7 +8,8 @@ from typing import Any
 from cadence.algorithms.sac.algorithm import SACAlgorithm
 from cadence.algorithms.sac.config import SACConfig
 from cadence.algorithms.sac.networks import AbsReLU, SACActor, make_critic
-from cadence.data.specs import DiscreteTensorSpec, Spec
+from cadence.data.errors import UnsupportedSpaceError
+from cadence.data.specs import CompositeSpec, DiscreteTensorSpec, Spec
 from cadence.networks.config import NetworkConfig
 
 
@@ -26,6 +27,11 @@ def make_sac(
         raise ValueError(
             "SAC trains on one-step transitions: set algorithm.off_policy.mini_batch_length=2, "
             f"not {config.off_policy.mini_batch_length}"
+        )
+    if isinstance(action_spec, CompositeSpec):
+        raise UnsupportedSpaceError(
+            f"SAC takes a Box or a single Discrete action, not a Dict or Tuple of them "
+            f"({action_spec!r}); use PPO or A2C, which take Dict and Tuple actions"
         )
     network_config = network_config or NetworkConfig()
     # See AbsReLU: a compiled ReLU in the detached-critic pass is slow on CPU.
