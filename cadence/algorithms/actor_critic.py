@@ -269,10 +269,8 @@ class ActorCriticAlgorithm(Algorithm):
         return pack_sequence_as(action, leaves)
 
     def _clip(self, action: torch.Tensor, leaf: int) -> torch.Tensor:
-        low, high = (
-            getattr(self, _bound_name("low", leaf)),
-            getattr(self, _bound_name("high", leaf)),
-        )
+        low = getattr(self, _bound_name("low", leaf))
+        high = getattr(self, _bound_name("high", leaf))
         return torch.maximum(torch.minimum(action, high), low)
 
 
