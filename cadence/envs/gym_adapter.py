@@ -57,7 +57,10 @@ class GymAdapter(PyEnvironment):
         # plain Box observation (the common case) skips the nest walk.
         self._action_start = spaces.action_start
         self._plain_action = not (
-            spaces.tuple_action or self._scalar_discrete_action or spaces.action_start is not None
+            spaces.tuple_action
+            or self._scalar_discrete_action
+            or spaces.action_start is not None
+            or spaces.action_starts is not None
         )
         self._flat_obs_dtype = spaces.flat_obs_dtype
         if env_info_keys is None:
@@ -216,18 +219,24 @@ class GymSpaces:
     between their values, for one env (`GymAdapter`) or a batch (`VectorEnvironment`: every
     conversion is element-wise, so a leading batch dimension passes through).
 
-    - Specs come from `spec_from_space`; a ``Tuple`` space is a dict keyed ``"0"``, ``"1"``...
-    - A Discrete or MultiDiscrete space whose ``start`` is not 0 is counted from 0 in its
-      spec: actions are shifted up on their way to the env, observations down.
+    - Specs come from `spec_from_space`; a ``Tuple`` space (at any depth) is a dict keyed
+      ``"0"``, ``"1"``...
+    - A Discrete or MultiDiscrete space whose ``start`` is not 0 (an entry of a Dict or
+      Tuple included) is counted from 0 in its spec: actions are shifted up on their way
+      to the env, observations down.
     - Observations take their spec's numpy dtype.
     """
 
     def __init__(self, observation_space: gym.Space, action_space: gym.Space):
         self.observation_spec = spec_from_space(observation_space)
         self.action_spec = spec_from_space(action_space)
-        self.tuple_obs = isinstance(observation_space, gym.spaces.Tuple)
-        self.tuple_action = isinstance(action_space, gym.spaces.Tuple)
+        self.observation_space, self.action_space = observation_space, action_space
+        self.tuple_obs = _holds_tuple(observation_space)
+        self.tuple_action = _holds_tuple(action_space)
         self.action_start = _nonzero_start(action_space)
+        composite = isinstance(action_space, gym.spaces.Dict | gym.spaces.Tuple)
+        self.action_starts = _starts(action_space) if composite else None
+        """The starts of a Dict or Tuple action's entries (as `obs_starts`), or None."""
         self.obs_starts = _starts(observation_space)
         self.obs_dtypes = map_structure(lambda s: s.numpy_dtype, self.observation_spec)
         plain_obs = not is_nested(self.obs_dtypes) and self.obs_starts is None
@@ -240,7 +249,7 @@ class GymSpaces:
         if self.flat_obs_dtype is not None:
             return np.asarray(observation, self.flat_obs_dtype)
         if self.tuple_obs:
-            observation = {str(i): o for i, o in enumerate(observation)}
+            observation = _keyed_tuples(observation, self.observation_space)
         if self.obs_starts is not None:
             return map_structure(_from_start, observation, self.obs_dtypes, self.obs_starts)
         return map_structure(np.asarray, observation, self.obs_dtypes)
@@ -249,8 +258,10 @@ class GymSpaces:
         """A numpy action nest as the env takes it."""
         if self.action_start is not None:
             return np.asarray(action, np.int64) + self.action_start
+        if self.action_starts is not None:
+            action = map_structure(_to_start, action, self.action_starts)
         if self.tuple_action:
-            return tuple(action[str(i)] for i in range(len(action)))
+            return _tuples(action, self.action_space)
         return action
 
 
@@ -309,6 +320,39 @@ def _leaf_starts(space: gym.Space) -> Nest:
         return {str(key): _leaf_starts(sub) for key, sub in items}
     start = _nonzero_start(space)
     return 0 if start is None else start
+
+
+def _holds_tuple(space: gym.Space) -> bool:
+    """Whether ``space`` is a Tuple or holds one at any depth."""
+    if isinstance(space, gym.spaces.Tuple):
+        return True
+    return isinstance(space, gym.spaces.Dict) and any(map(_holds_tuple, space.spaces.values()))
+
+
+def _keyed_tuples(value: Any, space: gym.Space) -> Any:
+    """A Gymnasium value as cadence's nest: every Tuple's entries keyed ``"0"``, ``"1"``..."""
+    if isinstance(space, gym.spaces.Tuple):
+        return {
+            str(i): _keyed_tuples(v, sub)
+            for i, (v, sub) in enumerate(zip(value, space, strict=True))
+        }
+    if isinstance(space, gym.spaces.Dict):
+        return {key: _keyed_tuples(value[key], sub) for key, sub in space.spaces.items()}
+    return value
+
+
+def _tuples(value: Any, space: gym.Space) -> Any:
+    """`_keyed_tuples` undone: every Tuple space's entries back in a tuple."""
+    if isinstance(space, gym.spaces.Tuple):
+        return tuple(_tuples(value[str(i)], sub) for i, sub in enumerate(space))
+    if isinstance(space, gym.spaces.Dict):
+        return {key: _tuples(value[key], sub) for key, sub in space.spaces.items()}
+    return value
+
+
+def _to_start(action: Any, start: Any) -> Any:
+    """An action leaf counted from its space's ``start`` (0: as it is)."""
+    return action if isinstance(start, int) else np.asarray(action, np.int64) + start
 
 
 def _from_start(observation: Any, dtype: np.dtype, start: Any) -> np.ndarray:

@@ -206,6 +206,38 @@ def test_discrete_spaces_that_do_not_start_at_0_are_counted_from_0(
     assert env.observation_spec["echo"].contains(torch.as_tensor(observation["echo"]))
 
 
+class _NestedEnv(gym.Env):
+    """A Dict action and observation holding a Tuple and a Discrete that starts at 5."""
+
+    def __init__(self):
+        inner = spaces.Tuple((spaces.Discrete(2), spaces.Box(-1.0, 1.0, (2,), np.float32)))
+        self.action_space = spaces.Dict({"shift": spaces.Discrete(3, start=5), "pair": inner})
+        self.observation_space = spaces.Dict({"pair": inner})
+        self.actions = []
+
+    def reset(self, *, seed=None, options=None):
+        return {"pair": (1, np.array([0.5, -0.5], np.float32))}, {}
+
+    def step(self, action):
+        assert self.action_space.contains(action), action
+        self.actions.append(action)
+        return {"pair": (0, np.zeros(2, np.float32))}, 0.0, False, False, {}
+
+
+def test_tuples_and_starts_inside_a_dict_are_converted_both_ways():
+    """A Tuple at any depth is a dict keyed "0", "1"... to cadence, and goes back to the env
+    as a tuple; a Discrete entry that starts at 5 is counted from 0."""
+    env = GymAdapter(_NestedEnv(), seed=0)
+    assert set(env.action_spec) == {"pair", "shift"} and set(env.action_spec["pair"]) == {"0", "1"}
+    assert env.action_spec["shift"].nvec == 3
+    first = env.reset().observation
+    assert first["pair"]["0"] == 1 and first["pair"]["1"].tolist() == [0.5, -0.5]
+    action = {"shift": np.array(2), "pair": {"0": np.array(1), "1": np.zeros(2, np.float32)}}
+    env.step(action)
+    sent = env.gym_env.unwrapped.actions[-1]
+    assert sent["shift"] == 7 and isinstance(sent["pair"], tuple) and sent["pair"][0] == 1
+
+
 def test_dict_observations_land_in_their_fields_whatever_the_key_order():
     # Gymnasium sorts a Dict space's keys; the env returns them in its own order.
     env = SerialEnvironment([lambda: GymAdapter(DictObservationEnv(), seed=5)])
