@@ -36,6 +36,7 @@ import logging
 import os
 import platform
 import re
+import uuid
 from collections.abc import Callable, Hashable
 from pathlib import Path
 from typing import Any
@@ -114,7 +115,9 @@ def load_or_compile(
             directory.mkdir(parents=True, exist_ok=True)
             unsupported.touch()
         return None
-    path = directory / f"{stem}-{os.getpid()}-{id(result):x}.bin"
+    # A name of its own: an object's id is reused once it is freed, and a second graph of
+    # the name saved by one process would overwrite the first one's file.
+    path = directory / f"{stem}-{os.getpid()}-{uuid.uuid4().hex[:12]}.bin"
     if not _save(result, path):
         return result
     if _loads_back(path, fn, args):
