@@ -28,7 +28,7 @@ from cadence.algorithms.algorithm import Algorithm, AlgStep, LossInfo
 from cadence.algorithms.returns import generalized_advantage_estimation
 from cadence.data.experience import Experience
 from cadence.data.nest import Nest, flatten, map_structure, pack_sequence_as
-from cadence.data.specs import CompositeSpec, Spec
+from cadence.data.specs import Spec
 from cadence.data.time_step import StepType, TimeStep
 
 
@@ -85,7 +85,7 @@ class ActorCriticAlgorithm(Algorithm):
         self._optimizer = optimizer(self.network.parameters())
         # Continuous actions (each continuous entry of a Dict or Tuple) are clipped to
         # their bounds: the buffers of leaf i of the action nest, in `flatten`'s order.
-        leaves = flatten(_spec_nest(action_spec))
+        leaves = flatten(action_spec)  # a CompositeSpec is a dict: a nest of leaf specs
         self._clipped = [i for i, leaf in enumerate(leaves) if _bounded(leaf)]
         for i in self._clipped:
             low, high = torch.as_tensor(leaves[i].minimum), torch.as_tensor(leaves[i].maximum)
@@ -286,13 +286,6 @@ def _where_rows(condition: torch.Tensor, yes: Nest, no: Nest) -> Nest:
         return torch.where(condition.reshape(condition.shape + (1,) * (yes.dim() - 1)), yes, no)
 
     return map_structure(where, yes, no)
-
-
-def _spec_nest(spec: Spec) -> Nest:
-    """A `CompositeSpec` as a nest of its leaf specs (plain dicts), for `flatten`."""
-    if isinstance(spec, CompositeSpec):
-        return {key: _spec_nest(leaf) for key, leaf in spec.items()}
-    return spec
 
 
 def _bounded(spec: Spec) -> bool:

@@ -55,12 +55,9 @@ class GymAdapter(PyEnvironment):
         self._scalar_discrete_action = isinstance(env.action_space, gym.spaces.Discrete)
         # Read by every step: a Box or an integer action goes to the env as it is, and a
         # plain Box observation (the common case) skips the nest walk.
-        self._action_start = spaces.action_start
+        self._action_starts = spaces.action_starts
         self._plain_action = not (
-            spaces.tuple_action
-            or self._scalar_discrete_action
-            or spaces.action_start is not None
-            or spaces.action_starts is not None
+            spaces.tuple_action or self._scalar_discrete_action or spaces.action_starts is not None
         )
         self._flat_obs_dtype = spaces.flat_obs_dtype
         if env_info_keys is None:
@@ -103,7 +100,7 @@ class GymAdapter(PyEnvironment):
         # the common cases (a Box or an integer action, a Box observation) inlined.
         if self._needs_reset:
             return self.reset()
-        if self._plain_action or (isinstance(action, np.integer) and self._action_start is None):
+        if self._plain_action or (isinstance(action, np.integer) and self._action_starts is None):
             gym_action = action
         else:
             gym_action = self._to_gym(action)
@@ -193,7 +190,7 @@ class GymAdapter(PyEnvironment):
             _set_mujoco_state(self._env.unwrapped, state["mujoco"])
 
     def _to_gym(self, action: Nest) -> Any:
-        if self._scalar_discrete_action and self._action_start is None:
+        if self._scalar_discrete_action and self._action_starts is None:
             # numpy integers are what `Discrete.sample` gives, so every env takes them, and
             # `Discrete.contains` checks them much faster than Python ints.
             return action if isinstance(action, np.integer) else int(action)
@@ -233,10 +230,9 @@ class GymSpaces:
         self.observation_space, self.action_space = observation_space, action_space
         self.tuple_obs = _holds_tuple(observation_space)
         self.tuple_action = _holds_tuple(action_space)
-        self.action_start = _nonzero_start(action_space)
-        composite = isinstance(action_space, gym.spaces.Dict | gym.spaces.Tuple)
-        self.action_starts = _starts(action_space) if composite else None
-        """The starts of a Dict or Tuple action's entries (as `obs_starts`), or None."""
+        self.action_starts = _starts(action_space)
+        """The action's starts (the space's, or a nest of a Dict's or Tuple's entries'),
+        None where every one is 0."""
         self.obs_starts = _starts(observation_space)
         self.obs_dtypes = map_structure(lambda s: s.numpy_dtype, self.observation_spec)
         plain_obs = not is_nested(self.obs_dtypes) and self.obs_starts is None
@@ -256,8 +252,6 @@ class GymSpaces:
 
     def action(self, action: Nest) -> Any:
         """A numpy action nest as the env takes it."""
-        if self.action_start is not None:
-            return np.asarray(action, np.int64) + self.action_start
         if self.action_starts is not None:
             action = map_structure(_to_start, action, self.action_starts)
         if self.tuple_action:
@@ -308,8 +302,8 @@ def _nonzero_start(space: gym.Space) -> np.ndarray | None:
 
 
 def _starts(space: gym.Space) -> Nest:
-    """`_nonzero_start` of every leaf of an observation space, as a nest shaped like its
-    spec (0 where a leaf starts at 0); None where every leaf does."""
+    """`_nonzero_start` of every leaf of a space, as a nest shaped like its spec (0 where a
+    leaf starts at 0); None where every leaf does."""
     starts = _leaf_starts(space)
     return None if all(isinstance(start, int) for start in flatten(starts)) else starts
 
