@@ -211,11 +211,11 @@ class ActorCriticAlgorithm(Algorithm):
         sequences from their initial ``state`` (a recurrent network)."""
         if self.recurrent:
             return self._train_sequences(inputs, state)
-        distribution = self.network.distribution(inputs["observation"])
+        distribution, value = self.network.distribution_and_value(inputs["observation"])
         info = {
             "log_prob": distribution.log_prob(inputs["action"]),
             "entropy": distribution.entropy(),
-            "value": self.network.value(inputs["observation"]),
+            "value": value,
             "old_log_prob": inputs["old_log_prob"],
             "advantage": inputs["advantage"],
             "return": inputs["return"],

@@ -48,6 +48,20 @@ class ActorCriticNetwork(nn.Module):
         """The state value ``[B]``."""
         return self.critic(self.critic_encoder(observation)).squeeze(-1)
 
+    def distribution_and_value(
+        self, observation: Nest
+    ) -> tuple[torch.distributions.Distribution, torch.Tensor]:
+        """`distribution` and `value` at ``observation``, a shared encoder run once (the
+        update's forward pass: on Atari frames the CNN is most of its cost)."""
+        features = self.actor_encoder(observation)
+        critic_features = (
+            features
+            if self.critic_encoder is self.actor_encoder
+            else self.critic_encoder(observation)
+        )
+        distribution = self.action_head(self.actor_body(features))
+        return distribution, self.critic(critic_features).squeeze(-1)
+
 
 class RecurrentActorCriticNetwork(nn.Module):
     """An actor and a critic that see the observations through a GRU or LSTM core.

@@ -400,3 +400,29 @@ def test_the_other_algorithms_refuse_a_dict_action_and_name_ppo_and_a2c(name):
     spec = CompositeSpec({"pick": DiscreteTensorSpec((), nvec=2), "push": TensorSpec((1,))})
     with pytest.raises(UnsupportedSpaceError, match="PPO or A2C"):
         build_algorithm(config.algorithm, VECTOR, spec, config.network)
+
+
+@pytest.mark.parametrize("share_encoder", [True, False])
+def test_a_training_step_runs_a_shared_encoder_once(share_encoder):
+    # On images the encoder (a CNN) is most of an update's cost: with share_encoder, a
+    # training step encodes each observation once for the policy and the value alike.
+    network = NetworkConfig(hidden_sizes=(8,), cnn="small", share_encoder=share_encoder)
+    images = BoundedTensorSpec((2, 16, 16), torch.uint8, 0, 255)
+    algorithm = make_ppo(PPOConfig(), images, TWO_ACTIONS, network)
+    encoders = {algorithm.network.actor_encoder, algorithm.network.critic_encoder}
+    calls = []
+    for encoder in encoders:
+        encoder.register_forward_hook(lambda module, args, output: calls.append(module))
+    observation = torch.randint(0, 256, (5, 2, 16, 16), dtype=torch.uint8)
+    inputs = {
+        "observation": observation,
+        "action": torch.tensor([0, 1, 1, 0, 1]),
+        **{key: torch.zeros(5) for key in ("old_log_prob", "advantage", "return", "old_value")},
+    }
+    info = algorithm.train_step(inputs, ()).info
+    assert sorted(map(id, calls)) == sorted(map(id, encoders))  # each encoder once
+    with torch.no_grad():
+        distribution = algorithm.network.distribution(observation)
+        value = algorithm.network.value(observation)
+    torch.testing.assert_close(info["log_prob"], distribution.log_prob(inputs["action"]))
+    torch.testing.assert_close(info["value"], value)
