@@ -30,6 +30,11 @@ BACKENDS = ("serial", "thread", "parallel", "vector", "tensor", "prefer_tensor",
 # (benchmarks/env_throughput.py). On an accelerator it always wins.
 _TENSOR_MIN_CPU_ENVS = 32
 
+# Packages that register a namespace of Gymnasium ids when imported, and how to install
+# them: Gymnasium 1.x loads no plugins, so `check_env_id` imports the package of an id in
+# one of these namespaces itself, and "ALE/Pong-v5" works as it is, in workers too.
+_NAMESPACE_PACKAGES = {"ALE": ("ale_py", "pip install ale-py (or cadence's 'atari' extra)")}
+
 # What a `ParallelEnvironment` step costs beyond its envs' own work (seconds): signalling
 # the workers, waiting for them to wake, copying the batch out of shared memory. Spreading
 # the envs over the workers must save more than this for "auto" to pick it.
@@ -421,6 +426,9 @@ def check_env_id(name: str) -> None:
         name = env_id
     if name in gym.registry:
         return
+    _import_namespace_package(name)
+    if name in gym.registry:
+        return
     from cadence.envs import suites  # noqa: F401 - registers cadence's own envs
 
     if name in gym.registry:
@@ -431,6 +439,26 @@ def check_env_id(name: str) -> None:
         f"Unknown environment id {name!r}.{hint} (Ids come from gymnasium.registry; "
         "import the package that registers yours, or pass 'module:EnvId'.)"
     )
+
+
+def _import_namespace_package(name: str) -> None:
+    """Imports the package that registers ``name``'s namespace (`_NAMESPACE_PACKAGES`), if
+    it is one of those.
+
+    Raises:
+        UnknownEnvironmentError: that package is not installed (the message says how to).
+    """
+    namespace, slash, _ = name.partition("/")
+    if not slash or namespace not in _NAMESPACE_PACKAGES:
+        return
+    module, install = _NAMESPACE_PACKAGES[namespace]
+    try:
+        importlib.import_module(module)
+    except ModuleNotFoundError as error:
+        raise UnknownEnvironmentError(
+            f"Environment {name!r} is registered by the package {module!r}, which cannot "
+            f"be imported ({error}): {install}."
+        ) from error
 
 
 def _import_env_module(module: str, name: str) -> None:
