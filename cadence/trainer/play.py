@@ -13,7 +13,8 @@ import torch
 from cadence.algorithms.algorithm import Algorithm
 from cadence.algorithms.build import build_algorithm
 from cadence.envs.environment import Environment
-from cadence.envs.make import is_vector_only, make_env
+from cadence.envs.errors import EnvBuildError
+from cadence.envs.make import make_env, picks_vector
 from cadence.envs.mujoco_setup import is_mujoco_env, offscreen_gl_hint
 from cadence.envs.wrapper_config import gym_wrappers
 from cadence.trainer.checkpoint import STATE_FILE, CheckpointManager
@@ -225,16 +226,28 @@ def _make_play_env(config: Any, render: bool) -> Environment:
         and not wrappers
     ):
         backend = "tensor"  # renders itself; its dynamics match the Gymnasium env's
-    elif is_vector_only(config.env.name):
-        backend = "vector"  # registered as a vector env alone: no single env to build
+    elif picks_vector(config.env.name, config.env.backend, gym_wrappers=wrappers):
+        # The env training stepped: a vector env's observations and kwargs may not be its
+        # single env's (ALE's has the frame preprocessing built in), and an id may have
+        # no single env at all.
+        backend = "vector"
     if backend != "tensor" and render:
         env_kwargs.setdefault("render_mode", "rgb_array")
-    return make_env(
-        config.env.name,
-        1,
-        backend,
-        config.seed + PLAY_SEED_OFFSET,
-        max_episode_steps=config.env.max_episode_steps,
-        gym_wrappers=wrappers,
-        env_kwargs=env_kwargs,
-    )
+    try:
+        return make_env(
+            config.env.name,
+            1,
+            backend,
+            config.seed + PLAY_SEED_OFFSET,
+            max_episode_steps=config.env.max_episode_steps,
+            gym_wrappers=wrappers,
+            env_kwargs=env_kwargs,
+        )
+    except TypeError as error:
+        if backend != "vector" or not render or "render_mode" not in str(error):
+            raise
+        raise EnvBuildError(
+            f"{config.env.name}'s vector env, which the run trained on, renders no frames "
+            f"({error}); play without --video, or train on single envs "
+            "(env.backend=serial) to film the policy"
+        ) from error
