@@ -96,3 +96,11 @@ def test_world_model_speed_times_cadence_updates(monkeypatch):
     rates = module.cadence_updates(module.SHAPES["pendulum"], iters=1, warmup=0, flops=True)
     for kind in ("world_model", "actor_critic"):
         assert rates[f"{kind}_updates_per_s"] > 0 and rates[f"{kind}_flops"] > 1e9
+
+
+def test_atari_throughput_prints_its_table():
+    pytest.importorskip("ale_py")
+    pytest.importorskip("cv2")
+    # cadence's side only: a training iteration of each side costs seconds on the CNN.
+    out = run_benchmark("atari_throughput.py", "--env-steps", "256", "--rounds", "1", "--skip-sb3")
+    assert "round 0: cadence" in out and "PPO on ALE/Pong-v5" in out

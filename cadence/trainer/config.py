@@ -48,7 +48,12 @@ class TrainerConfig:
         default=1, validator=ge(1), metadata={"doc": "Iterations between metric log points."}
     )
     eval_interval: int = field(
-        default=10, validator=ge(0), metadata={"doc": "Iterations between evaluations (0: never)."}
+        default=10,
+        validator=ge(0),
+        metadata={
+            "doc": "Iterations between evaluations; the last iteration is always evaluated "
+            "(0: only the last)."
+        },
     )
     num_eval_episodes: int = field(
         default=10, validator=ge(1), metadata={"doc": "Episodes per evaluation."}
