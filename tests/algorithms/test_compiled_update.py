@@ -511,3 +511,28 @@ def test_each_groups_state_is_one_flat_tensor_per_name_that_the_optimizer_sees()
 
     mixed = [torch.nn.Parameter(torch.zeros(3)), torch.nn.Parameter(torch.zeros(2).double())]
     assert compiled.GraphOptimizer(torch.optim.Adam(mixed)).flat == [None]
+
+
+def test_a_compiled_cnn_update_gives_the_eager_numbers():
+    # Image encoders keep channels-last filters (faster CPU convolutions): the compiled
+    # graph, its optimizer's flat state and a checkpoint must all see through the layout.
+    spec = BoundedTensorSpec((2, 8, 8), torch.uint8, 0, 255)
+    network = NetworkConfig(hidden_sizes=(8,), cnn="small", share_encoder=True)
+    eager = make_ppo(PPOConfig(), spec, DISCRETE, network)
+    conv = eager.network.actor_encoder.conv[0].weight
+    assert conv.is_contiguous(memory_format=torch.channels_last)
+    graph = copy.deepcopy(eager)
+    graph.set_compile("default")
+    generator = torch.Generator().manual_seed(1)
+    for _ in range(2):
+        batch = _on_policy_batches(True)[0]
+        batch["observation"] = torch.randint(0, 256, (N, *spec.shape), generator=generator)
+        batch["observation"] = batch["observation"].to(torch.uint8)
+        expected, result = eager.update(batch), graph.update(batch)
+        for key, value in expected.metrics.items():
+            torch.testing.assert_close(result.metrics[key], value, rtol=1e-4, atol=1e-5)
+        assert_close_states(eager, graph)
+    assert graph.compiler.compile_seconds > 0
+    fresh = make_ppo(PPOConfig(), spec, DISCRETE, network)
+    fresh.load_state_dict(graph.state_dict())
+    assert_close_states(eager, fresh)
