@@ -305,6 +305,22 @@ def test_several_updates_in_one_compiled_call_give_the_eager_numbers(monkeypatch
     assert not torch._dynamo.utils.counters["graph_break"]
 
 
+def test_a_fused_update_first_called_on_equal_minibatches_takes_unequal_ones():
+    """An on-policy batch loses the steps dropped at episode ends, so the minibatches of
+    a fused call are equal in size until the first episode ends, unequal after: one
+    dynamic graph takes both (duck sizing made the first graph guard on their equality,
+    and the first unequal call compiled a second one, in every run)."""
+    _, graph, batches = _eager_and_compiled("ppo")
+    generator = torch.Generator().manual_seed(0)
+    for sizes in ([8, 8], [8, 5], [7, 3]):
+        rows = torch.randperm(N, generator=generator)[: sum(sizes)].split(sizes)
+        graph.update_rows_many(batches[0], list(rows))
+    update = graph.compiler._graphs["Algorithm._update_steps_on_rows"]
+    assert update.precompile and len(update._precompiled) == 1
+    # Every call ran the graph of the first: no call fell back to a torch.compile of its own.
+    assert update.compiled is None
+
+
 def test_the_bias_corrections_of_several_steps_are_each_steps_own():
     """`GraphOptimizer.refresh` for a call of several steps fills a row per step, for
     parameters whose step counts differ too (one left without gradients falls behind)."""
