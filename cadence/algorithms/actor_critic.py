@@ -85,12 +85,16 @@ class ActorCriticAlgorithm(Algorithm):
         self._optimizer = optimizer(self.network.parameters())
         # Continuous actions (each continuous entry of a Dict or Tuple) are clipped to
         # their bounds: the buffers of leaf i of the action nest, in `flatten`'s order.
+        # Per clipped leaf: its index and its bound buffers' names (named once, not per step).
         leaves = flatten(action_spec)  # a CompositeSpec is a dict: a nest of leaf specs
-        self._clipped = [i for i, leaf in enumerate(leaves) if _bounded(leaf)]
-        for i in self._clipped:
-            low, high = torch.as_tensor(leaves[i].minimum), torch.as_tensor(leaves[i].maximum)
-            self.register_buffer(_bound_name("low", i), low, persistent=False)
-            self.register_buffer(_bound_name("high", i), high, persistent=False)
+        self._clipped = [
+            (i, _bound_name("low", i), _bound_name("high", i))
+            for i, leaf in enumerate(leaves)
+            if _bounded(leaf)
+        ]
+        for i, low, high in self._clipped:
+            self.register_buffer(low, torch.as_tensor(leaves[i].minimum), persistent=False)
+            self.register_buffer(high, torch.as_tensor(leaves[i].maximum), persistent=False)
 
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:
         return {"actor_critic": self._optimizer}
@@ -262,16 +266,15 @@ class ActorCriticAlgorithm(Algorithm):
         if not self._clipped:
             return action
         if isinstance(action, torch.Tensor):
-            return self._clip(action, 0)
+            return self._clip(action, *self._clipped[0][1:])
         leaves = flatten(action)
-        for i in self._clipped:
-            leaves[i] = self._clip(leaves[i], i)
+        for i, low, high in self._clipped:
+            leaves[i] = self._clip(leaves[i], low, high)
         return pack_sequence_as(action, leaves)
 
-    def _clip(self, action: torch.Tensor, leaf: int) -> torch.Tensor:
-        low = getattr(self, _bound_name("low", leaf))
-        high = getattr(self, _bound_name("high", leaf))
-        return torch.maximum(torch.minimum(action, high), low)
+    def _clip(self, action: torch.Tensor, low: str, high: str) -> torch.Tensor:
+        """``action`` between the buffers named ``low`` and ``high``."""
+        return torch.maximum(torch.minimum(action, getattr(self, high)), getattr(self, low))
 
 
 def _batch_major(x: torch.Tensor) -> torch.Tensor:

@@ -131,8 +131,9 @@ def picks_vector(
 ) -> bool:
     """Whether `make_env` steps ``name`` as one Gymnasium vector env (`VectorEnvironment`),
     unless `picks_tensor` (checked first): asked for (``"vector"``), or picked by ``"auto"``
-    for an id registered with a ``vector_entry_point`` and no ``gym_wrappers``, on a CPU
-    or where the id has no single-env ``entry_point`` at all.
+    (and by ``"prefer_tensor"``, which is ``"auto"`` where `picks_tensor` declined) for an id
+    registered with a ``vector_entry_point`` and no ``gym_wrappers``, on a CPU or where the
+    id has no single-env ``entry_point`` at all.
 
     A vector env steps its batch in one call: CartPole-v1's NumPy one steps 32 envs about
     4x faster than a serial batch (benchmarks/env_throughput.py), and a user registers
@@ -141,7 +142,7 @@ def picks_vector(
     still."""
     if backend == "vector":
         return True
-    if backend != "auto" or gym_wrappers or not has_vector_env(name):
+    if backend not in ("auto", "prefer_tensor") or gym_wrappers or not has_vector_env(name):
         return False
     return torch.device(device).type == "cpu" or is_vector_only(name)
 

@@ -33,7 +33,7 @@ import torch
 from torch import nn
 
 from cadence.algorithms.algorithm import Algorithm, reset_state
-from cadence.data.nest import Nest, flatten, flatten_with_paths, pack_sequence_as
+from cadence.data.nest import Nest, flatten, flatten_with_paths, map_structure, pack_sequence_as
 from cadence.data.specs import Spec
 from cadence.data.time_step import StepType, TimeStep
 from cadence.export.errors import ExportError
@@ -147,13 +147,8 @@ class PolicyGraph(nn.Module):
             step_type = torch.full_like(anchor, int(StepType.MID), dtype=torch.int64)
             state = ()
         if prev_action is None:  # read by no model-free policy; a TimeStep has one
-            prev_action = pack_sequence_as(
-                self.action_spec,
-                [
-                    spec.zeros((1,)).to(anchor.device).expand(anchor.shape[0], *spec.shape)
-                    for spec in flatten(self.action_spec)
-                ],
-            )
+            zeros = self.action_spec.zeros((1,), anchor.device)  # a nest for a Dict or Tuple
+            prev_action = map_structure(lambda z: z.expand(anchor.shape[0], *z.shape[1:]), zeros)
         time_step = TimeStep(
             step_type=step_type,
             reward=torch.zeros_like(anchor, dtype=torch.float32),

@@ -214,12 +214,6 @@ def _frame(env: Environment, env_name: str) -> np.ndarray | None:
         raise RuntimeError(message) from error
 
 
-def _gym_backend(backend: str) -> str:
-    """The back end training asked of a Gymnasium env: ``"prefer_tensor"`` without a
-    tensor-native env is ``"auto"``."""
-    return "auto" if backend == "prefer_tensor" else backend
-
-
 def _make_play_env(config: Any, render: bool) -> Environment:
     env_kwargs = dict(config.env.env_kwargs or {})
     backend = "thread"
@@ -232,7 +226,7 @@ def _make_play_env(config: Any, render: bool) -> Environment:
         and not wrappers
     ):
         backend = "tensor"  # renders itself; its dynamics match the Gymnasium env's
-    elif picks_vector(config.env.name, _gym_backend(config.env.backend), gym_wrappers=wrappers):
+    elif picks_vector(config.env.name, config.env.backend, gym_wrappers=wrappers):
         # The env training stepped: a vector env's observations and kwargs may not be its
         # single env's (ALE's has the frame preprocessing built in), and an id may have
         # no single env at all.
