@@ -127,22 +127,26 @@ class GymAdapter(PyEnvironment):
     def get_state(self) -> Any:
         """The pickled env and RNGs; raises if the env cannot be pickled.
 
-        A MuJoCo env pickles as its constructor's arguments (Gymnasium's ``EzPickle``),
-        which rebuild a fresh simulation: its state is saved beside it (`_mujoco_state`).
-        Any other env or wrapper pickled that way would come back fresh, so its state
-        cannot be saved; nor can an env that does not pickle.
+        A MuJoCo or ALE env pickles as its constructor's arguments (Gymnasium's
+        ``EzPickle``), which rebuild a fresh simulation or emulator: its state is saved
+        beside it (`_SIMULATORS`). Any other env or wrapper pickled that way would come
+        back fresh, so its state cannot be saved; nor can an env that does not pickle.
 
         Raises:
             UnsavableEnvStateError: either (a ``TypeError``, one line naming the env:
                 expected of such envs, a run resumed from a checkpoint then starts new
                 episodes).
         """
-        mujoco_state = _mujoco_state(self._env.unwrapped)
+        env = self._env.unwrapped
+        simulators = {
+            kind: saved
+            for kind, (save, _) in _SIMULATORS.items()
+            if (saved := save(env)) is not None
+        }
         fresh = [
             type(layer).__name__
             for layer in wrapper_layers(self._env)
-            if isinstance(layer, EzPickle)
-            and not (layer is self._env.unwrapped and mujoco_state is not None)
+            if isinstance(layer, EzPickle) and not (layer is env and simulators)
         ]
         if fresh:
             raise UnsavableEnvStateError(
@@ -155,9 +159,8 @@ class GymAdapter(PyEnvironment):
             "seed": self._seed,
             "needs_reset": self._needs_reset,
             "action_space_rng": self._env.action_space.np_random.bit_generator.state,
+            **simulators,
         }
-        if mujoco_state is not None:
-            state["mujoco"] = mujoco_state
         try:
             return pickle.dumps(state)
         except (pickle.PicklingError, TypeError, AttributeError) as error:
@@ -186,8 +189,9 @@ class GymAdapter(PyEnvironment):
         self._seed = state["seed"]
         self._needs_reset = state["needs_reset"]
         self._env.action_space.np_random.bit_generator.state = state["action_space_rng"]
-        if "mujoco" in state:
-            _set_mujoco_state(self._env.unwrapped, state["mujoco"])
+        for kind, (_, restore) in _SIMULATORS.items():
+            if kind in state:
+                restore(self._env.unwrapped, state[kind])
 
     def _to_gym(self, action: Nest) -> Any:
         if self._scalar_discrete_action and self._action_starts is None:
@@ -290,6 +294,34 @@ def _set_mujoco_state(env: gym.Env, state: dict[str, Any]) -> None:
             target[...] = array
     data.time = state["time"]
     env.np_random.bit_generator.state = state["np_random"]
+
+
+def _ale_state(env: gym.Env) -> dict[str, Any] | None:
+    """An Atari env's emulator, with the RNG of its sticky actions, and its own RNG (the
+    no-op starts of ``AtariPreprocessing`` draw from it); ``None`` for other envs."""
+    ale = getattr(env, "ale", None)
+    if ale is None or type(ale).__module__.partition(".")[0] != "ale_py":
+        return None
+    return {
+        "emulator": ale.cloneState(include_rng=True).serialize(),
+        "np_random": env.np_random.bit_generator.state,
+    }
+
+
+def _set_ale_state(env: gym.Env, state: dict[str, Any]) -> None:
+    """Puts an `_ale_state` back into ``env`` (built from the same constructor arguments)."""
+    from ale_py import ALEState  # loaded already: ``env`` is an ALE env
+
+    env.ale.restoreState(ALEState(state["emulator"]))
+    env.np_random.bit_generator.state = state["np_random"]
+
+
+# The simulators whose envs pickle as their constructor's arguments, by their key in a
+# saved state: what saves one (None for other envs) and what puts it back.
+_SIMULATORS = {
+    "mujoco": (_mujoco_state, _set_mujoco_state),
+    "ale": (_ale_state, _set_ale_state),
+}
 
 
 def _nonzero_start(space: gym.Space) -> np.ndarray | None:

@@ -59,6 +59,41 @@ def test_parallel_workers_build_ale_envs_with_the_standard_frames():
         env.close()
 
 
+def test_an_ale_state_restores_the_game_into_new_workers():
+    """An ALE env pickles as its constructor's arguments; its emulator must come back too.
+
+    Through workers, as on resuming a run: with sticky actions (v5's default), the frames
+    after the restore match only if the emulator's RNG came back with it.
+    """
+    wrappers = gym_wrappers(
+        [{"name": "AtariPreprocessing"}, {"name": "FrameStackObservation", "stack_size": 4}]
+    )
+
+    def make(seed):
+        return make_env(
+            PONG, 1, "parallel", seed=seed, gym_wrappers=wrappers, env_kwargs={"frameskip": 1}
+        )
+
+    actions = torch.randint(0, 6, (180, 1), generator=torch.Generator().manual_seed(0))
+    env = make(seed=0)
+    try:
+        for action in actions[:30]:
+            env.step(action)
+        state = env.get_state()
+        expected = [env.step(action).observation for action in actions[30:]]
+    finally:
+        env.close()
+    restored = make(seed=1)
+    try:
+        restored.set_state(state)
+        got = [restored.step(action).observation for action in actions[30:]]
+    finally:
+        restored.close()
+    assert not torch.equal(expected[-1], expected[0])  # the game moved
+    for want, observation in zip(expected, got, strict=True):
+        assert torch.equal(observation, want)
+
+
 def test_ppo_atari_trains_plays_a_video_of_the_game_and_exports(tmp_path):
     pytest.importorskip("imageio")
     run = tmp_path / "run"
