@@ -141,7 +141,15 @@ def _eager_and_compiled(name: str, device: str = "cpu"):
     return eager, graph, batches
 
 
-@pytest.mark.parametrize("name", list(CASES))
+# TD3 is DDPG's update with twin critics and a delayed actor: half a minute on a cold compile
+# cache, so CI runs it beside the learning tests.
+COMPILED_CASES = [
+    pytest.param(name, marks=[pytest.mark.slow, pytest.mark.ci_budget]) if name == "td3" else name
+    for name in CASES
+]
+
+
+@pytest.mark.parametrize("name", COMPILED_CASES)
 def test_a_compiled_update_gives_the_eager_numbers(name, cpu_or_gpu):
     device = cpu_or_gpu
     eager, graph, batches = _eager_and_compiled(name, device)
@@ -529,6 +537,8 @@ def test_each_groups_state_is_one_flat_tensor_per_name_that_the_optimizer_sees()
     assert compiled.GraphOptimizer(torch.optim.Adam(mixed)).flat == [None]
 
 
+@pytest.mark.slow
+@pytest.mark.ci_budget  # half a minute on a cold compile cache
 def test_a_compiled_cnn_update_gives_the_eager_numbers():
     # Image encoders keep channels-last filters (faster CPU convolutions): the compiled
     # graph, its optimizer's flat state and a checkpoint must all see through the layout.

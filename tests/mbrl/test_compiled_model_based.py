@@ -100,7 +100,9 @@ def _batches() -> list[dict[str, torch.Tensor]]:
     [
         # Dreamer's model is Denoised MDP's without y and z: the same code, compiled again.
         pytest.param("dreamer", marks=pytest.mark.slow),
-        "denoised_mdp",  # sac_latent: test_ci_budget_a_compiled_sac_latent_update_...
+        # 1.5 min on a cold compile cache: CI runs it beside the learning tests, as it runs
+        # sac_latent's (test_ci_budget_a_compiled_sac_latent_update_...).
+        pytest.param("denoised_mdp", marks=[pytest.mark.slow, pytest.mark.ci_budget]),
     ],
 )
 def test_a_compiled_model_based_update_gives_the_eager_numbers(name):
