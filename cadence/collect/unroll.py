@@ -93,6 +93,8 @@ class Collector:
         steps_per_graph: with a compiled unroll, steps per graph call at most (the
             largest divisor of ``unroll_length`` up to it): more steps run faster but
             take longer to trace at every start and to compile (`MAX_STEPS_PER_GRAPH`).
+        acting_threads: torch's intra-op threads while it unrolls, where fewer than the
+            process's (the cores env worker processes leave them); None: the process's.
     """
 
     def __init__(
@@ -106,8 +108,10 @@ class Collector:
         action_repeat: int = 1,
         learner_device: Any = None,
         steps_per_graph: int = MAX_STEPS_PER_GRAPH,
+        acting_threads: int | None = None,
     ):
         self.env = env
+        self.acting_threads = acting_threads
         self.algorithm = algorithm
         self.unroll_length = unroll_length
         if device is None:  # an algorithm is a module, or any object with its two methods
@@ -151,6 +155,18 @@ class Collector:
             policy: acts instead of the algorithm's ``rollout_step`` (same signature), e.g.
                 the random actions of an off-policy algorithm's initial collection.
         """
+        threads = torch.get_num_threads()
+        if self.acting_threads is None or self.acting_threads >= threads:
+            return self._unroll(policy)
+        torch.set_num_threads(self.acting_threads)
+        try:
+            return self._unroll(policy)
+        finally:
+            torch.set_num_threads(threads)
+
+    def _unroll(
+        self, policy: Callable[[TimeStep, Nest], AlgStep] | None
+    ) -> tuple[Experience, dict[str, torch.Tensor]]:
         self._refresh()
         initial_state = self.acting.initial_state(self.env.batch_size)
         stateful = bool(flatten(initial_state))

@@ -129,8 +129,9 @@ class TrainerConfig:
         validator=ge(0),
         metadata={
             "doc": "torch.set_num_threads while the run trains (0: torch's default, less "
-            "the cores taken by 'parallel' env workers or other ranks; a resume takes the "
-            "count the run recorded in placement.json). The count changes how results round."
+            "the cores taken by other ranks, and while the policy acts, by 'parallel' env "
+            "workers; a resume takes the count the run recorded in placement.json). The "
+            "count changes how results round."
         },
     )
     cpu_matmul: Literal["auto", "aten", "onednn", "avx512"] = field(

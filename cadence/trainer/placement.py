@@ -89,6 +89,8 @@ class Placement:
             (empty in a placement recorded before it was part of one).
         num_threads: torch's intra-op threads (``torch.get_num_threads``), which change
             how reductions round (0 in a placement recorded before it was part of one).
+        acting_threads: torch's threads while the collector acts, where they are fewer
+            (the cores env worker processes leave); 0: ``num_threads``.
     """
 
     learner: str
@@ -97,6 +99,7 @@ class Placement:
     rollout_step_us: dict[str, float] = attrs.field(factory=dict)
     cpu_matmul: str = ""
     num_threads: int = 0
+    acting_threads: int = 0
 
     @property
     def split(self) -> bool:
@@ -132,6 +135,8 @@ class Placement:
             text += f", CPU matmuls by {self.cpu_matmul}"
         if self.num_threads:
             text += f", {self.num_threads} torch thread(s)"
+        if self.acting_threads:
+            text += f" ({self.acting_threads} while acting)"
         return text
 
 

@@ -185,9 +185,9 @@ def build_trainer(
     placement = resolve_placement(learner, collector_setting, run_dir, tensor_env)
     env_device = placement.env if placement is not None else "cpu"
     env = make_training_env(config, num_envs, config.seed + ranks.rank * num_envs, env_device)
-    _share_cores_with_env_workers(trainer_config, env)
     _share_cores_with_ranks(trainer_config, ranks)
     resume_thread_count(trainer_config.num_threads, run_dir, available_cores())
+    acting_threads = _acting_threads(trainer_config, env)
     replay_buffer = make_training_replay_buffer(config, env.batch_size, device)
     transformer = make_data_transformer(
         config.data_transformers, env.observation_spec, replay_buffer
@@ -215,7 +215,12 @@ def build_trainer(
             f"({learner}), which data transformers do not support (they keep their "
             "statistics on one device); set trainer.collector_device=learner"
         )
-    placement = attrs.evolve(placement, cpu_matmul=cpu_matmul, num_threads=torch.get_num_threads())
+    placement = attrs.evolve(
+        placement,
+        cpu_matmul=cpu_matmul,
+        num_threads=torch.get_num_threads(),
+        acting_threads=acting_threads or 0,
+    )
     record_placement(placement, run_dir, ranks.is_writer)
     collector = Collector(
         env,
@@ -226,6 +231,7 @@ def build_trainer(
         action_repeat=config.env.action_repeat,
         learner_device=learner,
         steps_per_graph=unroll_graph_steps(config),
+        acting_threads=acting_threads,
     )
 
     def make_eval_env(seed: int) -> Environment:
@@ -377,25 +383,31 @@ def make_training_env(
     )
 
 
-def _share_cores_with_env_workers(trainer_config: Any, env: Environment) -> None:
-    """With ``num_threads`` 0, leaves the env's worker processes their cores.
+def _acting_threads(trainer_config: Any, env: Environment) -> int | None:
+    """With ``num_threads`` 0, torch's thread count while the collector acts: the cores the
+    env's worker processes leave (None where they leave them all, or there are none).
 
-    Torch's intra-op threads wait for each other by spinning; sharing cores with
-    env workers, one of them is often descheduled and the rest wait for it (a PPO
-    run on Hopper took 1.1x to 6x as long as with one thread, varying run to run).
+    Torch's intra-op threads wait for each other by spinning; sharing cores with stepping
+    env workers, one of them is often descheduled and the rest wait for it (a PPO run on
+    Hopper took 1.1x to 6x as long with two threads as with one, varying run to run).
+    Between unrolls the workers sleep, so the updates take every core (a CNN's updates
+    ran 1.35x faster with two threads than with one; Hopper's the same).
     """
     num_workers = getattr(env, "num_workers", 0)
     if trainer_config.num_threads > 0 or not num_workers:
-        return
+        return None
+    learning = torch.get_num_threads()
     threads = max(1, available_cores() - num_workers)
-    if threads < torch.get_num_threads():
-        logger.info(
-            "torch uses %d thread(s): the env's %d worker processes have the other cores "
-            "(set trainer.num_threads to choose)",
-            threads,
-            num_workers,
-        )
-        torch.set_num_threads(threads)
+    if threads >= learning:
+        return None
+    logger.info(
+        "torch uses %d thread(s) while the env's %d worker processes step and %d while it "
+        "learns (set trainer.num_threads to fix one count)",
+        threads,
+        num_workers,
+        learning,
+    )
+    return threads
 
 
 def _configure_torch(trainer_config: Any) -> None:

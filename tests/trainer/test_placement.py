@@ -81,6 +81,7 @@ def test_auto_places_everything_on_the_cpu_without_a_gpu_and_records_it(tmp_path
         "rollout_step_us": {},
         "cpu_matmul": cpu_matmul(),
         "num_threads": torch.get_num_threads(),
+        "acting_threads": 0,  # no env workers
     }
     assert recorded["cpu_matmul"] in CPU_MATMULS and recorded["cpu_matmul"] != "auto"
 

@@ -1,4 +1,5 @@
-"""`cadence.trainer.run`: how the learner's torch threads share the machine with env workers."""
+"""`cadence.trainer.run`: how the learner's torch threads share the machine with env workers
+(fewer while the workers step, every one while it learns)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,14 @@ import types
 import pytest
 import torch
 
+from cadence.algorithms.ppo import PPOConfig, make_ppo
+from cadence.collect.unroll import Collector
+from cadence.envs.make import make_env
 from cadence.envs.worker_pool import available_cores
+from cadence.networks import NetworkConfig
 from cadence.trainer.config import TrainerConfig
-from cadence.trainer.run import _share_cores_with_env_workers
+from cadence.trainer.placement import Placement
+from cadence.trainer.run import _acting_threads, train
 
 
 @pytest.fixture
@@ -21,20 +27,67 @@ def torch_threads():
     torch.set_num_threads(threads)
 
 
-def test_torch_leaves_the_env_workers_their_cores(torch_threads):
+def test_torch_acts_on_the_cores_the_env_workers_leave(torch_threads):
     torch.set_num_threads(available_cores())
     workers = max(1, available_cores() - 1)
-    _share_cores_with_env_workers(TrainerConfig(), types.SimpleNamespace(num_workers=workers))
-    assert torch.get_num_threads() == max(1, available_cores() - workers)
+    env = types.SimpleNamespace(num_workers=workers)
+    acting = _acting_threads(TrainerConfig(), env)
+    left = max(1, available_cores() - workers)
+    assert acting == (left if left < available_cores() else None)
+    assert torch.get_num_threads() == available_cores()  # the updates keep every core
 
 
-def test_an_explicit_thread_count_or_an_env_without_workers_is_left_alone(torch_threads):
+def test_an_explicit_thread_count_or_an_env_without_workers_acts_on_every_thread(torch_threads):
     torch.set_num_threads(2)
-    _share_cores_with_env_workers(
-        TrainerConfig(num_threads=2), types.SimpleNamespace(num_workers=2)
+    assert (
+        _acting_threads(TrainerConfig(num_threads=2), types.SimpleNamespace(num_workers=2)) is None
     )
-    _share_cores_with_env_workers(TrainerConfig(), types.SimpleNamespace())  # e.g. serial
+    assert _acting_threads(TrainerConfig(), types.SimpleNamespace()) is None  # e.g. serial
     assert torch.get_num_threads() == 2
+
+
+def test_the_collector_acts_with_its_acting_threads_and_gives_the_rest_back(torch_threads):
+    torch.set_num_threads(2)
+    env = make_env("CartPole-v1", 2, "serial", seed=0)
+    algorithm = make_ppo(PPOConfig(), env.observation_spec, env.action_spec, NetworkConfig())
+    seen = []
+    rollout_step = algorithm.rollout_step
+
+    def counted(*args):
+        seen.append(torch.get_num_threads())
+        return rollout_step(*args)
+
+    algorithm.rollout_step = counted
+    Collector(env, algorithm, 4, acting_threads=1).unroll()
+    assert seen == [1] * 4
+    assert torch.get_num_threads() == 2
+    Collector(env, algorithm, 4).unroll()
+    assert seen[4:] == [2] * 4
+
+
+def test_a_run_with_env_workers_records_both_thread_counts(tmp_path, torch_threads):
+    if available_cores() < 2:
+        pytest.skip("needs 2 cores: one worker leaves torch one of them")
+    import cadence
+
+    torch.set_num_threads(2)
+    config = cadence.load_config(
+        "ppo_cartpole",
+        [
+            "env.backend=parallel",
+            "env.num_envs=2",
+            "env.num_workers=1",
+            "trainer.unroll_length=8",
+            "trainer.num_env_steps=16",
+            "trainer.eval_interval=0",
+            "trainer.num_eval_episodes=1",
+            "trainer.progress_bar=off",
+        ],
+        root_dir=tmp_path,
+    )
+    train(config)
+    placement = Placement.load(tmp_path)
+    assert (placement.num_threads, placement.acting_threads) == (2, 1)
 
 
 @pytest.mark.timeout(120)
