@@ -390,8 +390,9 @@ def _acting_threads(trainer_config: Any, env: Environment) -> int | None:
     Torch's intra-op threads wait for each other by spinning; sharing cores with stepping
     env workers, one of them is often descheduled and the rest wait for it (a PPO run on
     Hopper took 1.1x to 6x as long with two threads as with one, varying run to run).
-    Between unrolls the workers sleep, so the updates take every core (a CNN's updates
-    ran 1.35x faster with two threads than with one; Hopper's the same).
+    Between unrolls the workers sleep, so the updates take every core (on 2 cores, PPO
+    with a CNN on pixel CartPole trained 1.4x faster so than on one thread throughout,
+    SAC on two Hoppers 1.35x, PPO on Hopper the same).
     """
     num_workers = getattr(env, "num_workers", 0)
     if trainer_config.num_threads > 0 or not num_workers:
