@@ -391,7 +391,7 @@ def _acting_threads(trainer_config: Any, env: Environment) -> int | None:
     env workers, one of them is often descheduled and the rest wait for it (a PPO run on
     Hopper took 1.1x to 6x as long with two threads as with one, varying run to run).
     Between unrolls the workers sleep, so the updates take every core (on 2 cores, PPO
-    with a CNN on pixel CartPole trained 1.4x faster so than on one thread throughout,
+    with a CNN on pixel CartPole trained 1.4x faster than on one thread throughout,
     SAC on two Hoppers 1.35x, PPO on Hopper the same).
     """
     num_workers = getattr(env, "num_workers", 0)

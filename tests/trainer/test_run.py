@@ -58,19 +58,21 @@ def test_the_collector_acts_with_its_acting_threads_and_gives_the_rest_back(torc
         return rollout_step(*args)
 
     algorithm.rollout_step = counted
-    Collector(env, algorithm, 4, acting_threads=1).unroll()
-    assert seen == [1] * 4
-    assert torch.get_num_threads() == 2
-    Collector(env, algorithm, 4).unroll()
+    with env:
+        Collector(env, algorithm, 4, acting_threads=1).unroll()
+        assert seen == [1] * 4
+        assert torch.get_num_threads() == 2
+        Collector(env, algorithm, 4).unroll()
     assert seen[4:] == [2] * 4
 
 
 def test_a_run_with_env_workers_records_both_thread_counts(tmp_path, torch_threads):
-    if available_cores() < 2:
-        pytest.skip("needs 2 cores: one worker leaves torch one of them")
+    cores = available_cores()
+    if cores < 2:
+        pytest.skip("needs 2 cores: one worker leaves torch the others")
     import cadence
 
-    torch.set_num_threads(2)
+    torch.set_num_threads(cores)
     config = cadence.load_config(
         "ppo_cartpole",
         [
@@ -87,7 +89,7 @@ def test_a_run_with_env_workers_records_both_thread_counts(tmp_path, torch_threa
     )
     train(config)
     placement = Placement.load(tmp_path)
-    assert (placement.num_threads, placement.acting_threads) == (2, 1)
+    assert (placement.num_threads, placement.acting_threads) == (cores, cores - 1)
 
 
 @pytest.mark.timeout(120)
