@@ -21,7 +21,7 @@ from typing import ClassVar
 import numpy as np
 import torch
 
-from cadence.data.nest import Nest
+from cadence.data.nest import Nest, flatten_with_paths
 from cadence.data.specs import BoundedTensorSpec, DiscreteTensorSpec, Spec, TensorSpec
 from cadence.data.time_step import TimeStep
 from cadence.replay.buffer import ReplayBuffer, ReplaySample
@@ -49,8 +49,9 @@ class ReplayFrameStack(DataTransformer):
     holds each frame ``num_frames`` times).
 
     A leaf of shape ``(C, H, W)`` becomes ``(num_frames * C, H, W)`` (channels of
-    the oldest frame first), ``(D,)`` becomes ``(num_frames * D,)`` and a scalar
-    becomes ``(num_frames,)``. Frames come from the same episode only: the
+    the oldest frame first), a grayscale ``(H, W)`` becomes ``(num_frames, H, W)``
+    (as Gymnasium's ``FrameStackObservation`` stacks Atari frames), ``(D,)`` becomes
+    ``(num_frames * D,)`` and a scalar becomes ``(num_frames,)``. Frames come from the same episode only: the
     episode's first frame fills in for frames before it.
 
     Args:
@@ -83,6 +84,8 @@ class ReplayFrameStack(DataTransformer):
             raise ValueError(f"ReplayFrameStack: num_frames must be >= 1, got {num_frames}")
         self.num_frames = num_frames
         self.paths = select_leaves(observation_spec, keys, lambda s: True, "ReplayFrameStack", "")
+        leaves = dict(flatten_with_paths(observation_spec))
+        self._frame_ranks = {path: len(leaves[path].shape) for path in self.paths}
         self.replay_buffer = replay_buffer
 
     def transformed_observation_spec(self, observation_spec: Spec) -> Spec:
@@ -96,7 +99,7 @@ class ReplayFrameStack(DataTransformer):
             frame = leaf(time_step.observation, path)
             frames = self._rollout_frames(frame, first, state[path] if state else None)
             history[path] = frames[:, 1:]
-            stacks[path] = _merge_frames(frames)
+            stacks[path] = _merge_frames(frames, frame.dim() - 1)
         observation = map_leaves(time_step.observation, self.paths, lambda p, _: stacks[p])
         return time_step.replace(observation=observation), history
 
@@ -105,9 +108,10 @@ class ReplayFrameStack(DataTransformer):
         buffer = self._buffer()
         positions = self._frame_positions(buffer, sample.env_ids, sample.positions)
         rows = sample.env_ids.view(-1, 1, 1)
+        fields = buffer.storage.fields
         stacks = {
-            path: _merge_frames(buffer.storage.fields[storage_key(path)][rows, positions], 2)
-            for path in self.paths
+            path: _merge_frames(fields[storage_key(path)][rows, positions], rank, 2)
+            for path, rank in self._frame_ranks.items()
         }
         observation = sample_time_step_fields(sample)["observation"]
         observation = map_leaves(observation, self.paths, lambda p, _: stacks[p])
@@ -140,11 +144,15 @@ class ReplayFrameStack(DataTransformer):
         return (positions.unsqueeze(-1) - offsets) % buffer.capacity
 
     def _stacked_spec(self, spec: TensorSpec) -> TensorSpec:
-        shape = tuple(spec.shape) or (1,)
-        stacked_shape = (self.num_frames * shape[0], *shape[1:])
+        shape = tuple(spec.shape)
+        if len(shape) in (0, 2):  # a scalar or a grayscale image: a new leading axis
+            stacked_shape = (self.num_frames, *shape)
+        else:
+            stacked_shape = (self.num_frames * shape[0], *shape[1:])
 
         def repeat(bound: np.ndarray) -> np.ndarray:
-            return np.concatenate([np.reshape(bound, shape)] * self.num_frames)
+            bound = np.broadcast_to(bound, shape)
+            return np.stack([bound] * self.num_frames).reshape(stacked_shape)
 
         if isinstance(spec, DiscreteTensorSpec):
             return dataclasses.replace(spec, shape=stacked_shape, nvec=repeat(spec.nvec))
@@ -166,8 +174,13 @@ class ReplayFrameStack(DataTransformer):
         return self.replay_buffer
 
 
-def _merge_frames(frames: torch.Tensor, frame_dim: int = 1) -> torch.Tensor:
-    """``[*B, K, d0, *rest] -> [*B, K * d0, *rest]`` (scalars: ``[*B, K] -> [*B, K]``)."""
-    if frames.dim() == frame_dim + 1:
+def _merge_frames(frames: torch.Tensor, frame_rank: int, frame_dim: int = 1) -> torch.Tensor:
+    """``[*B, K, d0, *rest] -> [*B, K * d0, *rest]``; frames of rank 0 or 2 keep ``K`` apart.
+
+    ``frame_rank`` is the rank of one frame: a scalar stacks to ``[*B, K]`` and an
+    ``(H, W)`` image to ``[*B, K, H, W]`` (``K`` channels), vectors and ``(C, H, W)``
+    images along their first axis.
+    """
+    if frame_rank in (0, 2):
         return frames
     return frames.flatten(frame_dim, frame_dim + 1)

@@ -71,6 +71,30 @@ def test_images_stack_along_channels_oldest_first_and_the_spec_follows(make_time
     assert out.contains(step.observation)
 
 
+def test_grayscale_frames_stack_on_a_new_channel_axis_in_rollout_and_replay(
+    make_steps, make_buffer, window
+):
+    # AtariPreprocessing's (84, 84) frames: the stack is (num_frames, H, W), as Gymnasium's
+    # FrameStackObservation makes it, so that a CNN reads the frames as channels.
+    spec = BoundedTensorSpec((2, 3), torch.uint8, 0, 255)
+    frames = torch.arange(4, dtype=torch.uint8).view(4, 1, 1, 1).expand(4, 1, 2, 3)
+    steps = make_steps([[F], [M], [M], [M]], observation=frames)
+    buffer = make_buffer(steps)
+    stacker = ReplayFrameStack(spec, num_frames=3, replay_buffer=buffer)
+    out = stacker.transformed_observation_spec(spec)
+    assert out.shape == (3, 2, 3) and out.dtype == torch.uint8
+    state = stacker.initial_state(1)
+    rollout = []
+    for step in steps:
+        step, state = stacker.transform_time_step(step, state)
+        assert out.contains(step.observation[0])
+        rollout.append(step.observation[0])
+    replayed = stacker.transform_sample(window(buffer, [0], [[0, 1, 2, 3]])).time_step.observation
+    assert replayed.shape == (1, 4, 3, 2, 3)
+    assert replayed[0, :, :, 0, 0].tolist() == [[0, 0, 0], [0, 0, 1], [0, 1, 2], [1, 2, 3]]
+    assert torch.equal(torch.stack(rollout), replayed[0])
+
+
 def test_a_first_step_restarts_the_history_of_its_row_only(make_time_step):
     stacker = ReplayFrameStack(TensorSpec(()), num_frames=3)
     state = ()
