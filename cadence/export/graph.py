@@ -17,7 +17,9 @@ Inputs, in this order (``B`` is the batch, dynamic):
   model-based policy filters its latent with it; any value on a FIRST step);
 - ``is_first`` ``[B]`` bool, for a policy with state: True on an episode's first step,
   where the state is reset to its initial value;
-- ``state/<path>`` ``[B, ...]`` float32: the state the previous step returned.
+- ``state/<path>`` ``[B, ...]``: the state the previous step returned: the algorithm's
+  (float32), then the data transformers' under ``state/transformer/...`` (a
+  ``replay_frame_stack``'s history of earlier frames, in the observation's dtype).
 
 Outputs: ``action`` ``[B, *action_shape]``, or one ``action/<key>`` per leaf of a Dict or
 Tuple action (a Tuple's entries keyed ``0``, ``1``...), then ``next_state/<path>`` (the
@@ -76,9 +78,9 @@ class PolicyGraph(nn.Module):
             (`cadence.export.action_wrappers`); None: the action as the policy gives it.
 
     Raises:
-        ExportError: the policy cannot be one graph: a data transformer keeps state on the
-            acting path (``replay_frame_stack``), or the initial state differs between
-            episodes (it must be one value, repeated over the batch).
+        ExportError: the policy cannot be one graph: a data transformer's state on the
+            acting path outlives an episode start, or the algorithm's initial state
+            differs between episodes (it must be one value, repeated over the batch).
     """
 
     def __init__(
@@ -104,15 +106,29 @@ class PolicyGraph(nn.Module):
         for index, value in enumerate(flatten(initial)):
             self.register_buffer(f"_initial_{index}", value.detach().clone(), persistent=False)
         _check_initial_state(algorithm)
-        self._check_stateless_transformers()
+        self._transformer_state_structure = self._transformer_state_template()
+        self._transformer_state_paths = [
+            path for path, _ in flatten_with_paths(self._transformer_state_structure)
+        ]
 
     @property
     def stateful(self) -> bool:
-        """Whether the policy carries state from step to step."""
-        return bool(self._state_paths)
+        """Whether the policy carries state from step to step (its own or a transformer's)."""
+        return bool(self._state_paths or self._transformer_state_paths)
 
     def initial_state(self) -> dict[str, torch.Tensor]:
-        """``{"state/<path>": [1, ...]}``: the state of a new episode, one row."""
+        """``{"state/<path>": [1, ...]}``: the state of a new episode, one row.
+
+        The algorithm's initial state, then zeros for the transformers': their state
+        restarts on an episode's first step whatever it is given (checked).
+        """
+        state = self.policy_initial_state()
+        for path, value in flatten_with_paths(self._transformer_state_structure):
+            state[_joined("state/transformer", path)] = torch.zeros_like(value[:1])
+        return state
+
+    def policy_initial_state(self) -> dict[str, torch.Tensor]:
+        """`initial_state` without the transformers' state: the algorithm's own."""
         return {
             f"state/{path}": getattr(self, f"_initial_{i}")
             for i, path in enumerate(self._state_paths)
@@ -120,36 +136,55 @@ class PolicyGraph(nn.Module):
 
     def forward(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """The action's leaves and the next state's, from flat inputs (see module)."""
-        time_step, state = self._time_step_and_state(inputs)
+        time_step, state, transformer_state = self._time_step_and_state(inputs)
         if self.transformer is not None:
-            # Stateless (checked), so any batch's initial state will do; passing none
-            # would make the sequence size one from the batch, a constant in the graph.
-            initial = self.transformer.initial_state(1)
-            time_step, _ = self.transformer.transform_time_step(time_step, initial)
-        if self.stateful:
+            # A stateless sequence is given its initial state of one row: passing none would
+            # make it size one from the batch, a constant in the graph.
+            if not self._transformer_state_paths:
+                transformer_state = self.transformer.initial_state(1)
+            time_step, transformer_state = self.transformer.transform_time_step(
+                time_step, transformer_state
+            )
+        if self._state_paths:
             initial = self._expanded_initial_state(time_step.step_type.shape[0])
             state = reset_state(time_step.step_type, state, initial)
         step = self.algorithm.predict_step(time_step, state)
         action = step.output if self.action_map is None else self.action_map(step.output)
-        return (*flatten(action), *flatten(step.state))
+        next_transformer_state = flatten(transformer_state) if self._transformer_state_paths else []
+        return (*flatten(action), *flatten(step.state), *next_transformer_state)
 
-    def _time_step_and_state(self, inputs: tuple[torch.Tensor, ...]) -> tuple[TimeStep, Nest]:
-        """The `TimeStep` an environment would have returned, and the policy's state."""
+    def _time_step_and_state(self, inputs: tuple[torch.Tensor, ...]) -> tuple[TimeStep, Nest, Nest]:
+        """The `TimeStep` an environment would have returned, the policy's state and the
+        data transformers'."""
         count = len(self._observation_paths)
         observation = pack_sequence_as(self.observation_spec, list(inputs[:count]))
         rest = list(inputs[count:])
         prev_action = rest.pop(0) if self.uses_prev_action else None
-        anchor = inputs[0].reshape(inputs[0].shape[0], -1)[:, 0]  # [B], for batch-sized fields
+        state: Nest = ()
+        transformer_state: Nest = ()
         if self.stateful:
-            step_type = torch.where(rest[0], int(StepType.FIRST), int(StepType.MID))
-            state = pack_sequence_as(self._state_structure, rest[1:])
+            step_type = torch.where(rest.pop(0), int(StepType.FIRST), int(StepType.MID))
+            own = len(self._state_paths)
+            if own:
+                state = pack_sequence_as(self._state_structure, rest[:own])
+            if self._transformer_state_paths:
+                transformer_state = pack_sequence_as(self._transformer_state_structure, rest[own:])
         else:
+            step_type = None
+        return self._time_step(observation, step_type, prev_action), state, transformer_state
+
+    def _time_step(
+        self, observation: Nest, step_type: torch.Tensor | None, prev_action: Nest | None
+    ) -> TimeStep:
+        """The `TimeStep` of ``observation`` (``step_type`` None: MID for every row)."""
+        first_leaf = flatten(observation)[0]
+        anchor = first_leaf.reshape(first_leaf.shape[0], -1)[:, 0]  # [B], for batch-sized fields
+        if step_type is None:
             step_type = torch.full_like(anchor, int(StepType.MID), dtype=torch.int64)
-            state = ()
         if prev_action is None:  # read by no model-free policy; a TimeStep has one
             zeros = self.action_spec.zeros((1,), anchor.device)  # a nest for a Dict or Tuple
             prev_action = map_structure(lambda z: z.expand(anchor.shape[0], *z.shape[1:]), zeros)
-        time_step = TimeStep(
+        return TimeStep(
             step_type=step_type,
             reward=torch.zeros_like(anchor, dtype=torch.float32),
             discount=torch.ones_like(anchor, dtype=torch.float32),
@@ -157,23 +192,42 @@ class PolicyGraph(nn.Module):
             prev_action=prev_action,
             env_id=torch.zeros_like(anchor, dtype=torch.int64),
         )
-        return time_step, state
 
-    def _check_stateless_transformers(self) -> None:
-        """Refuses data transformers that carry state on the acting path (a frame history):
-        the graph takes one observation and keeps nothing of it."""
+    def _transformer_state_template(self) -> Nest:
+        """The data transformers' acting state after a first step (``()``: they keep none).
+
+        The graph carries that state between calls. It must restart on an episode's first
+        step, whatever it was (a frame history restarts from the first frame), since the
+        file's user starts an episode with any state and ``is_first``; a transformer whose
+        state outlives the start is refused.
+        """
         if self.transformer is None:
-            return
-        time_step, _ = self._time_step_and_state(self.example_inputs(2))
-        sequence = isinstance(self.transformer, DataTransformerSequence)
-        for part in self.transformer if sequence else [self.transformer]:
-            time_step, state = part.transform_time_step(time_step, part.initial_state(2))
-            if flatten(state):
-                raise ExportError(
-                    f"the run's data transformer {type(part).__name__} keeps state while "
-                    "acting (e.g. a frame history), which an exported policy does not carry; "
-                    "stack frames in the env instead (env.wrappers: EnvFrameStack)"
-                )
+            return ()
+        observation = pack_sequence_as(
+            self.observation_spec, [spec.zeros((2,)) for spec in flatten(self.observation_spec)]
+        )
+        first = self._time_step(observation, torch.full((2,), int(StepType.FIRST)), None)
+        step, state = self.transformer.transform_time_step(first, self.transformer.initial_state(2))
+        if not flatten(state):
+            return ()
+        results = [(step.observation, state)]
+        for given in (state, map_structure(_another_value, state)):
+            again, again_state = self.transformer.transform_time_step(first, given)
+            results.append((again.observation, again_state))
+        same = all(
+            torch.equal(a, b)
+            for result in results[1:]
+            for a, b in zip(flatten(results[0]), flatten(result), strict=True)
+        )
+        if not same:
+            names = [type(part).__name__ for part in _parts(self.transformer)]
+            raise ExportError(
+                f"the run's data transformers ({', '.join(names)}) keep a state while acting "
+                "that an episode's first step does not restart, so an exported policy could "
+                "not start an episode from any state; stack frames in the env instead "
+                "(env.wrappers: EnvFrameStack) or export a run without that transformer"
+            )
+        return map_structure(lambda x: x[:1], state)
 
     def example_inputs(self, batch_size: int) -> tuple[torch.Tensor, ...]:
         """Inputs of ``batch_size`` rows (zeros; the state's initial value) to trace with."""
@@ -188,6 +242,11 @@ class PolicyGraph(nn.Module):
             ]
         return tuple(inputs)
 
+    def state_names(self) -> list[str]:
+        """``state/<path>`` of every state input, in order (the algorithm's, then the
+        transformers')."""
+        return list(self.initial_state())
+
     def input_infos(self) -> list[TensorInfo]:
         """The inputs' names, shapes and dtypes, in order."""
         names = [
@@ -197,7 +256,7 @@ class PolicyGraph(nn.Module):
         if self.uses_prev_action:
             names.append("prev_action")
         if self.stateful:
-            names += ["is_first", *(f"state/{path}" for path in self._state_paths)]
+            names += ["is_first", *self.state_names()]
         example = self.example_inputs(1)
         return [_info(name, value) for name, value in zip(names, example, strict=True)]
 
@@ -209,7 +268,7 @@ class PolicyGraph(nn.Module):
             "action" if path == "" else f"action/{path}"
             for path, _ in flatten_with_paths(self.action_spec)
         ]
-        names = [*actions, *(f"next_state/{path}" for path in self._state_paths)]
+        names = [*actions, *(f"next_{name}" for name in self.state_names())]
         return [_info(name, value) for name, value in zip(names, outputs, strict=True)]
 
     def _expanded_initial_state(self, batch_size: Any) -> Nest:
@@ -218,6 +277,21 @@ class PolicyGraph(nn.Module):
             for i, value in enumerate(flatten(self._state_structure))
         ]
         return pack_sequence_as(self._state_structure, leaves)
+
+
+def _joined(prefix: str, path: str) -> str:
+    return f"{prefix}/{path}" if path else prefix
+
+
+def _another_value(x: torch.Tensor) -> torch.Tensor:
+    """``x`` with every element changed (for bool: negated)."""
+    return ~x if x.dtype == torch.bool else torch.where(x == 0, torch.ones_like(x), 0 * x)
+
+
+def _parts(transformer: DataTransformer) -> list[DataTransformer]:
+    if isinstance(transformer, DataTransformerSequence):
+        return list(transformer)
+    return [transformer]
 
 
 def _info(name: str, value: torch.Tensor) -> TensorInfo:

@@ -169,7 +169,10 @@ def describe(
         "action_space": _spec_json(graph.action_spec)
         if wrappers.action_space is None
         else _box_json(wrappers.action_space),
-        "initial_state": {name: value[0].tolist() for name, value in graph.initial_state().items()},
+        # The algorithm's state alone: a transformer's (a frame history) starts from zeros.
+        "initial_state": {
+            name: value[0].tolist() for name, value in graph.policy_initial_state().items()
+        },
         "torch_version": torch.__version__,
     }
     if format == "onnx":

@@ -44,6 +44,15 @@ CASES = {
     "image": ("ppo_cartpole_pixels", ["env.env_kwargs.size=16"]),
     # a world model's filtered latent and the previous action
     "model_based": ("dreamer_pendulum", ["env.max_episode_steps=4"]),
+    # replay_frame_stack's history of earlier observations: the data transformer's state
+    "frame_history": (
+        "sac_pendulum",
+        [
+            "data_transformers.names=[replay_frame_stack]",
+            "data_transformers.replay_frame_stack.num_frames=3",
+            "env.max_episode_steps=4",
+        ],
+    ),
 }
 TRAINED = ("discrete", "continuous")
 """Cases trained for two iterations; the others stop after one (acting is what they test:
@@ -143,7 +152,9 @@ def test_sidecar_names_the_inputs_outputs_and_bounds(exported, case):
     assert sidecar["run"]["algorithm"] == config.algorithm.name
     assert (root / "checkpoints" / sidecar["run"]["checkpoint_loaded"]).is_dir()
     state = [name for name in names if name.startswith("state/")]
-    assert state == list(sidecar["initial_state"])
+    own = [name for name in state if not name.startswith("state/transformer/")]
+    assert own == list(sidecar["initial_state"])  # a transformer's state starts from zeros
+    assert (case == "frame_history") == (own != state)
     assert [o["name"] for o in sidecar["outputs"][1:]] == [f"next_{name}" for name in state]
     assert ("is_first" in names) == bool(state)
     if case == "recurrent_lstm":
@@ -186,7 +197,8 @@ def _episodes_with_cadence(config, root, sidecar):
                 time_step = env.step(step.output)
     finally:
         env.close()
-    assert firsts > BATCH or not sidecar["initial_state"], "no episode restarted: lower STEPS"
+    stateful = any(entry["name"] == "is_first" for entry in sidecar["inputs"])
+    assert firsts > BATCH or not stateful, "no episode restarted: lower STEPS"
     return inputs, np.stack(actions)
 
 
@@ -249,9 +261,12 @@ _RUNNER = textwrap.dedent(
             for t in range(steps):
                 feed = {n: saved[f"{t}/{n}"] for n in names if not n.startswith("state/")}
                 batch = len(next(iter(feed.values())))
-                for key, initial in sidecar["initial_state"].items():
-                    initial = np.asarray(initial, np.float32)
-                    state.setdefault(key, np.broadcast_to(initial, (batch, *initial.shape)).copy())
+                for entry in sidecar["inputs"]:
+                    key, shape = entry["name"], (batch, *entry["shape"][1:])
+                    if key.startswith("state/") and key not in state:
+                        initial = sidecar["initial_state"].get(key, 0)  # else: zeros
+                        initial = np.asarray(initial, entry["dtype"])
+                        state[key] = np.broadcast_to(initial, shape).copy()
                 feed.update(state)
                 outputs = step(feed)
                 taken.append(outputs[0])

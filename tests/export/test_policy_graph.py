@@ -21,6 +21,7 @@ from cadence.export.errors import ExportError
 from cadence.export.graph import PolicyGraph
 from cadence.export.writers import write_onnx, write_torchscript
 from cadence.transforms.build import make_data_transformer
+from cadence.transforms.transformer import DataTransformer
 
 
 def _graph(name: str, overrides=()) -> tuple[PolicyGraph, object]:
@@ -105,15 +106,77 @@ def test_the_normalizer_statistics_are_in_the_file(tmp_path):
     assert not torch.allclose(module(normalized)[0], expected)
 
 
-def test_frame_stacking_while_acting_is_refused():
-    with pytest.raises(ExportError, match="ReplayFrameStack keeps state while acting"):
-        _graph(
-            "dqn_cartpole",
-            [
-                "data_transformers.names=[replay_frame_stack]",
-                "data_transformers.replay_frame_stack.num_frames=2",
-            ],
+def test_a_frame_history_is_state_the_file_carries_and_restarts_with_an_episode(tmp_path):
+    """replay_frame_stack's history goes in and out of the file as state: stepped through
+    two episodes, both files act as the transformer and policy do in cadence."""
+    stack = [
+        "data_transformers.names=[replay_frame_stack]",
+        "data_transformers.replay_frame_stack.num_frames=3",
+    ]
+    graph, env = _graph("td3_pendulum", stack)
+    inputs = [info.name for info in graph.input_infos()]
+    outputs = [info.name for info in graph.output_infos()]
+    assert inputs == ["observation", "is_first", "state/transformer/0"]
+    assert outputs == ["action", "next_state/transformer/0"]
+    assert graph.initial_state()["state/transformer/0"].shape == (1, 2, 3)  # 2 earlier frames
+    write_onnx(graph, tmp_path / "p.onnx", inputs, outputs)
+    write_torchscript(graph, tmp_path / "p.pt")
+    session = onnxruntime.InferenceSession(str(tmp_path / "p.onnx"))
+    module = torch.jit.load(str(tmp_path / "p.pt"))
+
+    firsts = [True, False, False, False, True, False]  # a second episode at step 4
+    observations = [_observations(env, 2, seed=t) for t in range(len(firsts))]
+    history = torch.full((2, 2, 3), 7.0)  # any state: the first step restarts it
+    onnx_state, script_state = history.numpy(), history
+    cadence_state = ()
+    for first, observation in zip(firsts, observations, strict=True):
+        is_first = torch.full((2,), first)
+        time_step = TimeStep(
+            step_type=torch.full((2,), int(StepType.FIRST if first else StepType.MID)),
+            reward=torch.zeros(2),
+            discount=torch.ones(2),
+            observation=observation,
+            prev_action=graph.action_spec.zeros((2,)),
+            env_id=torch.arange(2),
         )
+        stacked, cadence_state = graph.transformer.transform_time_step(time_step, cadence_state)
+        with torch.no_grad():
+            expected = graph.algorithm.predict_step(stacked, ()).output.numpy()
+        feed = {"observation": observation.numpy(), "is_first": is_first.numpy()}
+        onnx_action, onnx_state = session.run(None, {**feed, "state/transformer/0": onnx_state})
+        script_action, script_state = module(observation, is_first, script_state)
+        np.testing.assert_allclose(onnx_action, expected, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(script_action.numpy(), expected, rtol=1e-5, atol=1e-6)
+    # After a FIRST and one more step, the history is [first frame, first frame, latest].
+    np.testing.assert_allclose(onnx_state[:, 0], observations[4].numpy(), rtol=1e-6)
+    torch.testing.assert_close(script_state[:, 1], observations[5])
+    # The stacks matter: the same last frame with the history left at 7 acts otherwise.
+    stale, _ = module(observations[5], torch.full((2,), False), history)
+    assert not torch.allclose(stale, script_action)
+
+
+class _RunningCount(DataTransformer):
+    """A transformer whose acting state (a step count) runs on across episodes."""
+
+    def initial_state(self, batch_size):
+        return {"count": torch.zeros(batch_size)}
+
+    def transform_time_step(self, time_step, state):
+        return time_step, {"count": state["count"] + 1}
+
+    def transform_sample(self, sample):
+        return sample
+
+
+def test_a_transformer_state_that_outlives_an_episode_start_is_refused():
+    config = load_config("td3_pendulum")
+    env = make_env("Pendulum-v1", 1, "serial")
+    env.close()
+    algorithm = build_algorithm(
+        config.algorithm, env.observation_spec, env.action_spec, config.network
+    ).eval()
+    with pytest.raises(ExportError, match=r"\(_RunningCount\) keep a state .* does not restart"):
+        PolicyGraph(algorithm, _RunningCount(), env.observation_spec, env.action_spec, False)
 
 
 def test_action_wrappers_fold_into_the_file_outermost_first(tmp_path):
