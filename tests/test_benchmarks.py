@@ -98,9 +98,14 @@ def test_world_model_speed_times_cadence_updates(monkeypatch):
         assert rates[f"{kind}_updates_per_s"] > 0 and rates[f"{kind}_flops"] > 1e9
 
 
-def test_atari_throughput_prints_its_table():
+@pytest.mark.parametrize("algorithm", ["ppo", "dqn"])
+def test_atari_throughput_prints_its_table(algorithm):
     pytest.importorskip("ale_py")
     pytest.importorskip("cv2")
     # cadence's side only: a training iteration of each side costs seconds on the CNN.
-    out = run_benchmark("atari_throughput.py", "--env-steps", "256", "--rounds", "1", "--skip-sb3")
-    assert "round 0: cadence" in out and "PPO on ALE/Pong-v5" in out
+    args = ["--algorithm", algorithm, "--env-steps", "256", "--learning-starts", "128"]
+    out = run_benchmark("atari_throughput.py", *args, "--rounds", "1", "--skip-sb3")
+    assert "round 0: cadence" in out and f"{algorithm.upper()} on ALE/Pong-v5" in out
+    if algorithm == "dqn":  # a stored step: one 84x84 frame and its few scalars
+        bytes_per_step = int(out.split("cadence 2Q")[-1].split()[-1].replace(",", ""))
+        assert 84 * 84 < bytes_per_step < 2 * 84 * 84

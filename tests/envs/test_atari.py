@@ -1,6 +1,6 @@
 """Atari games (the optional `atari` extra, which the tests install; skipped without it):
-ALE ids work as they are, in this process and in worker processes, and ppo_atari trains,
-plays a video of the game and exports its policy."""
+ALE ids work as they are, in this process and in worker processes; ppo_atari trains,
+plays a video of the game and exports its policy; dqn_atari replays single frames as stacks."""
 
 from __future__ import annotations
 
@@ -124,6 +124,36 @@ def test_ppo_atari_trains_plays_a_video_of_the_game_and_exports(tmp_path):
 
     exported = export_run(config, run, "torchscript")
     assert exported.path.exists()
+
+
+def test_dqn_atari_stores_single_frames_learns_from_their_stacks_plays_and_exports(tmp_path):
+    run = tmp_path / "run"
+    overrides = [
+        f"root_dir={run}",
+        "trainer.progress_bar=off",
+        "env.num_envs=2",
+        "trainer.unroll_length=16",
+        "trainer.num_env_steps=96",
+        "trainer.eval_interval=0",
+        "algorithm.off_policy.initial_collect_steps=32",
+        "algorithm.off_policy.mini_batch_size=8",
+        "algorithm.off_policy.num_updates_per_train_iter=2",
+        "trainer.eval_max_episode_steps=50",
+    ]
+    config = load_config("dqn_atari", overrides)
+    train(config)
+    records = read_metrics(run)
+    assert records[-1]["env_steps"] == 96
+    assert [r["train/num_updates"] for r in records if "train/num_updates" in r] == [2, 2, 2]
+    # The checkpointed buffer holds each 84x84 frame once; the Q network took stacks of 4.
+    chunk_file = next(run.glob("checkpoints/*/data/env00000-chunk*.pt"))
+    chunk = torch.load(chunk_file, weights_only=True)
+    assert chunk["time_step/observation"].shape[1:] == (84, 84)
+    assert chunk["time_step/observation"].dtype == torch.uint8
+    assert records[-1]["train/q_value"] == records[-1]["train/q_value"]  # a number, not NaN
+
+    assert play(config, run, episodes=1).lengths == [50]
+    assert export_run(config, run, "torchscript").path.exists()
 
 
 def test_a_run_on_ales_vector_env_plays_in_it_and_says_it_cannot_film(tmp_path):

@@ -1,5 +1,5 @@
 """Data transformers inside the trainer: their statistics restore exactly from a checkpoint,
-a resumed run continues exactly, and a goal environment's is_success reaches
+a resumed run continues exactly (an off-policy one stacking frames from replay too), and a goal environment's is_success reaches
 rollout/success_rate and eval/success_rate."""
 
 import shutil
@@ -84,6 +84,45 @@ def test_a_run_resumed_from_a_checkpoint_continues_exactly(tmp_path):
     assert comparable_metrics(read_metrics(resumed)) == comparable_metrics(
         read_metrics(uninterrupted)
     )
+
+
+def test_an_off_policy_run_stacking_frames_from_replay_resumes_exactly(tmp_path):
+    # The collector's frame history (its transformer state) and the buffer's single frames,
+    # which replayed stacks are read from, both come back from the checkpoint.
+    def config(root):
+        overrides = [
+            f"root_dir={root}",
+            *SMALL,
+            "data_transformers.names=[replay_frame_stack]",
+            "data_transformers.replay_frame_stack.num_frames=3",
+            "algorithm.off_policy.initial_collect_steps=32",
+            "algorithm.off_policy.num_updates_per_train_iter=4",
+            "algorithm.off_policy.mini_batch_size=16",
+            "trainer.num_threads=1",
+        ]
+        return load_config("dqn_cartpole", overrides)
+
+    uninterrupted = tmp_path / "uninterrupted"
+    uninterrupted.mkdir()
+    trainer = build_trainer(config(uninterrupted), uninterrupted)
+    trainer.run()
+    history = trainer.collector.state_dict()["transform_state"][0][""]  # [envs, 2, 4]
+    assert not torch.equal(history[:, 0], history[:, 1]), "a history of one repeated frame"
+    restored = build_trainer(config(uninterrupted), uninterrupted)
+    assert restored.restore()
+    assert torch.equal(restored.collector.state_dict()["transform_state"][0][""], history)
+    for run in (trainer, restored):
+        run.collector.env.close()
+
+    resumed = tmp_path / "resumed"
+    shutil.copytree(uninterrupted, resumed)
+    (resumed / "COMPLETE").unlink()
+    shutil.rmtree(resumed / "checkpoints" / "00000008")
+    (resumed / "checkpoints" / "LATEST").write_text("00000004")
+    train(config(resumed))
+    records = read_metrics(resumed)
+    assert any("loss/td" in record for record in records[4:])
+    assert comparable_metrics(records) == comparable_metrics(read_metrics(uninterrupted))
 
 
 def test_is_success_of_a_goal_env_reaches_the_success_rates(tmp_path):
