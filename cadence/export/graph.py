@@ -220,7 +220,10 @@ class PolicyGraph(nn.Module):
             for a, b in zip(flatten(results[0]), flatten(result), strict=True)
         )
         if not same:
-            names = [type(part).__name__ for part in _parts(self.transformer)]
+            sequence = isinstance(self.transformer, DataTransformerSequence)
+            parts = list(self.transformer) if sequence else [self.transformer]
+            states = state if sequence else [state]
+            names = [type(p).__name__ for p, s in zip(parts, states, strict=True) if flatten(s)]
             raise ExportError(
                 f"the run's data transformers ({', '.join(names)}) keep a state while acting "
                 "that an episode's first step does not restart, so an exported policy could "
@@ -286,12 +289,6 @@ def _joined(prefix: str, path: str) -> str:
 def _another_value(x: torch.Tensor) -> torch.Tensor:
     """``x`` with every element changed (for bool: negated)."""
     return ~x if x.dtype == torch.bool else torch.where(x == 0, torch.ones_like(x), 0 * x)
-
-
-def _parts(transformer: DataTransformer) -> list[DataTransformer]:
-    if isinstance(transformer, DataTransformerSequence):
-        return list(transformer)
-    return [transformer]
 
 
 def _info(name: str, value: torch.Tensor) -> TensorInfo:
