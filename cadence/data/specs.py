@@ -109,6 +109,12 @@ class BoundedTensorSpec(TensorSpec):
         values = torch.where(finite, uniform, normal).clamp(low, high)
         return values.to(self.dtype).to(device)
 
+    def __repr__(self) -> str:
+        return (
+            f"BoundedTensorSpec(shape={tuple(self.shape)}, dtype={self.dtype}, "
+            f"minimum={_bound_repr(self.minimum)}, maximum={_bound_repr(self.maximum)})"
+        )
+
     def contains(self, value: Any) -> bool:
         value = torch.as_tensor(value)
         if not super().contains(value):
@@ -128,6 +134,12 @@ class DiscreteTensorSpec(TensorSpec):
     def __post_init__(self) -> None:
         nvec = np.broadcast_to(np.asarray(self.nvec, dtype=np.int64), self.shape).copy()
         object.__setattr__(self, "nvec", nvec)
+
+    def __repr__(self) -> str:
+        return (
+            f"DiscreteTensorSpec(shape={tuple(self.shape)}, dtype={self.dtype}, "
+            f"nvec={_bound_repr(self.nvec)})"
+        )
 
     @property
     def is_discrete(self) -> bool:
@@ -165,6 +177,16 @@ class DiscreteTensorSpec(TensorSpec):
             return False
         nvec = torch.as_tensor(self.nvec, device=value.device)
         return bool(((value >= 0) & (value < nvec)).all())
+
+
+def _bound_repr(bound: np.ndarray) -> str:
+    """One number where every element is the same (an image's 0 and 255), else the array on
+    one line, summarised past a few elements: a spec in an error message stays readable."""
+    flat = np.asarray(bound).reshape(-1)
+    if flat.size and np.array_equal(flat, np.full_like(flat, flat[0]), equal_nan=True):
+        return repr(flat[0].item())
+    text = np.array2string(np.asarray(bound), separator=", ", threshold=16, edgeitems=3)
+    return " ".join(text.split())
 
 
 class CompositeSpec(dict):
