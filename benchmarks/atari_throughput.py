@@ -117,11 +117,7 @@ def run_sb3_ppo(env_steps: int, seed: int) -> tuple[float, None]:
         seed=seed,
         device="cpu",
     )
-    start = time.perf_counter()
-    model.learn(total_timesteps=env_steps)
-    seconds = time.perf_counter() - start
-    env.close()
-    return model.num_timesteps / seconds, None
+    return _learning_speed(model, env, env_steps), None
 
 
 def run_sb3_dqn(env_steps: int, seed: int, learning_starts: int) -> tuple[float, float]:
@@ -150,11 +146,16 @@ def run_sb3_dqn(env_steps: int, seed: int, learning_starts: int) -> tuple[float,
     arrays = [buffer.observations, buffer.next_observations, buffer.actions, buffer.rewards]
     arrays += [buffer.dones, buffer.timeouts]
     bytes_per_step = sum(a.nbytes for a in arrays) / (buffer.buffer_size * buffer.n_envs)
+    return _learning_speed(model, env, env_steps), bytes_per_step
+
+
+def _learning_speed(model, env, env_steps: int) -> float:
+    """Env steps per second of ``model.learn`` (then closes ``env``)."""
     start = time.perf_counter()
     model.learn(total_timesteps=env_steps)
     seconds = time.perf_counter() - start
     env.close()
-    return model.num_timesteps / seconds, bytes_per_step
+    return model.num_timesteps / seconds
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -4,6 +4,7 @@ plays a video of the game and exports its policy; dqn_atari replays single frame
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -97,17 +98,7 @@ def test_an_ale_state_restores_the_game_into_new_workers():
 def test_ppo_atari_trains_plays_a_video_of_the_game_and_exports(tmp_path):
     pytest.importorskip("imageio")
     run = tmp_path / "run"
-    overrides = [
-        f"root_dir={run}",
-        "trainer.progress_bar=off",
-        "env.num_envs=2",
-        "trainer.unroll_length=16",
-        "trainer.num_env_steps=64",
-        "trainer.eval_interval=0",
-        "algorithm.mini_batch_size=16",
-        "trainer.eval_max_episode_steps=50",
-    ]
-    config = load_config("ppo_atari", overrides)
+    config = load_config("ppo_atari", _short_run(run, 64, "algorithm.mini_batch_size=16"))
     assert tuple(config.data_transformers.names) == ("reward_clipping",)
     train(config)
     records = read_metrics(run)
@@ -128,24 +119,17 @@ def test_ppo_atari_trains_plays_a_video_of_the_game_and_exports(tmp_path):
 
 def test_dqn_atari_stores_single_frames_learns_from_their_stacks_plays_and_exports(tmp_path):
     run = tmp_path / "run"
-    overrides = [
-        f"root_dir={run}",
-        "trainer.progress_bar=off",
-        "env.num_envs=2",
-        "trainer.unroll_length=16",
-        "trainer.num_env_steps=96",
-        "trainer.eval_interval=0",
+    off_policy = [
         "algorithm.off_policy.initial_collect_steps=32",
         "algorithm.off_policy.mini_batch_size=8",
         "algorithm.off_policy.num_updates_per_train_iter=2",
-        "trainer.eval_max_episode_steps=50",
     ]
-    config = load_config("dqn_atari", overrides)
+    config = load_config("dqn_atari", _short_run(run, 96, *off_policy))
     train(config)
     records = read_metrics(run)
     assert records[-1]["env_steps"] == 96
     assert [r["train/num_updates"] for r in records if "train/num_updates" in r] == [2, 2, 2]
-    # The checkpointed buffer holds each 84x84 frame once; the Q network took stacks of 4.
+    # The checkpointed buffer holds each 84x84 frame once.
     chunk_file = next(run.glob("checkpoints/*/data/env00000-chunk*.pt"))
     chunk = torch.load(chunk_file, weights_only=True)
     assert chunk["time_step/observation"].shape[1:] == (84, 84)
@@ -153,7 +137,28 @@ def test_dqn_atari_stores_single_frames_learns_from_their_stacks_plays_and_expor
     assert records[-1]["train/q_value"] == records[-1]["train/q_value"]  # a number, not NaN
 
     assert play(config, run, episodes=1).lengths == [50]
-    assert export_run(config, run, "torchscript").path.exists()
+    # The policy acts on the frame and the 3 before it, which the exported file carries.
+    sidecar = json.loads(export_run(config, run, "torchscript").sidecar.read_text())
+    shapes = {entry["name"]: entry["shape"] for entry in sidecar["inputs"]}
+    assert shapes == {
+        "observation": ["batch", 84, 84],
+        "is_first": ["batch"],
+        "state/transformer/0": ["batch", 3, 84, 84],
+    }
+
+
+def _short_run(run, env_steps: int, *overrides: str) -> list[str]:
+    """Overrides for ``env_steps`` steps of 2 envs x 16, evaluated for 50 steps at the end."""
+    return [
+        f"root_dir={run}",
+        "trainer.progress_bar=off",
+        "env.num_envs=2",
+        "trainer.unroll_length=16",
+        f"trainer.num_env_steps={env_steps}",
+        "trainer.eval_interval=0",
+        "trainer.eval_max_episode_steps=50",
+        *overrides,
+    ]
 
 
 def test_a_run_on_ales_vector_env_plays_in_it_and_says_it_cannot_film(tmp_path):

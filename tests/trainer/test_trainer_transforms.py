@@ -72,18 +72,22 @@ def test_play_and_evaluate_apply_the_checkpointed_transformers_frozen(tmp_path):
     checkpoint.collector.env.close()
 
 
-def test_a_run_resumed_from_a_checkpoint_continues_exactly(tmp_path):
-    uninterrupted = tmp_path / "uninterrupted"
-    train(_config(uninterrupted))
-    resumed = tmp_path / "resumed"
+def _resumed_from_iteration_4(uninterrupted: Path, resumed: Path, config) -> list[dict]:
+    """The records of a copy of the finished run ``uninterrupted`` resumed from its
+    checkpoint at iteration 4 (of 8) with ``config(resumed)``."""
     shutil.copytree(uninterrupted, resumed)
     (resumed / "COMPLETE").unlink()
     shutil.rmtree(resumed / "checkpoints" / "00000008")
     (resumed / "checkpoints" / "LATEST").write_text("00000004")
-    train(_config(resumed))
-    assert comparable_metrics(read_metrics(resumed)) == comparable_metrics(
-        read_metrics(uninterrupted)
-    )
+    train(config(resumed))
+    return read_metrics(resumed)
+
+
+def test_a_run_resumed_from_a_checkpoint_continues_exactly(tmp_path):
+    uninterrupted = tmp_path / "uninterrupted"
+    train(_config(uninterrupted))
+    records = _resumed_from_iteration_4(uninterrupted, tmp_path / "resumed", _config)
+    assert comparable_metrics(records) == comparable_metrics(read_metrics(uninterrupted))
 
 
 def test_an_off_policy_run_stacking_frames_from_replay_resumes_exactly(tmp_path):
@@ -114,13 +118,7 @@ def test_an_off_policy_run_stacking_frames_from_replay_resumes_exactly(tmp_path)
     for run in (trainer, restored):
         run.collector.env.close()
 
-    resumed = tmp_path / "resumed"
-    shutil.copytree(uninterrupted, resumed)
-    (resumed / "COMPLETE").unlink()
-    shutil.rmtree(resumed / "checkpoints" / "00000008")
-    (resumed / "checkpoints" / "LATEST").write_text("00000004")
-    train(config(resumed))
-    records = read_metrics(resumed)
+    records = _resumed_from_iteration_4(uninterrupted, tmp_path / "resumed", config)
     assert any("loss/td" in record for record in records[4:])
     assert comparable_metrics(records) == comparable_metrics(read_metrics(uninterrupted))
 
