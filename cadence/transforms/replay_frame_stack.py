@@ -51,8 +51,8 @@ class ReplayFrameStack(DataTransformer):
     A leaf of shape ``(C, H, W)`` becomes ``(num_frames * C, H, W)`` (channels of
     the oldest frame first), a grayscale ``(H, W)`` becomes ``(num_frames, H, W)``
     (as Gymnasium's ``FrameStackObservation`` stacks Atari frames), ``(D,)`` becomes
-    ``(num_frames * D,)`` and a scalar becomes ``(num_frames,)``. Frames come from the same episode only: the
-    episode's first frame fills in for frames before it.
+    ``(num_frames * D,)`` and a scalar becomes ``(num_frames,)``. Frames come from the
+    same episode only: the episode's first frame fills in for frames before it.
 
     Args:
         observation_spec: the spec of the observations it receives.

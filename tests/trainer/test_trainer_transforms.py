@@ -1,6 +1,6 @@
 """Data transformers inside the trainer: their statistics restore exactly from a checkpoint,
-a resumed run continues exactly (an off-policy one stacking frames from replay too), and a goal environment's is_success reaches
-rollout/success_rate and eval/success_rate."""
+a resumed run continues exactly (an off-policy one stacking frames from replay too), and a
+goal environment's is_success reaches rollout/success_rate and eval/success_rate."""
 
 import shutil
 from pathlib import Path
