@@ -99,7 +99,7 @@ class ReplayFrameStack(DataTransformer):
             frame = leaf(time_step.observation, path)
             frames = self._rollout_frames(frame, first, state[path] if state else None)
             history[path] = frames[:, 1:]
-            stacks[path] = _merge_frames(frames, frame.dim() - 1)
+            stacks[path] = _merge_frames(frames, self._frame_ranks[path])
         observation = map_leaves(time_step.observation, self.paths, lambda p, _: stacks[p])
         return time_step.replace(observation=observation), history
 

@@ -5,6 +5,7 @@ plays a video of the game and exports its policy; dqn_atari replays single frame
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 
@@ -134,7 +135,7 @@ def test_dqn_atari_stores_single_frames_learns_from_their_stacks_plays_and_expor
     chunk = torch.load(chunk_file, weights_only=True)
     assert chunk["time_step/observation"].shape[1:] == (84, 84)
     assert chunk["time_step/observation"].dtype == torch.uint8
-    assert records[-1]["train/q_value"] == records[-1]["train/q_value"]  # a number, not NaN
+    assert math.isfinite(records[-1]["train/q_value"])
 
     assert play(config, run, episodes=1).lengths == [50]
     # The policy acts on the frame and the 3 before it, which the exported file carries.
