@@ -409,7 +409,29 @@ def check_env(
 def _build_failure(label: str, error: Exception) -> str:
     if isinstance(error, gym.error.DependencyNotInstalled):
         return f"Environment {label!r} needs a package that is not installed: {error}"
-    return f"Environment {label!r} could not be built: {type(error).__name__}: {error}"
+    message = f"Environment {label!r} could not be built: {type(error).__name__}: {error}"
+    if isinstance(error, AssertionError) and _robotics_on_a_newer_mujoco(error):
+        message += (
+            " Gymnasium-Robotics 1.4 fails this assertion on MuJoCo 3.12 or later (its Fetch "
+            "envs compare MuJoCo enums with numpy integers). Run pip install 'mujoco<3.12', "
+            "as cadence's robotics extra does."
+        )
+    return message
+
+
+def _robotics_on_a_newer_mujoco(error: AssertionError) -> bool:
+    """Whether ``error`` was raised inside Gymnasium-Robotics while MuJoCo is 3.12 or later."""
+    frame = error.__traceback__
+    while frame is not None and frame.tb_next is not None:
+        frame = frame.tb_next
+    if frame is None or not frame.tb_frame.f_globals.get("__name__", "").startswith(
+        "gymnasium_robotics."
+    ):
+        return False
+    mujoco = sys.modules.get("mujoco")
+    version = getattr(mujoco, "__version__", "0")
+    major, minor = (int(part) for part in (version.split(".") + ["0"])[:2])
+    return (major, minor) >= (3, 12)
 
 
 def check_env_id(name: str) -> None:

@@ -271,6 +271,31 @@ def test_check_env_reports_an_env_that_raises_while_built(broken_env_ids):
         check_env("Pendulum-v1", "prefer_tensor", env_kwargs={"no_such_option": 1})
 
 
+def _an_assertion_in_gymnasium_robotics():
+    """A function whose frame reads as Gymnasium-Robotics' own (its module's __name__)."""
+    namespace = {"__name__": "gymnasium_robotics.utils.mujoco_utils"}
+    exec("def set_joint_qpos():\n    assert False\n", namespace)
+    namespace["set_joint_qpos"]()
+
+
+class _FetchOnANewerMujoco(gym.Env):
+    def __init__(self):
+        _an_assertion_in_gymnasium_robotics()
+
+
+@pytest.mark.parametrize(("version", "hinted"), [("3.17.0", True), ("3.11.0", False)])
+def test_check_env_says_which_mujoco_gymnasium_robotics_needs(monkeypatch, version, hinted):
+    mujoco = pytest.importorskip("mujoco")
+    monkeypatch.setattr(mujoco, "__version__", version)
+    gym.register(id="cadence_test/Fetch-v0", entry_point=_FetchOnANewerMujoco)
+    try:
+        with pytest.raises(EnvBuildError, match="AssertionError") as error:
+            check_env("cadence_test/Fetch-v0", "serial")
+    finally:
+        del gym.registry["cadence_test/Fetch-v0"]
+    assert ("pip install 'mujoco<3.12'" in str(error.value)) == hinted
+
+
 def test_check_env_refuses_tensor_for_an_env_without_one():
     with pytest.raises(EnvBuildError, match="No tensor-native implementation of 'Acrobot-v1'"):
         check_env("Acrobot-v1", "tensor")

@@ -30,7 +30,8 @@ def test_state_and_pixel_observations():
     pixels.close()
 
 
-# dm_control's own cheetah and walker models use an attribute MuJoCo 3.17 deprecates.
+# dm_control's own cheetah and walker models use an attribute that MuJoCo 3.17 (the dmc
+# extra's alone) deprecates.
 pytestmark = pytest.mark.filterwarnings(
     "ignore:compiler attribute 'settotalmass':cadence.envs.mujoco_setup.MujocoWarning"
 )
