@@ -2,7 +2,8 @@
 
 They import cadence's internals on purpose (`parallel_ceiling.py` times the parallel
 worker's own hot path), so a rename inside the package would otherwise surface only
-when someone next measures.
+when someone next measures. The runs that take over ten seconds (worker processes,
+Ray, a CNN) are `slow` and `ci_budget`: CI runs them, the default suite does not.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ def run_benchmark(script: str, *args: str) -> str:
     return result.stdout
 
 
+@pytest.mark.slow
+@pytest.mark.ci_budget
 def test_env_throughput_prints_its_table_and_bars():
     out = run_benchmark("env_throughput.py", "--quick", "--tensor-envs", "256")
     assert "HalfCheetah-v5 x8" in out and "CartPole-v1 x256" in out
@@ -38,6 +41,8 @@ def test_env_throughput_prints_its_table_and_bars():
     assert "cadence vector / its gym vector env" in out
 
 
+@pytest.mark.slow
+@pytest.mark.ci_budget
 def test_collect_step_prints_its_table_and_bar():
     out = run_benchmark(
         "collect_step.py", "--quick", "--envs", "CartPole-v1", "--num-envs", "2", "4"
@@ -49,6 +54,8 @@ def test_collect_step_prints_its_table_and_bar():
     assert "cadence's per-step Python, CartPole-v1: " in out  # split per step and per env
 
 
+@pytest.mark.slow
+@pytest.mark.ci_budget
 def test_parallel_ceiling_measures_every_column():
     out = run_benchmark(
         "parallel_ceiling.py", "--env", "CartPole-v1", "--envs", "4", "--rounds", "2",
@@ -72,6 +79,8 @@ def test_time_to_solve_answers_help():
     assert "--task" in run_benchmark("time_to_solve.py", "--help")
 
 
+@pytest.mark.slow
+@pytest.mark.ci_budget
 def test_batcher_throughput_prints_every_row():
     out = run_benchmark("batcher_throughput.py", "--quick")
     for env in ("CartPole-v1", "HalfCheetah-v5"):
@@ -98,11 +107,9 @@ def test_world_model_speed_times_cadence_updates(monkeypatch):
         assert rates[f"{kind}_updates_per_s"] > 0 and rates[f"{kind}_flops"] > 1e9
 
 
-@pytest.mark.parametrize(
-    "algorithm",
-    # DQN's side trains twice (plain and double Q): CI's budgeted run has its 20 s.
-    ["ppo", pytest.param("dqn", marks=[pytest.mark.slow, pytest.mark.ci_budget])],
-)
+@pytest.mark.slow
+@pytest.mark.ci_budget  # a training iteration on the CNN costs seconds; DQN's side trains twice
+@pytest.mark.parametrize("algorithm", ["ppo", "dqn"])
 def test_atari_throughput_prints_its_table(algorithm):
     pytest.importorskip("ale_py")
     pytest.importorskip("cv2")

@@ -246,6 +246,8 @@ def test_target_kl_stops_the_passes_early():
     assert metrics["train/num_updates"] == 3  # one pass of 24 / 8, then the KL is over the target
 
 
+@pytest.mark.slow
+@pytest.mark.ci_budget  # half a minute on a cold compile cache
 def test_a_compiled_scheme_runs_several_updates_per_call_with_the_eager_minibatches():
     """With a compiled update the scheme runs its passes' updates several per compiled call
     (`OnPolicyScheme.updates_per_graph`, calls of nearly equal sizes): the same

@@ -313,6 +313,8 @@ def test_several_updates_in_one_compiled_call_give_the_eager_numbers(monkeypatch
     assert not torch._dynamo.utils.counters["graph_break"]
 
 
+@pytest.mark.slow
+@pytest.mark.ci_budget  # twenty seconds on a cold compile cache
 def test_a_fused_update_first_called_on_equal_minibatches_takes_unequal_ones():
     """An on-policy batch loses the steps dropped at episode ends, so the minibatches of
     a fused call are equal in size until the first episode ends, unequal after: one

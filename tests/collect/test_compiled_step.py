@@ -193,6 +193,8 @@ def test_an_off_policy_run_loads_its_unroll_graph_saved_after_its_updates(tmp_pa
         assert len(list(graphs.glob("unroll_steps-*.bin"))) == 1
 
 
+@pytest.mark.slow
+@pytest.mark.ci_budget  # half a minute on a cold compile cache
 def test_a_compiled_recurrent_unroll_gives_the_eager_one():
     # The state resets at FIRST steps inside the graph; unroll_length 12 runs as 2 calls of 6.
     network = NetworkConfig(hidden_sizes=(16,), recurrent="gru", recurrent_size=8)
