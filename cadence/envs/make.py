@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 import gymnasium as gym
 import torch
+from torch.torch_version import TorchVersion
 
 from cadence.envs.environment import Environment, PyEnvironment
 from cadence.envs.errors import EnvBuildError, UnknownEnvironmentError
@@ -421,17 +422,14 @@ def _build_failure(label: str, error: Exception) -> str:
 
 def _robotics_on_a_newer_mujoco(error: AssertionError) -> bool:
     """Whether ``error`` was raised inside Gymnasium-Robotics while MuJoCo is 3.12 or later."""
-    frame = error.__traceback__
-    while frame is not None and frame.tb_next is not None:
-        frame = frame.tb_next
-    if frame is None or not frame.tb_frame.f_globals.get("__name__", "").startswith(
-        "gymnasium_robotics."
-    ):
-        return False
+    last = error.__traceback__
+    while last is not None and last.tb_next is not None:
+        last = last.tb_next
+    module = last.tb_frame.f_globals.get("__name__", "") if last is not None else ""
     mujoco = sys.modules.get("mujoco")
-    version = getattr(mujoco, "__version__", "0")
-    major, minor = (int(part) for part in (version.split(".") + ["0"])[:2])
-    return (major, minor) >= (3, 12)
+    if not module.startswith("gymnasium_robotics.") or mujoco is None:
+        return False
+    return TorchVersion(mujoco.__version__) >= (3, 12)  # packaging's rules, as torch's own
 
 
 def check_env_id(name: str) -> None:
