@@ -140,7 +140,13 @@ def picks_vector(
     4x faster than a serial batch (benchmarks/env_throughput.py), and a user registers
     theirs to be fast. Where cadence has a tensor-native env that `picks_tensor` takes
     (large batches, accelerators), that one runs in the collector's compiled unroll, faster
-    still."""
+    still.
+
+    The choice depends on the id alone, never on a measurement or the batch size, though a
+    few CartPoles step faster one by one (at 1-4 envs a step of Gymnasium's vector CartPole
+    costs 2-3x a serial batch's; it pays from about 8): an id's vector env need not be its
+    single env (ALE's has the frame preprocessing built in), so training, evaluation and
+    `play`, whatever their batch sizes and on any machine, must all get the same one."""
     if backend == "vector":
         return True
     if backend not in ("auto", "prefer_tensor") or gym_wrappers or not has_vector_env(name):
