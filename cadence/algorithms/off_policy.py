@@ -5,8 +5,9 @@ random actions until ``initial_collect_steps`` env steps were taken), adds it ra
 the replay buffer, then trains:
 
 - ``whole_replay_buffer_training``: ``num_updates_per_train_iter`` passes over the whole
-  buffer, shuffled along the batch dim with time order kept, cut into
-  ``(mini_batch_size, mini_batch_length)`` minibatches;
+  buffer (a window starting at every stored step: `whole_buffer_minibatches`), shuffled
+  along the batch dim with time order kept, cut into ``(mini_batch_size,
+  mini_batch_length)`` minibatches;
 - otherwise: ``mini_batch_size * num_updates_per_train_iter`` windows of
   ``mini_batch_length`` steps are sampled, shuffled and cut into minibatches.
 
@@ -153,13 +154,15 @@ class OffPolicyScheme:
         group_steps = self.source.num_env_steps_per_unroll * distributed.world_size()
         self._env_steps += group_steps
         self.replay_buffer.add_experience(experience)
+        if isinstance(self.replay_buffer.sampler, PrioritizedSampler):
+            # beta's schedule runs over the whole budget, initial collection included, so
+            # that the last iteration trains with beta = 1.
+            self.replay_buffer.sampler.advance(group_steps)
         totals = UpdateTotals(self.algorithm.skip_nonfinite_updates)
         if self._env_steps >= self.config.initial_collect_steps:
             self.algorithm.train()
             for sample in self._minibatches():
                 totals.add(self._update(sample))
-            if isinstance(self.replay_buffer.sampler, PrioritizedSampler):
-                self.replay_buffer.sampler.advance(group_steps)
         return totals.result(episodes)
 
     def state_dict(self) -> dict[str, Any]:

@@ -47,8 +47,9 @@ class OffPolicyConfig:
     whole_replay_buffer_training: bool = field(
         default=False,
         metadata={
-            "doc": "Train on the whole buffer, shuffled along the batch dim, time order kept, "
-            "instead of on sampled windows."
+            "doc": "Train on the whole buffer instead of on sampled windows: each pass holds "
+            "a window starting at every stored step (every transition once), shuffled along "
+            "the batch dim, time order kept."
         },
     )
     prioritized_replay: bool = field(

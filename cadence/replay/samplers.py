@@ -107,13 +107,16 @@ def whole_buffer_minibatches(
     mini_batch_length: int,
     generator: torch.Generator | None = None,
 ) -> Iterator[SampleIndices]:
-    """One pass over the stored data: windows shuffled along the batch dim (DESIGN §5).
+    """One pass over the stored data: every window the samplers could draw, once each,
+    shuffled along the batch dim with time order kept (DESIGN §5).
 
-    Each env's stored steps are cut into windows of ``mini_batch_length``
-    consecutive steps, aligned to its newest step; the windows of all envs are
-    shuffled and yielded ``mini_batch_size`` at a time (the last minibatch may
-    be smaller). Every stored step is in exactly one window, except the
-    ``size % mini_batch_length`` oldest of each env, which fill no window.
+    A window starts at each stored step that has ``mini_batch_length - 1`` stored steps
+    after it (`num_window_starts`), so windows overlap: an off-policy algorithm trains on a
+    window's first step and reads the later ones as its targets (the next observation, an
+    n-step return), so one pass trains every stored transition once. Cutting the rings into
+    back-to-back windows instead would train only every ``mini_batch_length``-th step,
+    the same ones on every pass. The windows of all envs are shuffled and yielded
+    ``mini_batch_size`` at a time (the last minibatch may be smaller).
 
     Args:
         storage: the rings to read.
@@ -123,15 +126,17 @@ def whole_buffer_minibatches(
 
     Yields:
         `SampleIndices` with ``[mini_batch_size, mini_batch_length]`` positions.
+
+    Raises:
+        ValueError: no env holds a window of ``mini_batch_length`` steps yet.
     """
-    per_env = storage.sizes // mini_batch_length
+    per_env = num_window_starts(storage, mini_batch_length)
     env_ids = torch.repeat_interleave(
         torch.arange(storage.num_envs, device=storage.device), per_env
     )
-    # Window j of an env (counted from its newest) starts at offset size - (j + 1) * length.
+    # An env's windows start at offsets 0 .. per_env - 1 from its oldest step.
     first_window = torch.cumsum(per_env, 0) - per_env
-    window = torch.arange(len(env_ids), device=storage.device) - first_window[env_ids]
-    offsets = storage.sizes[env_ids] - (window + 1) * mini_batch_length
+    offsets = torch.arange(len(env_ids), device=storage.device) - first_window[env_ids]
     order = torch.randperm(len(env_ids), generator=generator).to(storage.device)
     for chunk in order.split(mini_batch_size):
         positions = window_positions(storage, env_ids[chunk], offsets[chunk], mini_batch_length)

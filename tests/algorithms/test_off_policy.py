@@ -47,11 +47,13 @@ class ConstantActionAlgorithm(Algorithm):
         return UpdateResult({"loss/fake": loss.detach()}, ~torch.isfinite(loss), priorities)
 
 
-def make_scheme(config: OffPolicyConfig, num_envs: int = 2, unroll_length: int = 8):
+def make_scheme(
+    config: OffPolicyConfig, num_envs: int = 2, unroll_length: int = 8, num_env_steps: int = 1000
+):
     env = make_env("CartPole-v1", num_envs, backend="serial", seed=0)
     algorithm = ConstantActionAlgorithm()
     collector = Collector(env, algorithm, unroll_length)
-    buffer = make_replay_buffer(config, num_envs, num_env_steps=1000)
+    buffer = make_replay_buffer(config, num_envs, num_env_steps=num_env_steps)
     return OffPolicyScheme(algorithm, collector, buffer, config, env.action_spec), algorithm
 
 
@@ -85,7 +87,7 @@ def test_sampled_training_makes_num_updates_minibatches_of_the_asked_shape():
     assert [b.action.shape for b in algorithm.batches] == [torch.Size([6, 3])] * 4
 
 
-def test_whole_buffer_training_visits_every_window_once_per_pass():
+def test_whole_buffer_training_trains_every_stored_transition_once_per_pass():
     config = OffPolicyConfig(
         initial_collect_steps=0,
         mini_batch_size=2,
@@ -95,13 +97,14 @@ def test_whole_buffer_training_visits_every_window_once_per_pass():
     )
     scheme, algorithm = make_scheme(config, num_envs=4, unroll_length=8)
     metrics = scheme.train_iter().metrics
-    # 4 envs x 8 steps cut into windows of 4: 8 windows, 4 minibatches of 2, two passes.
-    assert metrics["train/num_updates"] == 8
-    first_pass = torch.cat([b.indices for b in algorithm.batches[:4]])
+    # 4 envs x 8 steps: windows of 4 start at each env's steps 0..4, 20 windows in 10
+    # minibatches of 2, two passes.
+    assert metrics["train/num_updates"] == 20
+    first_pass = torch.cat([b.indices for b in algorithm.batches[:10]])
     assert sorted(first_pass.tolist()) == sorted(
-        torch.cat([b.indices for b in algorithm.batches[4:]]).tolist()
+        torch.cat([b.indices for b in algorithm.batches[10:]]).tolist()
     )
-    assert len(set(first_pass.tolist())) == 8
+    assert len(set(first_pass.tolist())) == 20
     for batch in algorithm.batches:  # time order kept inside each window
         assert bool((batch.positions[:, 1:] - batch.positions[:, :-1] == 1).all())
 
@@ -116,6 +119,20 @@ def test_prioritized_replay_receives_the_algorithm_priorities():
     scheme.train_iter()
     assert sampler._max_priority >= 5.0
     assert sampler.beta > beta_before, "beta anneals towards 1 as env steps are taken"
+
+
+def test_prioritized_beta_anneals_over_the_whole_budget_initial_collection_included():
+    config = OffPolicyConfig(
+        initial_collect_steps=32, mini_batch_size=4, prioritized_replay=True, priority_beta=0.4
+    )
+    scheme, algorithm = make_scheme(config, num_env_steps=64)  # 16 env steps per iteration
+    betas = []
+    for _ in range(4):
+        scheme.train_iter()
+        betas.append(scheme.replay_buffer.sampler.beta)
+    assert betas == pytest.approx([0.55, 0.7, 0.85, 1.0])
+    assert algorithm.batches, "training started after the initial collection"
+    assert float(algorithm.batches[-1].weights.min()) > 0
 
 
 def test_state_dict_round_trip_restores_buffer_and_collection_progress():

@@ -88,11 +88,12 @@ def test_iterate_minibatches_is_one_pass_over_every_window():
     buffer = ReplayBuffer(num_envs=2, capacity=8)
     buffer.add_experience(_experience(0, steps=6))
     batches = list(buffer.iterate_minibatches(4, 3, generator=torch.Generator().manual_seed(0)))
-    assert [b.action.shape for b in batches] == [torch.Size([4, 3])]
+    # 6 stored steps per env: windows of 3 start at times 0..3 of both envs.
+    assert [b.action.shape for b in batches] == [torch.Size([4, 3])] * 2
     observed = sorted(
         tuple(b) for batch in batches for b in batch.time_step.observation[:, 0].tolist()
     )
-    assert observed == [(0.0, 0.0), (0.0, 1.0), (3.0, 0.0), (3.0, 1.0)]
+    assert observed == [(float(t), float(e)) for t in range(4) for e in range(2)]
 
 
 def test_clear_empties_buffer_sampler_and_episode_index():

@@ -81,23 +81,30 @@ def test_sampling_before_any_window_is_stored_says_how_much_is_there():
         UniformSampler().sample(storage, 4, length=0)
 
 
-def test_whole_buffer_minibatches_cover_every_window_once_in_time_order():
+def test_whole_buffer_minibatches_cover_every_window_start_once_in_time_order():
     storage = _storage([13, 7, 2], capacity=8)  # sizes 8, 7, 2
     batches = list(
         whole_buffer_minibatches(storage, 3, 2, generator=torch.Generator().manual_seed(0))
     )
-    # 8 // 2 + 7 // 2 + 2 // 2 = 4 + 3 + 1 windows: minibatches of 3, 3 and 2.
-    assert [len(b.env_ids) for b in batches] == [3, 3, 2]
+    # A window at every stored step with a stored successor: 7 + 6 + 1 = 14 windows.
+    assert [len(b.env_ids) for b in batches] == [3, 3, 3, 3, 2]
     env_ids = torch.cat([b.env_ids for b in batches])
     positions = torch.cat([b.positions for b in batches])
     _check_windows(storage, env_ids, positions)
     starts = storage.gather(env_ids, positions[:, :1])["time"][:, 0]
     windows = sorted(zip(env_ids.tolist(), starts.tolist(), strict=True))
-    # Aligned to each env's newest step; env 1's oldest step (time 0) fills no window.
-    assert windows == [(0, 5), (0, 7), (0, 9), (0, 11), (1, 1), (1, 3), (1, 5), (2, 0)]
+    # Every transition is a window's first step once (env 0 keeps times 5..12 after wrapping).
+    expected = [(0, t) for t in range(5, 12)] + [(1, t) for t in range(6)] + [(2, 0)]
+    assert windows == expected
     assert [w for w in zip(env_ids.tolist(), starts.tolist(), strict=True)] != windows, (
         "the windows should be shuffled"
     )
+
+
+def test_whole_buffer_minibatches_refuse_a_buffer_without_a_window():
+    storage = _storage([2, 1], capacity=8)
+    with pytest.raises(ValueError, match="no window of 3 steps is stored yet"):
+        list(whole_buffer_minibatches(storage, 4, 3))
 
 
 def test_whole_buffer_shuffles_differ_by_generator_seed_but_not_by_content():
