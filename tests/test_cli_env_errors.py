@@ -196,8 +196,8 @@ TINY_RUN = ["trainer.num_env_steps=64", "trainer.num_eval_episodes=1", "trainer.
 def test_train_with_spaces_the_algorithm_does_not_take_exits_2_saying_what_would(
     capsys, tmp_path, monkeypatch, config, env, message, fix
 ):
-    """One line on stderr, no traceback; the run directory takes the fix it suggests (it
-    holds no checkpoint, only the refused start's config)."""
+    """One line on stderr, no traceback, nothing left behind (a run directory without
+    metrics would trip `cadence plot`); the fix it suggests then trains."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "spaces_env.py").write_text(SPACES_MODULE)
     name = f"env.name=spaces_env:{env}"
@@ -205,5 +205,61 @@ def test_train_with_spaces_the_algorithm_does_not_take_exits_2_saying_what_would
     captured = capsys.readouterr()
     assert f"cadence train: {message}" in captured.err and "Traceback" not in captured.err
     assert captured.out == ""
+    assert not (tmp_path / "run").exists()
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("the user's")
+    assert main(["train", config, name, *TINY_RUN, "--root-dir", "mine"]) == 2
+    assert [p.name for p in (tmp_path / "mine").iterdir()] == ["notes.txt"]
     assert main(["train", fix[0], name, *fix[1:], *TINY_RUN, "--root-dir", "run"]) == 0
     assert (tmp_path / "run" / "COMPLETE").exists()
+
+
+UNFILMABLE_MODULE = """
+import gymnasium as gym
+import numpy as np
+
+
+class Corridor(gym.Env):
+    observation_space = gym.spaces.Box(0.0, 4.0, (1,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action):
+        return np.zeros(1, np.float32), 0.0, False, False, {}
+
+
+class CorridorWithRenderMode(Corridor):
+    def __init__(self, render_mode=None):
+        self.render_mode = render_mode
+
+
+gym.register("Corridor-v0", entry_point=Corridor, max_episode_steps=5)
+gym.register("CorridorWithRenderMode-v0", entry_point=CorridorWithRenderMode, max_episode_steps=5)
+"""
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ("Corridor-v0", "takes no render_mode argument, so it cannot film frames"),
+        ("CorridorWithRenderMode-v0", "could not render a frame (AssertionError"),
+    ],
+)
+def test_play_with_video_of_an_env_that_cannot_render_exits_2_saying_how_to_film_it(
+    capsys, tmp_path, monkeypatch, env, message
+):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "unfilmable_env.py").write_text(UNFILMABLE_MODULE)
+    name = f"env.name=unfilmable_env:{env}"
+    assert main(["train", "ppo_cartpole", name, *TINY_RUN, "--root-dir", "run"]) == 0
+    capsys.readouterr()
+    assert main(["play", "run", "--video", "out.mp4"]) == 2
+    captured = capsys.readouterr()
+    assert f"cadence play: unfilmable_env:{env} {message}" in captured.err
+    assert "metadata = {'render_modes': ['rgb_array']}" in captured.err
+    assert "Traceback" not in captured.err and not (tmp_path / "out.mp4").exists()
+    assert main(["play", "run"]) == 0, "without --video it plays"

@@ -22,6 +22,8 @@ __getattr__, __dir__ = lazy_exports(
         "ThreadEnvironment": "thread",
         "TimeLimit": "time_limit",
         "VectorEnvironment": "vector",
+        "BackgroundDistractor": "distractors",
+        "CameraJitter": "distractors",
         "ContinuousActionClip": "wrappers",
         "EnvFrameStack": "wrappers",
         "FrameSkip": "wrappers",
@@ -32,6 +34,8 @@ __getattr__, __dir__ = lazy_exports(
 )
 
 __all__ = [
+    "BackgroundDistractor",
+    "CameraJitter",
     "ContinuousActionClip",
     "EnvBuildError",
     "EnvFrameStack",

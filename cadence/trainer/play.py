@@ -203,15 +203,28 @@ def _run_episodes(
     return returns, lengths
 
 
+_RENDER_HOW_TO = (
+    "To film it, give the env's __init__ a render_mode=None argument kept as "
+    "self.render_mode, declare metadata = {'render_modes': ['rgb_array']} and return an "
+    "HxWx3 uint8 array from render(); or play without --video"
+)
+
+
 def _frame(env: Environment, env_name: str) -> np.ndarray | None:
-    """The env's frame; a failure to render says how to fix it where it can."""
+    """The env's frame; a failure to render says how to fix it where it can.
+
+    Raises:
+        EnvBuildError: the env cannot render a frame.
+    """
     try:
         return env.render(0)
     except Exception as error:
         message = f"{env_name} could not render a frame ({type(error).__name__}: {error})"
         if is_mujoco_env(env_name):
             message += f". {offscreen_gl_hint()}"
-        raise RuntimeError(message) from error
+        elif "render_modes" in str(error) or isinstance(error, NotImplementedError):
+            message += f". {_RENDER_HOW_TO}"
+        raise EnvBuildError(message) from error
 
 
 def _make_play_env(config: Any, render: bool) -> Environment:
@@ -244,8 +257,13 @@ def _make_play_env(config: Any, render: bool) -> Environment:
             env_kwargs=env_kwargs,
         )
     except TypeError as error:
-        if backend != "vector" or not render or "render_mode" not in str(error):
+        if not render or "render_mode" not in str(error):
             raise
+        if backend != "vector":
+            raise EnvBuildError(
+                f"{config.env.name} takes no render_mode argument, so it cannot film frames "
+                f"({error}). {_RENDER_HOW_TO}"
+            ) from error
         raise EnvBuildError(
             f"{config.env.name}'s vector env, which the run trained on, renders no frames "
             f"({error}); play without --video, or train on single envs "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -91,6 +92,8 @@ def train(
         if ranks.world_size > 1 and on_evaluation is not None:
             raise ValueError("on_evaluation pauses one process's run; it takes one rank")
         ready: bool | BaseException | None = None
+        run_dir = Path(config.root_dir)
+        before = _entries(run_dir)
         if ranks.is_writer:
             try:
                 ready = prepare_run(config, resume_with_changes)
@@ -104,7 +107,12 @@ def train(
         if not ready:
             return None
         with torch_settings_restored():
-            trainer = build_trainer(config, Path(config.root_dir), on_evaluation, ranks)
+            try:
+                trainer = build_trainer(config, run_dir, on_evaluation, ranks)
+            except BaseException:
+                if ranks.world_size == 1 and before is not None:
+                    _remove_new_entries(run_dir, before)
+                raise
             try:
                 return trainer.run()
             finally:
@@ -126,6 +134,32 @@ def torch_settings_restored() -> Iterator[None]:
     finally:
         torch.set_num_threads(threads)
         torch.use_deterministic_algorithms(deterministic, warn_only=warn_only)
+
+
+def _entries(run_dir: Path) -> set[str] | None:
+    """What ``run_dir`` holds before a start, or None where it holds a checkpoint (a run
+    to resume, whose files a failed start must never touch)."""
+    if CheckpointManager(run_dir / "checkpoints").has_checkpoints():
+        return None
+    return {p.name for p in run_dir.iterdir()} if run_dir.is_dir() else set()
+
+
+def _remove_new_entries(run_dir: Path, before: set[str]) -> None:
+    """Undoes a new run's start that failed before training (a config the env's spaces
+    refuse, a network that does not fit them): its ``config.yaml``, snapshot and whatever
+    else it wrote go, and the directory too if the start made it, so that a refused
+    start leaves no run without metrics behind (which `cadence plot` would trip on)."""
+    if not run_dir.is_dir():
+        return
+    for path in run_dir.iterdir():
+        if path.name in before:
+            continue
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+    if not before and not any(run_dir.iterdir()):
+        run_dir.rmdir()
 
 
 def prepare_run(config: Any, resume_with_changes: bool = False) -> bool:

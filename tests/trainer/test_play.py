@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from cadence.config import load_config
+from cadence.envs.errors import EnvBuildError
 from cadence.trainer.play import _frame, evaluate, play
 from cadence.trainer.run import train
 
@@ -124,8 +125,8 @@ class _Unrenderable:
 
 
 def test_a_mujoco_env_that_cannot_render_says_how_to_fix_it():
-    with pytest.raises(RuntimeError, match="Hopper-v5 could not render.*MUJOCO_GL"):
+    with pytest.raises(EnvBuildError, match="Hopper-v5 could not render.*MUJOCO_GL"):
         _frame(_Unrenderable(), "Hopper-v5")
-    with pytest.raises(RuntimeError, match="CartPole-v1 could not render") as error:
+    with pytest.raises(EnvBuildError, match="CartPole-v1 could not render") as error:
         _frame(_Unrenderable(), "CartPole-v1")
     assert "MUJOCO_GL" not in str(error.value)
