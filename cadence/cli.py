@@ -397,12 +397,30 @@ def run_train(args: argparse.Namespace) -> int:
 
         outcome = launch_ranks(config, resume_with_changes=args.resume_with_changes)
     else:
+        from cadence.envs.parallel import EnvironmentWorkerError
         from cadence.trainer.run import train  # torch: imported only to train
 
-        outcome = train(config, resume_with_changes=args.resume_with_changes)
+        try:
+            outcome = train(config, resume_with_changes=args.resume_with_changes)
+        except EnvironmentWorkerError as error:  # its restarts spent: the env's traceback
+            print(f"cadence train: {error}\n{_stopped_by_env(config.root_dir)}", file=sys.stderr)
+            return 1
     if os.environ.get("RANK", "0") == "0":
         print(f"{config.root_dir}: {_OUTCOME_MESSAGES.get(outcome, outcome)}")
     return 0
+
+
+def _stopped_by_env(run_dir: str) -> str:
+    """What a run stopped by its env keeps, and how to go on."""
+    from cadence.trainer.checkpoint import CheckpointManager, latest_iteration
+
+    checkpoints = Path(run_dir) / "checkpoints"
+    if not CheckpointManager(checkpoints).has_checkpoints():
+        return f"The run stopped before its first checkpoint; {run_dir} starts anew next time."
+    return (
+        f"The run stopped; once the env is fixed, the same command resumes {run_dir} from its "
+        f"latest checkpoint (iteration {latest_iteration(checkpoints)})."
+    )
 
 
 def _num_ranks(configured: int, nproc: int | None) -> int:

@@ -71,6 +71,8 @@ from cadence.envs.parallel_worker import (
     action_rows,
     aligned,
     shared_views,
+    start_resource_tracker,
+    unlink_shared_memory,
     worker_main,
 )
 from cadence.envs.serial import check_batch_state
@@ -216,6 +218,7 @@ class ParallelEnvironment(Environment):
             context.set_forkserver_preload([__name__])
         self._pool = WorkerPool(context, len(self._slices), step_timeout_s)
         try:
+            start_resource_tracker()  # the workers' own would unlink the block as they die
             for worker in range(len(self._slices)):
                 self._spawn(worker)
             specs, dead = self._gather_specs(range(len(self._slices)))
@@ -435,19 +438,24 @@ class ParallelEnvironment(Environment):
             )
         elif not self._built:
             reason = "while the environment was being built"
-        elif self._budget.max_restarts == 0:
-            reason = "and restarts are off (max_worker_restarts=0)"
         else:
-            reason = (
-                f"after {self._budget.max_restarts} restarts within {self._budget.window_s:g} s "
-                f"(max_worker_restarts={self._budget.max_restarts})"
-            )
+            reason = f"and {self._spent_budget()}"
         message = (
             f"{self._death_message(worker, how)} {reason}; this ParallelEnvironment is unusable: "
             "close it and build a new one (and find what kills the worker)"
         )
         self._broken = message
         return EnvironmentWorkerError(message, worker, self.env_ids(worker), died=True, hung=hung)
+
+    def _spent_budget(self) -> str:
+        """Why a worker is not restarted once it is built: restarts are off or spent."""
+        budget = self._budget
+        if budget.max_restarts == 0:
+            return "restarts are off (max_worker_restarts=0)"
+        return (
+            f"its {budget.max_restarts} restarts within {budget.window_s:g} s are spent "
+            f"(max_worker_restarts={budget.max_restarts}, restart_window_s={budget.window_s:g})"
+        )
 
     def _check_replacement_specs(self, worker: int, specs: tuple[Any, ...]) -> None:
         """Raises unless the rebuilt envs lay out the shared memory as the first ones did."""
@@ -548,7 +556,7 @@ class ParallelEnvironment(Environment):
             self._shm.close()
         except BufferError:  # a time step view still held elsewhere; the mapping goes with it
             pass
-        self._shm.unlink()
+        unlink_shared_memory(self._shm)
         self._shm = None
 
     def _deliver(self) -> TimeStep:
@@ -620,17 +628,20 @@ class ParallelEnvironment(Environment):
     ) -> tuple[dict[int, Any], set[int]]:
         """Restarts the ``dead`` workers (and, ``stepping``, those whose env raised), then
         raises an env's error among the ``replies``."""
+        not_restarted = ""
         if stepping and self._built:
             for worker, (status, payload) in sorted(replies.items()):
-                if status == "error" and self._budget.allows(worker):
+                if status != "error":
+                    continue
+                if self._budget.allows(worker):
                     self._kill_raising(worker, payload)
                     dead = dead | {worker}
-                # Else its error is raised below, with the worker's traceback, and the
-                # worker stays (restarts exhausted, or off): the caller decides.
+                else:  # raised below, with the worker's traceback; the caller decides
+                    not_restarted = f"not restarted: {self._spent_budget()}"
             replies = {w: reply for w, reply in replies.items() if w not in dead}
         for worker in sorted(dead):
             self._recover(worker)
-        self._raise_errors(replies)
+        self._raise_errors(replies, not_restarted)
         return {w: payload for w, (_, payload) in replies.items()}, dead
 
     def _kill_raising(self, worker: int, payload: tuple[int | None, str, str]) -> None:
@@ -641,19 +652,25 @@ class ParallelEnvironment(Environment):
         logger.warning("%s", error)
         self._pool.kill(worker, f"raised {text.splitlines()[0]} (traceback above; killed)")
 
-    def _raise_errors(self, replies: dict[int, tuple[str, Any]]) -> None:
+    def _raise_errors(self, replies: dict[int, tuple[str, Any]], why: str = "") -> None:
+        """Raises the first env error among ``replies`` (``why``: what the message adds,
+        such as why the worker was not restarted)."""
         for worker, (status, payload) in sorted(replies.items()):
             if status == "error":
-                raise self._worker_error(worker, *payload)
+                raise self._worker_error(worker, *payload, why=why)
             if status == "unsavable":  # expected of some envs: one line, no traceback
                 raise UnsavableEnvStateError(payload)
 
     def _worker_error(
-        self, worker: int, env_index: int | None, text: str, tb: str
+        self, worker: int, env_index: int | None, text: str, tb: str, why: str = ""
     ) -> EnvironmentWorkerError:
         start, stop = self._slices[worker]
         env_ids = list(range(start, stop)) if env_index is None else [start + env_index]
-        message = f"environment {_ids(env_ids)} in worker {worker} raised {text}\n\nWorker traceback:\n{tb}"
+        why = f" ({why})" if why else ""
+        message = (
+            f"environment {_ids(env_ids)} in worker {worker} raised {text}{why}"
+            f"\n\nWorker traceback:\n{tb}"
+        )
         return EnvironmentWorkerError(message, worker, env_ids, tb)
 
     def _check_usable(self) -> None:

@@ -103,6 +103,7 @@ def test_an_env_that_keeps_raising_exhausts_the_restart_budget_and_names_what_it
             for _ in range(10):
                 env.step(action)
     assert "raised RuntimeError: FaultyEnv raised at step 3 as asked" in str(error.value)
+    assert "(not restarted: its 1 restarts within 600 s are spent" in str(error.value)
     assert "fakes.py" in error.value.worker_traceback and not error.value.died
     warnings = [r.getMessage() for r in caplog.records]
     assert any("Worker traceback" in m and "fakes.py" in m for m in warnings), "the traceback"
@@ -247,3 +248,36 @@ def test_cadence_train_recovers_from_a_worker_that_dies_hangs_or_raises(tmp_path
     assert "restarting it" in done.stderr
     # Only an env's own exception comes with a traceback: the worker's, in the warning.
     assert ("Traceback" in done.stderr) == (fault == "raise")
+
+
+@pytest.mark.timeout(120)
+def test_cadence_train_stopped_by_an_env_past_its_restarts_says_what_the_run_kept(
+    tmp_path, capsys
+):
+    """The env's error and its worker's traceback, why it was not restarted, and how to go
+    on, in one message: not cadence's own traceback (exit 1)."""
+    from cadence.cli import main
+
+    run = tmp_path / "run"
+    common = [
+        f"env.name={FAULTY}",
+        "env.backend=parallel",
+        "env.num_envs=2",
+        "env.num_workers=2",
+        "trainer.unroll_length=8",
+        "trainer.num_env_steps=4000",
+        "trainer.checkpoint_interval=1",
+        "trainer.eval_interval=1000",
+        "trainer.progress_bar=off",
+        "--root-dir",
+        str(run),
+    ]
+    # Every env raises at its 40th step, and again after each restart.
+    raising = ["++env.env_kwargs={fault: raise, at_step: 40}"]
+    assert main(["train", "ppo_cartpole", *common, *raising]) == 1
+    err = capsys.readouterr().err
+    assert "cadence train: environment id" in err and "FaultyEnv raised at step 40" in err
+    assert "not restarted: its 3 restarts within 600 s are spent" in err
+    assert "fakes.py" in err and "cadence/cli.py" not in err
+    # Each env fails at its 40th step (iteration 5 of 8 steps), then 3 times more.
+    assert f"resumes {run} from its latest checkpoint (iteration 19)" in err
