@@ -46,7 +46,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     Exit codes: 0 success (a pre-empted run included: starting it again resumes
     it), 1 a missing file such as a run without checkpoints, or training stopped by
-    a non-finite loss or a run directory that could not be written (a full disk), 2 a
+    a non-finite loss, an env that kept failing past its worker restarts or a run
+    directory that could not be written (a full disk), 2 a
     usage or config error, an environment that cannot be built (unknown id, missing
     dependency, a ``module:Id`` that does not import, an env that raises) or whose spaces
     the config's algorithm does not take, or a run none of whose checkpoints verifies;
