@@ -178,9 +178,27 @@ def prepare_run(config: Any, resume_with_changes: bool = False) -> bool:
     check_training_env(config)
     run_dir.mkdir(parents=True, exist_ok=True)
     if not checkpoints.has_checkpoints():
+        _warn_of_other_files(run_dir)
         (run_dir / "config.yaml").write_text(config.to_yaml())
         write_snapshot(run_dir / "snapshot.tar.gz")
     return True
+
+
+def _warn_of_other_files(run_dir: Path) -> None:
+    """Warns when a new run starts in a directory that already holds files and no earlier
+    start's ``config.yaml`` (``--root-dir .`` in a project folder, say): the run's files
+    would mix with them, which is rarely what was meant."""
+    if (run_dir / "config.yaml").exists():
+        return
+    others = sorted(p.name for p in run_dir.iterdir())
+    if others:
+        shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
+        logger.warning(
+            "%s already holds %s, which are not a run's; the new run writes its files beside "
+            "them (give --root-dir a new or empty directory to keep them apart)",
+            run_dir,
+            shown,
+        )
 
 
 def build_trainer(

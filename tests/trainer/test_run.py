@@ -113,3 +113,19 @@ def test_the_parallel_back_ends_spin_pinning_and_timeout_are_set_from_the_config
         if allowed is not None:  # not pinned, though there is one worker per core on CI
             assert all(os.sched_getaffinity(p.pid) == allowed for p in env.processes)
         assert env.step(torch.zeros(2, dtype=torch.int64)).step_type.shape == (2,)
+
+
+def test_a_new_run_in_a_directory_of_other_files_says_so_and_keeps_them(tmp_path, caplog):
+    from cadence.config import load_config
+
+    (tmp_path / "notes.txt").write_text("the user's")
+    overrides = ["trainer.num_env_steps=64", "trainer.progress_bar=off", "trainer.eval_interval=0"]
+    config = load_config("ppo_cartpole", overrides, root_dir=tmp_path)
+    with caplog.at_level("WARNING", logger="cadence.trainer.run"):
+        train(config)
+    assert "already holds notes.txt, which are not a run's" in caplog.text
+    assert (tmp_path / "notes.txt").read_text() == "the user's"
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="cadence.trainer.run"):
+        train(load_config("ppo_cartpole", overrides, root_dir=tmp_path / "fresh"))
+    assert "which are not a run's" not in caplog.text
