@@ -392,7 +392,7 @@ def run_train(args: argparse.Namespace) -> int:
         config = load_config(args.name, overrides, root_dir=args.root_dir)
     _log_to_terminal()
     if os.environ.get("RANK", "0") != "0":  # a torchrun rank other than 0: warnings only
-        logging.getLogger().setLevel(logging.WARNING)
+        logging.getLogger("cadence").setLevel(logging.WARNING)
     if num_ranks > 1 and "WORLD_SIZE" not in os.environ:
         from cadence.launch import launch_ranks  # starts the ranks, as torchrun would
 
@@ -662,9 +662,12 @@ def _import_from_working_directory() -> None:
 
 
 def _log_to_terminal() -> None:
+    """cadence's own INFO lines (what it loaded, chose and wrote) and every library's
+    warnings; other libraries' INFO chatter (PyOpenGL's, when MuJoCo renders) stays out."""
     logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S"
+        level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S"
     )
+    logging.getLogger("cadence").setLevel(logging.INFO)
 
 
 if __name__ == "__main__":

@@ -188,10 +188,11 @@ def _run_rank(run_dir: str, outcome_file: str) -> int:
 
     rank = int(os.environ["RANK"])
     logging.basicConfig(
-        level=logging.INFO if rank == 0 else logging.WARNING,
+        level=logging.WARNING,
         format=f"%(asctime)s [rank {rank}] %(name)s: %(message)s",
         datefmt="%H:%M:%S",
     )
+    logging.getLogger("cadence").setLevel(logging.INFO if rank == 0 else logging.WARNING)
     path = Path(run_dir) / "config.yaml"
     try:
         config = attrs.evolve(from_yaml(path.read_text(), source=f"'{path}'"), root_dir=run_dir)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
@@ -227,6 +228,14 @@ def _frame(env: Environment, env_name: str) -> np.ndarray | None:
         raise EnvBuildError(message) from error
 
 
+def _quiet_offscreen_sdl() -> None:
+    """On a machine without a display, points SDL (pygame, which Gymnasium's classic-control
+    envs draw their rgb_array frames with) at its dummy video driver: the frames are the
+    same, and SDL no longer prints ``error: XDG_RUNTIME_DIR is invalid`` when it starts."""
+    if not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
+        os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+
+
 def _make_play_env(config: Any, render: bool) -> Environment:
     env_kwargs = dict(config.env.env_kwargs or {})
     backend = "thread"
@@ -246,6 +255,7 @@ def _make_play_env(config: Any, render: bool) -> Environment:
         backend = "vector"
     if backend != "tensor" and render:
         env_kwargs.setdefault("render_mode", "rgb_array")
+        _quiet_offscreen_sdl()
     try:
         return make_env(
             config.env.name,
