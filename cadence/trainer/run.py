@@ -76,14 +76,23 @@ def train(
             was written.
         CheckpointError: no checkpoint of the run verifies; nothing was written.
         NonFiniteUpdateError: an update met a NaN or infinite loss or gradient.
-        ValueError: ``trainer.num_ranks`` is not the number of ranks started (one, outside
-            ``torchrun``: `cadence.launch.launch_ranks` starts them).
+        ValueError: under ``torchrun``, ``trainer.num_ranks`` is not the number of ranks
+            it started; or ``on_evaluation`` with more than one rank.
+        RankFailedError: a rank started here exited with an error.
 
-    With ``trainer.num_ranks`` > 1 this runs one rank of the group that ``torchrun`` (or
-    `cadence.launch`) started (docs/ddp.md): rank 0 checks and prepares the run
-    directory, then every rank trains.
+    With ``trainer.num_ranks`` > 1 outside ``torchrun`` this starts that many local ranks
+    (`cadence.launch.launch_ranks`, as ``cadence train`` does: new processes, so a script
+    needs no ``if __name__ == "__main__":`` guard) and waits for them. Under ``torchrun``
+    (or `cadence.launch`) it runs one rank of the group (docs/ddp.md): rank 0 checks and
+    prepares the run directory, then every rank trains.
     """
     trainer_config = config.trainer
+    if trainer_config.num_ranks > 1 and "WORLD_SIZE" not in os.environ:
+        if on_evaluation is not None:
+            raise ValueError("on_evaluation pauses one process's run; it takes one rank")
+        from cadence.launch import launch_ranks
+
+        return launch_ranks(config, resume_with_changes)
     with start_ranks(
         trainer_config.num_ranks,
         learner_device(trainer_config.device),

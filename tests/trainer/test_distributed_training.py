@@ -276,3 +276,40 @@ def test_an_off_policy_group_keeps_a_replay_buffer_per_rank_and_resumes_exactly(
         for part in (rank1, state)
     ]
     assert not torch.equal(*observations)
+
+
+_PLAIN_SCRIPT = """
+import sys
+import cadence
+
+config = cadence.load_config("ppo_cartpole", sys.argv[2:], root_dir=sys.argv[1])
+print("outcome", cadence.train(config))
+"""
+
+
+@pytest.mark.slow  # ~15 s: three processes import torch
+@pytest.mark.ci_budget
+def test_cadence_train_of_a_multi_rank_config_from_a_plain_script_starts_the_ranks(tmp_path):
+    """As `cadence train` does; the script has no __main__ guard and runs once."""
+    script = tmp_path / "plain.py"
+    script.write_text(_PLAIN_SCRIPT)
+    overrides = [
+        "trainer.num_ranks=2",
+        "env.num_envs=2",
+        "trainer.unroll_length=8",
+        "trainer.num_env_steps=64",
+        "trainer.eval_interval=0",
+        "trainer.num_eval_episodes=1",
+        "trainer.progress_bar=off",
+    ]
+    run = tmp_path / "run"
+    result = subprocess.run(
+        [sys.executable, str(script), str(run), *overrides],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.count("outcome") == 1 and "outcome complete" in result.stdout
+    assert (run / "COMPLETE").exists()
+    assert (_rank_state(run, 1)["counters"]["env_steps"]) == 64
