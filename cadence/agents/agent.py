@@ -99,25 +99,48 @@ def reset_where(state: DictTensor, initial_state: DictTensor, mask: torch.Tensor
     """``state`` with the rows where ``mask`` ``[B]`` is True taken from ``initial_state``.
 
     An agent calls it first, with ``observation["initial_state"]`` as the mask, so
-    that a slot whose episode starts again forgets the last one.
+    that a slot whose episode starts again forgets the last one. Nothing is
+    broadcast: a one-row mask or initial state would reset, or overwrite, every slot.
 
     Raises:
-        ValueError: the two states have different keys.
+        ValueError: the two states have different keys, a key's shape or dtype
+            differs between them, or ``mask`` is not a ``[B]`` bool tensor.
 
     >>> state = DictTensor({"h": torch.ones(3, 2)})
     >>> reset_where(state, DictTensor({"h": torch.zeros(3, 2)}), torch.tensor([False, True, False]))["h"][:, 0]
     tensor([1., 0., 1.])
     """
-    if set(state.keys()) != set(initial_state.keys()):
-        raise ValueError(
-            f"the state has keys {sorted(state.keys())} but the initial state "
-            f"{sorted(initial_state.keys())}: __call__ must return the keys of initial_state"
-        )
+    _check_reset(state, initial_state, mask)
     values = {}
     for key, value in state.to_dict().items():
         where = mask.reshape(-1, *([1] * (value.dim() - 1)))
         values[key] = torch.where(where, initial_state[key], value)
     return DictTensor(values, batch_size=state.n_elems(), device=state.device)
+
+
+def _check_reset(state: DictTensor, initial_state: DictTensor, mask: torch.Tensor) -> None:
+    if set(state.keys()) != set(initial_state.keys()):
+        raise ValueError(
+            f"the state has keys {sorted(state.keys())} but the initial state "
+            f"{sorted(initial_state.keys())}: __call__ must return the keys of initial_state"
+        )
+    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool or mask.dim() != 1:
+        got = f"{mask.dtype}{list(mask.shape)}" if isinstance(mask, torch.Tensor) else type(mask)
+        raise ValueError(
+            f"the mask must be a [B] bool tensor (observation['initial_state']), got {got}"
+        )
+    if state.empty():
+        return
+    if len(mask) != state.n_elems():
+        raise ValueError(f"the mask has {len(mask)} rows but the state {state.n_elems()}")
+    for key, value in state.to_dict().items():
+        initial = initial_state[key]
+        if initial.shape != value.shape or initial.dtype != value.dtype:
+            raise ValueError(
+                f"the initial state's {key!r} is {initial.dtype}{list(initial.shape)} but the "
+                f"state's {value.dtype}{list(value.shape)}: initial_state(agent_info, B) must "
+                "give B rows of the shapes and dtypes __call__ returns"
+            )
 
 
 def replay_agent(agent: Agent, trajectories: Trajectories) -> TemporalDictTensor:

@@ -57,6 +57,7 @@ from cadence.data.dict_tensor import DictTensor
 from cadence.data.trajectories import Trajectories
 from cadence.envs.environment import PyEnvironment
 from cadence.envs.main_module import MainFree
+from cadence.envs.parallel_worker import start_resource_tracker
 from cadence.envs.worker_pool import RestartBudget, WorkerPool
 
 logger = logging.getLogger(__name__)
@@ -371,13 +372,18 @@ class Batcher:
 
         Args:
             weights: tensors by name, the same names, shapes and dtypes every time;
-                each worker's agent gets them (a copy) through `Agent.update`.
+                each worker's agent gets them (a copy) through `Agent.update`. Entries
+                that are not tensors stay behind (see `acting_weights`), so an
+                algorithm's whole ``state_dict()`` may be given.
 
         Returns:
             The new version (1 for the first update).
+
+        Raises:
+            TypeError: ``weights`` holds no tensor.
         """
         self._check_usable()
-        weights = dict(weights)
+        weights = acting_weights(weights)
         if self.backend == "ray":
             return self._put_weights(weights)
         if self._weights is None:
@@ -595,6 +601,25 @@ class Batcher:
             raise RuntimeError(f"the Batcher is unusable since a worker failed: {self._broken}")
 
 
+def acting_weights(weights: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+    """The tensor entries of ``weights``: what the workers' agents act with.
+
+    An algorithm's ``state_dict()`` also holds its optimizers' state (``optim/*``,
+    nested dicts) and what ``compile=auto`` chose; workers act, they never step an
+    optimizer, so these stay behind rather than be pickled at every update.
+
+    Raises:
+        TypeError: ``weights`` holds no tensor.
+    """
+    tensors = {k: v for k, v in weights.items() if isinstance(v, torch.Tensor)}
+    if not tensors:
+        raise TypeError(
+            "Batcher.update takes tensors by name (e.g. a state_dict()), got none among "
+            f"{sorted(weights)[:8]}"
+        )
+    return tensors
+
+
 def _make_pool(
     backend: Backend,
     n_processes: int,
@@ -616,4 +641,5 @@ def _make_pool(
     context = mp.get_context(start_method)
     if start_method == "forkserver":
         context.set_forkserver_preload(["cadence.agents.batcher_worker"])
+    start_resource_tracker()  # the workers' own would unlink the blocks as they die
     return WorkerPool(context, n_processes, timeout_s)

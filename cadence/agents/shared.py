@@ -24,7 +24,7 @@ import torch
 
 from cadence.data.specs import numpy_dtype
 from cadence.envs.buffer import ArrayLayout
-from cadence.envs.parallel_worker import aligned
+from cadence.envs.parallel_worker import aligned, attach_shared_memory, unlink_shared_memory
 
 Field = tuple[str, tuple[int, ...], np.dtype]
 """A named array of the block: ``(name, shape, dtype)``."""
@@ -79,7 +79,7 @@ class TrajectoryBlock:
         layout = ArrayLayout(fields)
         self._shm = None
         if shared:
-            self._shm = SharedMemory(name=name, create=name is None, size=layout.nbytes)
+            self._shm = _open(name, layout.nbytes)
             memory = self._shm.buf
         else:
             memory = bytearray(layout.nbytes)
@@ -100,7 +100,7 @@ class TrajectoryBlock:
         except BufferError:  # a view still referenced elsewhere; the mapping goes at exit
             pass
         if unlink:
-            self._shm.unlink()
+            unlink_shared_memory(self._shm)
 
 
 class WeightsBlock:
@@ -118,7 +118,7 @@ class WeightsBlock:
         self._layout = ArrayLayout(fields)
         self._copy_nbytes = aligned(self._layout.nbytes)
         size = self._HEADER + 2 * self._copy_nbytes
-        self._shm = SharedMemory(name=name, create=name is None, size=size)
+        self._shm = _open(name, size)
         self._stamps = np.ndarray((2,), np.int64, buffer=self._shm.buf)
         if name is None:
             self._stamps[:] = -1
@@ -179,11 +179,18 @@ class WeightsBlock:
         except BufferError:
             pass
         if unlink:
-            self._shm.unlink()
+            unlink_shared_memory(self._shm)
 
     def _copy_memory(self, copy: int) -> memoryview:
         start = self._HEADER + copy * self._copy_nbytes
         return self._shm.buf[start : start + self._layout.nbytes]
+
+
+def _open(name: str | None, size: int) -> SharedMemory:
+    """A new block of ``size`` bytes (``name`` None), or the parent's block ``name``."""
+    if name is None:
+        return SharedMemory(create=True, size=size)
+    return attach_shared_memory(name)
 
 
 def _describe(fields: Sequence[Field]) -> str:

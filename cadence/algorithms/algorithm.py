@@ -426,12 +426,18 @@ class Algorithm(nn.Module, abc.ABC):
         return state
 
     def load_state_dict(self, state_dict: dict[str, Any], strict: bool = True) -> Any:
+        """Loads what `state_dict` gave; with ``strict=False``, any part of it.
+
+        A part is what an acting copy gets (a `Batcher`'s workers get only the
+        tensors): an optimizer whose state is absent keeps its own.
+        """
         state_dict = dict(state_dict)
         choices = state_dict.pop("compile/choices", None)
         if choices and self._compiler is not None and self._compiler.mode == "auto":
             self._compiler.choices.update(choices)
         for name, optimizer in self.optimizers().items():
-            optimizer.load_state_dict(state_dict.pop(f"optim/{name}"))
+            if strict or f"optim/{name}" in state_dict:
+                optimizer.load_state_dict(state_dict.pop(f"optim/{name}"))
         if self._compiler is not None:
             self._compiler.reattach()
         return super().load_state_dict(state_dict, strict=strict)

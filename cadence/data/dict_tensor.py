@@ -23,8 +23,9 @@ from cadence.data.nest import flatten_with_paths
 Values: TypeAlias = Mapping[str, Any] | TensorDictBase
 """A (possibly nested) dict of tensors, `DictTensor`s or TensorDicts; keys may hold ``/``."""
 
-RowIndex: TypeAlias = int | slice | torch.Tensor | Sequence[int]
-"""Rows of the batch dimension: an int (kept as one row), a slice, indices or a bool mask."""
+RowIndex: TypeAlias = int | slice | torch.Tensor | Sequence[int] | Sequence[bool]
+"""Rows of the batch dimension: an int (kept as one row), a slice, indices or a bool mask
+(a ``[B]`` tensor or list of bools, as torch reads a list of bools)."""
 
 Device: TypeAlias = torch.device | str
 
@@ -285,10 +286,14 @@ def row_index(index: RowIndex, n_rows: int) -> slice | torch.Tensor:
     Raises:
         IndexError: an int out of range.
         ValueError: a bool mask whose shape is not ``[n_rows]``.
-        TypeError: a tuple or other index that does not select rows.
+        TypeError: a tuple or other index that does not select rows, a Python bool, or a
+            list that mixes bools with indices.
     """
-    if isinstance(index, torch.Tensor) and index.dim() == 0 and not index.dtype.is_floating_point:
+    integral = isinstance(index, torch.Tensor) and not index.dtype.is_floating_point
+    if integral and index.dim() == 0 and index.dtype != torch.bool:
         index = int(index)
+    if isinstance(index, bool):  # an int to Python, but no row: torch would add a dimension
+        raise TypeError(f"cannot index rows with {index}: a row mask is a list of {n_rows} bools")
     if isinstance(index, int):
         if not -n_rows <= index < n_rows:
             raise IndexError(f"row {index} is out of range for a batch of {n_rows}")
@@ -297,12 +302,24 @@ def row_index(index: RowIndex, n_rows: int) -> slice | torch.Tensor:
     if isinstance(index, slice):
         return index
     if isinstance(index, (list, range)):
-        index = torch.as_tensor(list(index), dtype=torch.int64)
+        index = _list_index(list(index))
     if not isinstance(index, torch.Tensor):
         raise TypeError(f"cannot index rows with a {type(index).__name__}")
     if index.dtype == torch.bool and tuple(index.shape) != (n_rows,):
         raise ValueError(f"a row mask must have shape [{n_rows}], this one has {list(index.shape)}")
     return index
+
+
+def _list_index(index: list[Any]) -> torch.Tensor:
+    """A list of bools as a mask (as torch reads it), else as row indices."""
+    bools = [isinstance(i, bool) for i in index]
+    if index and all(bools):
+        return torch.tensor(index, dtype=torch.bool)
+    if any(bools):
+        raise TypeError(
+            f"a row index mixes bools and ints ({index[:8]}): give a mask of bools or indices"
+        )
+    return torch.as_tensor(index, dtype=torch.int64)
 
 
 def describe(td: TensorDictBase) -> str:

@@ -24,8 +24,10 @@ import functools
 import logging
 import os
 import signal
+import sys
 import traceback
 from collections.abc import Callable, Sequence
+from multiprocessing import resource_tracker
 from multiprocessing.connection import Connection
 from multiprocessing.shared_memory import SharedMemory
 from typing import Any
@@ -238,7 +240,7 @@ def _attach(
     channel: Channel,
 ) -> dict[str, Any]:
     # Keep `shm` referenced: the views are only valid while its mapping is open.
-    shm = SharedMemory(name=shm_name)
+    shm = attach_shared_memory(shm_name)
     buffer, actions, control = shared_views(
         shm, env.observation_spec, env.action_spec, env.env_info_spec, batch_size
     )
@@ -283,6 +285,33 @@ def action_layout_for(action_spec: Spec, batch_size: int) -> ArrayLayout:
 def aligned(nbytes: int) -> int:
     """``nbytes`` rounded up to the block's alignment."""
     return -(-nbytes // _ALIGN) * _ALIGN
+
+
+def start_resource_tracker() -> None:
+    """Starts this process's multiprocessing resource tracker, before any worker starts.
+
+    Workers started after it share it (fork inherits it; spawn and forkserver are
+    handed it). A worker forked before it runs starts a tracker of its own when it
+    attaches to a block, which unlinks the block when that worker exits: one dead
+    worker would free the whole pool's shared memory under the others.
+    """
+    resource_tracker.ensure_running()
+
+
+def attach_shared_memory(name: str) -> SharedMemory:
+    """The block ``name``, which another process created and will unlink."""
+    if sys.version_info >= (3, 13):  # before 3.13 every attach registers with the tracker
+        return SharedMemory(name=name, track=False)
+    return SharedMemory(name=name)
+
+
+def unlink_shared_memory(shm: SharedMemory) -> None:
+    """Frees ``shm`` system-wide; a block already gone is only forgotten by the tracker,
+    which would otherwise warn at exit of a leak it then fails to clean up."""
+    try:
+        shm.unlink()
+    except FileNotFoundError:
+        resource_tracker.unregister(shm._name, "shared_memory")  # the name unlink() registered
 
 
 def action_rows(actions: dict[str, np.ndarray], rows: slice) -> list[Nest]:

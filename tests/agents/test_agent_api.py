@@ -21,6 +21,30 @@ def test_reset_where_replaces_the_rows_that_start_again():
         reset_where(state, DictTensor({"h": torch.zeros(3, 2)}), torch.ones(3, dtype=bool))
 
 
+@pytest.mark.parametrize(
+    ("initial", "mask", "error"),
+    [
+        ({"h": torch.zeros(3, 2)}, torch.tensor([True]), "mask has 1 rows but the state 3"),
+        ({"h": torch.zeros(3, 2)}, torch.tensor([0, 1, 0]), r"\[B\] bool tensor.*int64\[3\]"),
+        ({"h": torch.zeros(3, 2)}, torch.ones(3, 1, dtype=bool), r"\[B\] bool tensor"),
+        ({"h": torch.zeros(1, 2)}, torch.tensor([False, True, False]), r"float32\[1, 2\]"),
+        ({"h": torch.zeros(3, 1)}, torch.tensor([False, True, False]), r"float32\[3, 1\]"),
+        ({"h": torch.zeros(3, 2, dtype=torch.int64)}, torch.ones(3, dtype=bool), "int64"),
+        (
+            {"n": {"h": torch.zeros(3, 4)}},
+            torch.ones(3, dtype=bool),
+            r"'n/h' is torch.float32\[3, 4\]",
+        ),
+    ],
+)
+def test_reset_where_broadcasts_nothing(initial, mask, error):
+    state = DictTensor(
+        {"h": torch.ones(3, 2)} if "h" in initial else {"n": {"h": torch.ones(3, 2)}}
+    )
+    with pytest.raises(ValueError, match=error):
+        reset_where(state, DictTensor(initial), mask)
+
+
 def test_slot_streams_do_not_depend_on_the_batch_they_are_drawn_in():
     together = SlotRandom(3)
     alone = [SlotRandom(3) for _ in range(4)]

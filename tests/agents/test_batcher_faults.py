@@ -6,6 +6,9 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import subprocess
+import sys
+from pathlib import Path
 
 import batcher_helpers as helpers
 import pytest
@@ -107,3 +110,35 @@ def test_an_env_that_cannot_be_built_fails_the_constructor_with_its_traceback():
             5, 1, 1, helpers.make_gym_env, helpers.PolicyAgent, env_args={"name": "NoSuchEnv-v0"}
         )
     assert "while it was being built" in str(raised.value)
+
+
+_FORKED_WORKER_KILLED = """
+import os, signal
+import batcher_helpers as helpers
+from cadence.agents import Batcher
+with Batcher(5, 2, 1, helpers.cartpole, helpers.PolicyAgent, start_method="fork") as b:
+    b.reset(); b.execute(); b.get()
+    victim = b.processes[0]
+    os.kill(victim.pid, signal.SIGKILL)
+    victim.join(5)
+    b.execute(); b.get()
+    b.execute()
+    trajectories, running = b.get()
+    print("restarts", b.restarts, "lengths", trajectories.trajectories.lengths.tolist())
+"""
+
+
+def test_a_forked_worker_that_dies_frees_no_shared_memory_of_the_others():
+    # A fresh interpreter: pytest's may run a resource tracker already, which hides the
+    # fault (forked workers starting trackers of their own that unlink the blocks).
+    result = subprocess.run(
+        [sys.executable, "-c", _FORKED_WORKER_KILLED],
+        capture_output=True,
+        text=True,
+        timeout=50,
+        cwd=Path(__file__).parent,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "restarts [1, 0] lengths [5, 5]" in result.stdout, result.stderr
+    assert "leaked shared_memory" not in result.stderr
+    assert "FileNotFoundError" not in result.stderr

@@ -4,6 +4,8 @@ deterministic slots, its `predict_step`'s; a recurrent PPO's state travels as ag
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
@@ -114,3 +116,49 @@ def test_an_algorithm_collects_through_the_batcher_as_its_own_rollout_step_would
     assert (steps["observation/step_type"] == StepType.FIRST).any()  # the state was reset
     if name == "ppo_gru":
         assert any(value.abs().sum() > 0 for _, value in flatten_with_paths(state))
+
+
+def test_batcher_update_takes_the_algorithms_state_dict_and_the_workers_act_with_it(one_thread):
+    algorithm = _cartpole(make_ppo, PPOConfig(), NetworkConfig())
+    previous = copy.deepcopy(algorithm)
+    greedy = DictTensor({"deterministic": torch.ones(4, dtype=torch.bool)})
+    with Batcher(
+        n_timesteps=8,
+        n_processes=1,
+        n_envs=4,
+        create_env=make_gym_env,
+        env_args={"name": "CartPole-v1"},
+        create_agent=algorithm.as_agent,
+        seed=SEED,
+        agent_info=greedy,
+    ) as batcher:
+        batcher.reset(greedy)
+        with torch.no_grad():
+            for parameter in algorithm.parameters():
+                parameter.add_(torch.randn_like(parameter))
+        assert batcher.update(algorithm.state_dict()) == 1  # optim/* (a dict) stays behind
+        batcher.execute()
+        steps = batcher.get()[0].trajectories
+
+    changed = False
+    with torch.no_grad():
+        for t in range(steps.n_steps()):
+            time_step = _time_step(steps, t)
+            acted = steps["action/action"][:, t]
+            assert torch.equal(
+                acted, algorithm.predict_step(time_step, algorithm.initial_state(4)).output
+            )
+            changed |= not torch.equal(
+                acted, previous.predict_step(time_step, previous.initial_state(4)).output
+            )
+    assert changed  # the workers acted with the new weights, not those they started with
+
+
+def test_an_algorithms_agent_loads_a_part_of_its_state_dict():
+    source = _cartpole(make_ppo, PPOConfig(), NetworkConfig())
+    target = _cartpole(make_ppo, PPOConfig(), NetworkConfig())
+    optimizer_state = target.state_dict()["optim/actor_critic"]
+    target.as_agent().update(dict(source.named_parameters()))  # no optim/*
+    for (name, value), loaded in zip(source.named_parameters(), target.parameters(), strict=True):
+        assert torch.equal(value, loaded), name
+    assert target.state_dict()["optim/actor_critic"] == optimizer_state

@@ -71,6 +71,7 @@ def test_index_rows_by_int_slice_tensor_and_mask():
     assert_same(dt[[2, 0]], {k: v[rows] for k, v in dt.to_dict().items()})
     mask = torch.tensor([True, False, True])
     assert_same(dt[mask], {k: v[mask] for k, v in dt.to_dict().items()})
+    assert_same(dt[[True, False, True]], {k: v[mask] for k, v in dt.to_dict().items()})
     assert dt[torch.tensor(1)]["action"].tolist() == [11]
 
 
@@ -80,6 +81,14 @@ def test_index_errors():
         dt[3]
     with pytest.raises(ValueError, match=r"shape \[3\]"):
         dt[torch.tensor([True, False])]
+    with pytest.raises(ValueError, match=r"shape \[3\]"):
+        dt[[True, False]]  # a list of bools is a mask, not the rows 1 and 0
+    with pytest.raises(ValueError, match=r"shape \[3\]"):
+        dt[torch.tensor(True)]
+    with pytest.raises(TypeError, match="mixes bools and ints"):
+        dt[[True, 0, 1]]
+    with pytest.raises(TypeError, match="row mask"):
+        dt[True]
     with pytest.raises(KeyError, match="no key 'agent_state/x'.*agent_state/h"):
         dt["agent_state/x"]
 

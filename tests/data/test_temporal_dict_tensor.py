@@ -46,6 +46,7 @@ def test_index_rows_keeps_lengths_aligned():
     assert picked.lengths.tolist() == [4, 0]
     assert picked["observation/x"][:, 0].tolist() == [20, 0]
     assert tdt[torch.tensor([False, True, True])].lengths.tolist() == [2, 4]
+    assert tdt[[False, True, True]].lengths.tolist() == [2, 4]
     assert tdt[1:].n_steps() == T
 
 

@@ -51,6 +51,9 @@ def test_index_rows_of_both_parts():
     assert part.info["env_info/seed"].tolist() == [2, 0]
     assert part.trajectories["observation/x"][:, 0].tolist() == [2.0, 0.0]
     assert make()[1].n_elems() == 1
+    masked = make()[[True, False, True]]
+    assert masked.info["env_info/seed"].tolist() == [0, 2]
+    assert masked.trajectories["observation/x"][:, 0].tolist() == [0.0, 2.0]
     with pytest.raises(TypeError, match="by rows"):
         make()["info"]
 

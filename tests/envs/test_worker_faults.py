@@ -251,9 +251,7 @@ def test_cadence_train_recovers_from_a_worker_that_dies_hangs_or_raises(tmp_path
 
 
 @pytest.mark.timeout(120)
-def test_cadence_train_stopped_by_an_env_past_its_restarts_says_what_the_run_kept(
-    tmp_path, capsys
-):
+def test_cadence_train_stopped_by_an_env_past_its_restarts_says_what_the_run_kept(tmp_path, capsys):
     """The env's error and its worker's traceback, why it was not restarted, and how to go
     on, in one message: not cadence's own traceback (exit 1)."""
     from cadence.cli import main
