@@ -16,7 +16,7 @@ from types import ModuleType
 import attrs
 
 from cadence.plot.curves import Curve, group_curve
-from cadence.plot.groups import group_labels, group_runs, shared_title
+from cadence.plot.groups import group_labels, group_runs, shared_seeds, shared_title
 from cadence.plot.runs import (
     PlotError,
     Run,
@@ -95,12 +95,30 @@ def plot_runs(
     runs = [load_run(directory) for directory in find_runs(patterns)]
     check_metric(runs, metric)
     groups = group_runs(runs)
+    labels = group_labels(groups)
+    for label, group in zip(labels, groups, strict=True):
+        _warn_shared_seeds(label, group)
     curves = [
         GroupCurve(label, tuple(group), _curve(label, group, metric, x, smooth, seed))
-        for label, group in zip(group_labels(groups), groups, strict=True)
+        for label, group in zip(labels, groups, strict=True)
     ]
     _draw(curves, out, title or shared_title(groups), x, metric)
     return curves
+
+
+def _warn_shared_seeds(label: str, group: Sequence[Run]) -> None:
+    """Warns of runs of one config that share a seed: each is drawn and counted as a seed
+    of its own (dropping one would hide data the user asked for), but reruns of one seed
+    repeat its numbers and so narrow the band without adding evidence."""
+    for seed, runs in shared_seeds(group).items():
+        logger.warning(
+            "%s: %d runs share seed %s (%s); each is counted in the mean and band as a seed "
+            "of its own, and repeats narrow the band. Name the runs to plot to leave some out",
+            " ".join(label.split()),
+            len(runs),
+            seed,
+            ", ".join(str(run.directory) for run in runs),
+        )
 
 
 def _curve(

@@ -53,6 +53,23 @@ def group_runs(runs: Sequence[Run]) -> list[list[Run]]:
     return [sorted(group, key=lambda run: _canonical(run.seed)) for group in groups.values()]
 
 
+def shared_seeds(group: Sequence[Run]) -> dict[str, list[Run]]:
+    """The seeds that more than one run of a group has, each with its runs.
+
+    Such runs are drawn (no data is dropped) but are not independent seeds: a rerun of one
+    seed in another directory repeats its numbers, and averaging repeats narrows the band.
+
+    >>> from pathlib import Path
+    >>> runs = [Run(Path(d), {"seed": s}, []) for d, s in [("a", 0), ("b", 1), ("c", 0)]]
+    >>> {seed: [str(run.directory) for run in same] for seed, same in shared_seeds(runs).items()}
+    {'0': ['a', 'c']}
+    """
+    by_seed: dict[str, list[Run]] = {}
+    for run in group:
+        by_seed.setdefault(_value(run.config, "seed"), []).append(run)
+    return {seed: same for seed, same in by_seed.items() if len(same) > 1}
+
+
 def describing_config(group: Sequence[Run]) -> dict[str, Any]:
     """A group's `training_config` plus its ``name`` (its runs' names joined by ``/`` in the
     rare case that equal configs carry different names): what labels choose from."""
@@ -98,7 +115,8 @@ def distinguishing_keys(configs: Sequence[dict[str, Any]]) -> list[str]:
 
 def group_labels(groups: Sequence[Sequence[Run]]) -> list[str]:
     """One legend label per group: its values of the `distinguishing_keys`, ``name`` bare
-    and the others as ``key=value`` overrides, then the number of seeds.
+    and the others as ``key=value`` overrides, then the number of seeds (and of runs,
+    where some share a seed).
 
     Floats are shown to 4 significant digits (a sweep's sampled ``0.000234567...`` as
     ``0.0002346``) unless two labels would then read the same.
@@ -117,8 +135,15 @@ def _label(config: dict[str, Any], group: Sequence[Run], keys: list[str], short:
         _value(config, key, short) if key == "name" else f"{key}={_value(config, key, short)}"
         for key in keys
     ]
-    seeds = f"({len(group)} seed{'s' if len(group) != 1 else ''})"
+    seeds = _count(group)
     return textwrap.fill(", ".join([*parts[:-1], f"{parts[-1]} {seeds}"]), _LABEL_WIDTH)
+
+
+def _count(group: Sequence[Run]) -> str:
+    """``(3 seeds)``, or ``(3 runs, 1 seed)`` where runs share a seed (`shared_seeds`)."""
+    num_seeds = len({_value(run.config, "seed") for run in group})
+    seeds = f"{num_seeds} seed{'s' if num_seeds != 1 else ''}"
+    return f"({seeds})" if num_seeds == len(group) else f"({len(group)} runs, {seeds})"
 
 
 def shared_title(groups: Sequence[Sequence[Run]]) -> str:

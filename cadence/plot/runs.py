@@ -9,6 +9,7 @@ env steps or wall time.
 
 from __future__ import annotations
 
+import difflib
 import glob
 import math
 from collections.abc import Sequence
@@ -22,6 +23,10 @@ import yaml
 from cadence.trainer.metrics import COUNTERS, read_metrics
 
 XAxis = Literal["env_steps", "wall_time"]
+
+EVAL_METRICS = ("eval/episode_return", "eval/episode_length")
+"""What every evaluation logs (`cadence.trainer.trainer`): names known before a run's first
+evaluation, so asking for one of them is not taken for a misspelling."""
 
 CONFIG_FILE = "config.yaml"
 METRICS_FILE = "metrics.jsonl"
@@ -139,23 +144,47 @@ def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 def check_metric(runs: Sequence[Run], metric: str) -> None:
     """Raises `PlotError` unless every run logged ``metric`` at least once (finite).
 
-    The message names the runs without it and lists the metrics they all have.
+    A name that no run logged at all (nor an evaluation would) is most likely misspelt:
+    the message says so and lists the close names and every metric the runs logged.
+    Otherwise it names the runs without it and lists the metrics they all have.
     """
     missing = [run for run in runs if not _has_metric(run, metric)]
     if not missing:
         return
+    logged = set.union(*(_logged_keys(run) for run in runs))
+    if metric not in logged and metric not in EVAL_METRICS:
+        raise PlotError(_unknown_metric_message(runs, metric, logged))
     shared = set.intersection(*(_metric_keys(run) for run in runs))
     names = ", ".join(str(run.directory) for run in missing[:3])
     more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
     hint = (
         " (no evaluation yet: trainer.eval_interval=0, or fewer iterations than it)"
-        if metric.startswith("eval/")
+        if metric.startswith("eval/") and any(_never_evaluated(run) for run in missing)
         else ""
     )
     raise PlotError(
         f"{names}{more} logged no {metric!r}{hint}. Metrics every run has: "
         f"{', '.join(sorted(shared)) or 'none'}. Choose one with --metric"
     )
+
+
+def _unknown_metric_message(runs: Sequence[Run], metric: str, logged: set[str]) -> str:
+    names = sorted(set.union(*(_metric_keys(run) for run in runs)))
+    close = difflib.get_close_matches(metric, sorted(logged | set(EVAL_METRICS)), n=3)
+    guess = f" Did you mean {' or '.join(repr(name) for name in close)}?" if close else ""
+    return (
+        f"no run logged a metric named {metric!r}.{guess} Metrics the runs logged: "
+        f"{', '.join(names) or 'none'}. Choose one with --metric"
+    )
+
+
+def _never_evaluated(run: Run) -> bool:
+    return not any(key.startswith("eval/") for key in _logged_keys(run))
+
+
+def _logged_keys(run: Run) -> set[str]:
+    """Every metric name in the run's log points, whatever its values (null included)."""
+    return {key for record in run.records for key in record if key not in COUNTERS}
 
 
 def _has_metric(run: Run, metric: str) -> bool:

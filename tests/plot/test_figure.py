@@ -99,7 +99,11 @@ def test_errors_exit_2_saying_what_to_do(runs, tmp_path, capsys):
     assert "matches no file" in capsys.readouterr().err
     assert main(["plot", str(runs), "--metric", "eval/nope", "--out", str(tmp_path / "a.png")]) == 2
     err = capsys.readouterr().err
-    assert "logged no 'eval/nope'" in err and "rollout/episode_return" in err
+    assert "no run logged a metric named 'eval/nope'" in err and "rollout/episode_return" in err
+    misspelt = ["plot", str(runs), "--metric", "eval/return", "--out", str(tmp_path / "a.png")]
+    assert main(misspelt) == 2
+    err = capsys.readouterr().err
+    assert "Did you mean 'eval/episode_return'" in err and "no evaluation yet" not in err
     fresh = tmp_path / "fresh"
     fresh.mkdir()
     (fresh / "config.yaml").write_text("name: ppo_cartpole\nseed: 0\n")
@@ -145,3 +149,19 @@ def test_seeds_without_a_common_range_are_refused(tmp_path):
     _synthetic_run(tmp_path / "b", 1, {30: 3.0, 40: 6.0})
     with pytest.raises(PlotError, match="share no range of wall_time.*--x env_steps"):
         plot_runs([str(tmp_path)], tmp_path / "c.png", metric="m", x="wall_time")
+
+
+def test_runs_sharing_a_seed_are_drawn_counted_as_runs_with_a_warning(tmp_path, caplog, capsys):
+    # Three directories of seed 0 (e.g. one config trained under three roots): all drawn,
+    # but the label does not call them 3 seeds, and the warning names them.
+    for name, value in (("a", 1.0), ("b", 1.0), ("c", 4.0)):
+        _synthetic_run(tmp_path / name, 0, {10: value, 20: value})
+    _synthetic_run(tmp_path / "d", 1, {10: 2.0, 20: 2.0})
+    with caplog.at_level(logging.WARNING, logger="cadence.plot"):
+        (line,) = plot_runs([str(tmp_path)], tmp_path / "c.png", metric="m")
+    assert line.label == "demo (4 runs, 2 seeds)" and line.curve.num_runs == 4
+    assert line.curve.mean.tolist() == [2.0, 2.0]
+    names = ", ".join(str(tmp_path / name) for name in "abc")
+    assert f"demo (4 runs, 2 seeds): 3 runs share seed 0 ({names})" in caplog.text
+    assert main(["plot", str(tmp_path), "--metric", "m", "--out", str(tmp_path / "c.png")]) == 0
+    assert "demo (4 runs, 2 seeds): m 2" in capsys.readouterr().out

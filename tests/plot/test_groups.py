@@ -2,7 +2,13 @@
 
 from pathlib import Path
 
-from cadence.plot.groups import distinguishing_keys, group_labels, group_runs, shared_title
+from cadence.plot.groups import (
+    distinguishing_keys,
+    group_labels,
+    group_runs,
+    shared_seeds,
+    shared_title,
+)
 from cadence.plot.runs import Run
 
 PPO = {
@@ -55,6 +61,17 @@ def test_labels_name_the_differing_override_and_count_the_seeds():
         "algorithm.learning_rate=0.0005 (2 seeds)",
         "algorithm.learning_rate=0.001 (1 seed)",
     ]
+
+
+def test_runs_sharing_a_seed_are_counted_as_runs_not_seeds():
+    runs = [_run(PPO), _run(PPO, root_dir="runs/b"), _run(PPO, seed=1)]
+    runs.append(_run(PPO, **{"algorithm.learning_rate": 0.001}))
+    groups = group_runs(runs)
+    assert group_labels(groups) == [
+        "algorithm.learning_rate=0.0005 (3 runs, 2 seeds)",
+        "algorithm.learning_rate=0.001 (1 seed)",
+    ]
+    assert shared_seeds(groups[0]) == {"0": runs[:2]} and shared_seeds(groups[1]) == {}
 
 
 def test_two_named_configs_are_labelled_by_their_names_alone():

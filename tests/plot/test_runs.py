@@ -100,6 +100,26 @@ def test_a_missing_metric_is_refused_listing_the_metrics_every_run_has(tmp_path)
     assert "Metrics every run has: train/kl. Choose one with --metric" in message
 
 
+def test_a_metric_no_run_logged_is_refused_as_a_misspelling_with_close_names(tmp_path):
+    run = load_run(_write_run(tmp_path / "a", [_point(8, 1.0, **{"rollout/episode_return": 3})]))
+    with pytest.raises(PlotError) as error:
+        check_metric([run], "eval/return")
+    message = str(error.value)
+    assert "no run logged a metric named 'eval/return'." in message
+    assert "Did you mean 'eval/episode_return'?" in message
+    assert "Metrics the runs logged: eval/episode_return, rollout/episode_return." in message
+    assert "trainer.eval_interval" not in message  # it is not a matter of waiting
+
+
+def test_a_run_not_yet_evaluated_is_told_so_for_the_evaluation_metrics(tmp_path):
+    run = load_run(_write_run(tmp_path / "a", [_point(8, None, **{"train/kl": 0.1})]))
+    for metric in ("eval/episode_return", "eval/episode_length"):
+        with pytest.raises(PlotError, match="no evaluation yet: trainer.eval_interval"):
+            check_metric([run], metric)
+    with pytest.raises(PlotError, match="no run logged a metric named 'eval/retrun'"):
+        check_metric([run], "eval/retrun")
+
+
 def test_metric_series_skips_points_without_a_finite_value_and_sorts_by_x(tmp_path):
     records = [_point(16, 3.0), _point(8, 1.0), _point(24, None), _point(32, None)]
     records[3]["eval/episode_return"] = None  # a non-finite value is logged as null
