@@ -18,6 +18,7 @@ import attrs
 from cadence.plot.curves import Curve, group_curve
 from cadence.plot.groups import group_labels, group_runs, shared_seeds, shared_title
 from cadence.plot.runs import (
+    NoMetricsError,
     PlotError,
     Run,
     XAxis,
@@ -92,7 +93,7 @@ def plot_runs(
     if smooth < 1:
         raise PlotError(f"--smooth must be >= 1, got {smooth}")
     require_matplotlib()
-    runs = [load_run(directory) for directory in find_runs(patterns)]
+    runs = _load_runs(find_runs(patterns))
     check_metric(runs, metric)
     groups = group_runs(runs)
     labels = group_labels(groups)
@@ -104,6 +105,32 @@ def plot_runs(
     ]
     _draw(curves, out, title or shared_title(groups), x, metric)
     return curves
+
+
+def _load_runs(directories: Sequence[Path]) -> list[Run]:
+    """The runs of ``directories``, leaving out (with a warning) those without a metric yet
+    as long as one has some: a glob over a sweep or a seed batch often catches a run that
+    has just started.
+
+    Raises:
+        PlotError: a run cannot be read, or none has a metric yet.
+    """
+    runs, fresh = [], []
+    for directory in directories:
+        try:
+            runs.append(load_run(directory))
+        except NoMetricsError as error:
+            fresh.append(error)
+    if not runs:
+        raise fresh[0]
+    if fresh:
+        logger.warning(
+            "left out %d run(s) without metrics yet (a run logs its first point after its "
+            "first training iteration): %s",
+            len(fresh),
+            "; ".join(str(error).split(" has no metrics")[0] for error in fresh[:5]),
+        )
+    return runs
 
 
 def _warn_shared_seeds(label: str, group: Sequence[Run]) -> None:

@@ -24,6 +24,7 @@ from cadence.trainer.metrics import COUNTERS, read_metrics
 
 XAxis = Literal["env_steps", "wall_time"]
 
+
 EVAL_METRICS = ("eval/episode_return", "eval/episode_length")
 """What every evaluation logs (`cadence.trainer.trainer`): names known before a run's first
 evaluation, so asking for one of them is not taken for a misspelling."""
@@ -35,6 +36,10 @@ _GLOB_CHARS = frozenset("*?[")
 
 class PlotError(ValueError):
     """What the user asked to plot cannot be drawn; the message says what to do instead."""
+
+
+class NoMetricsError(PlotError):
+    """A run directory without a metric yet (a run before the end of its first iteration)."""
 
 
 @attrs.frozen(eq=False)  # a dict and lists: compared by identity
@@ -119,7 +124,7 @@ def load_run(directory: Path) -> Run:
         raise PlotError(f"{directory}/{CONFIG_FILE} is not a cadence config (not a mapping)")
     records = read_metrics(directory)
     if not records:
-        raise PlotError(
+        raise NoMetricsError(
             f"{directory} has no metrics ({METRICS_FILE} is missing or empty): a run logs its "
             "first point after its first training iteration; let it train, or leave it out"
         )

@@ -165,3 +165,14 @@ def test_runs_sharing_a_seed_are_drawn_counted_as_runs_with_a_warning(tmp_path, 
     assert f"demo (4 runs, 2 seeds): 3 runs share seed 0 ({names})" in caplog.text
     assert main(["plot", str(tmp_path), "--metric", "m", "--out", str(tmp_path / "c.png")]) == 0
     assert "demo (4 runs, 2 seeds): m 2" in capsys.readouterr().out
+
+
+def test_a_run_without_metrics_yet_is_left_out_with_a_warning(runs, tmp_path, caplog):
+    fresh = tmp_path / "fresh"  # a run that has just started: no iteration logged yet
+    fresh.mkdir()
+    (fresh / "config.yaml").write_text("name: ppo_cartpole\nseed: 7\n")
+    with caplog.at_level(logging.WARNING, logger="cadence.plot"):
+        curves = plot_runs([str(runs / "net0" / "*"), str(fresh)], tmp_path / "a.png")
+    assert [len(curve.runs) for curve in curves] == [2]
+    assert "left out 1 run(s) without metrics yet (a run logs" in caplog.text
+    assert str(fresh) in caplog.text
