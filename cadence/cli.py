@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import importlib
+import json
 import logging
 import os
 import shutil
@@ -112,7 +113,8 @@ def _add_train(commands: Any) -> None:
         allow_abbrev=False,
         description="Train the named config NAME with Hydra overrides KEY=VALUE "
         "(e.g. env.num_envs=16 algorithm.learning_rate=3e-4). "
-        "`cadence train NAME --help` lists every key of NAME.",
+        "`cadence train NAME --help` lists every key of NAME "
+        "(`cadence train NAME algorithm=dqn --help` those of NAME with DQN).",
     )
     command.add_argument(
         "name", nargs="?", metavar="NAME", help="a named config (see `cadence list`)"
@@ -378,8 +380,10 @@ def run_train(args: argparse.Namespace) -> int:
 
     if args.help:
         args.parser.print_help()
-        if args.name is not None:
-            print(f"\n{config_help(args.name)}")
+        if args.name is not None:  # algorithm=NAME on the line: the keys of that config
+            from cadence.config.help import group_overrides
+
+            print(f"\n{config_help(args.name, group_overrides(args.overrides))}")
         return 0
     if args.name is None:
         args.parser.print_usage(sys.stderr)
@@ -507,7 +511,7 @@ def run_play(args: argparse.Namespace) -> int:
     """Plays episodes with a run's checkpoint (``--checkpoint``) and prints their returns."""
     if args.use_snapshot:
         use_snapshot(args.run_dir)
-    config, play_module = _load_run(args.run_dir, "cadence.trainer.play")
+    config, play_module = _load_run(args.run_dir, "cadence.trainer.play", args.checkpoint)
     _log_to_terminal()
     result = play_module.play(
         config, args.run_dir, args.episodes, args.video, **_checkpoint_kwargs(args)
@@ -523,7 +527,7 @@ def run_play(args: argparse.Namespace) -> int:
 
 def run_eval(args: argparse.Namespace) -> int:
     """Evaluates a run's checkpoint (``--checkpoint``) and prints the mean return."""
-    config, play_module = _load_run(args.run_dir, "cadence.trainer.play")
+    config, play_module = _load_run(args.run_dir, "cadence.trainer.play", args.checkpoint)
     _log_to_terminal()
     stats = play_module.evaluate(config, args.run_dir, args.episodes, **_checkpoint_kwargs(args))
     print(
@@ -539,7 +543,7 @@ def run_export(args: argparse.Namespace) -> int:
         from cadence.export.errors import require_onnx_exporter
 
         require_onnx_exporter()  # before torch and the run are loaded
-    config, export_module = _load_run(args.run_dir, "cadence.export.run")
+    config, export_module = _load_run(args.run_dir, "cadence.export.run", args.checkpoint)
     _log_to_terminal()  # which checkpoint was loaded, where the files went
     result = export_module.export_run(
         config, args.run_dir, args.format, args.out, checkpoint=args.checkpoint
@@ -549,21 +553,94 @@ def run_export(args: argparse.Namespace) -> int:
     return 0
 
 
-def _load_run(run_dir: Path, module_name: str) -> tuple[Any, ModuleType]:
+def _load_run(
+    run_dir: Path, module_name: str, checkpoint: str = "latest"
+) -> tuple[Any, ModuleType]:
     """The run's config (from its config.yaml) and the module ``module_name``.
 
     Both are imported by name at call time, so after `use_snapshot` they come
     from the snapshot, whose config classes match the code that wrote the run.
+
+    Raises:
+        ConfigError: ``run_dir`` is not a run directory (the message says which one is
+            meant), or it has checkpoints but none of iteration ``checkpoint``.
     """
     config_module = importlib.import_module("cadence.config")
     path = Path(run_dir) / CONFIG_FILE
     if not path.is_file():
-        raise ConfigError(f"{run_dir} is not a run directory: {CONFIG_FILE} is missing")
+        raise ConfigError(_not_a_run_message(Path(run_dir)))
+    _check_checkpoint_exists(Path(run_dir), checkpoint)
     try:
         config = config_module.from_yaml(path.read_text(), source=f"'{path}'")
     except config_module.ConfigError as error:  # the snapshot's own class, not ours
         raise ConfigError(str(error)) from None
     return config, importlib.import_module(module_name)
+
+
+def _not_a_run_message(path: Path) -> str:
+    """Why ``path`` is no run directory, naming the run directory meant if there is one."""
+    if not path.exists():
+        return f"{path} does not exist; pass a run directory (one holding {CONFIG_FILE})"
+    # The path as typed first (runs/x/checkpoints -> runs/x), then resolved (.. or links).
+    parents = [*path.parents, *path.resolve().parents]
+    run = next((p for p in parents if (p / CONFIG_FILE).is_file()), None)
+    if run is not None:
+        inside = path.resolve().relative_to(run.resolve()).parts
+        if len(inside) >= 2 and inside[0] == "checkpoints" and inside[1].isdigit():
+            return (
+                f"{path} is a checkpoint of the run directory {run}; pass the run directory "
+                f"and the checkpoint's iteration: {run} --checkpoint {int(inside[1])}"
+            )
+        return f"{path} is inside the run directory {run}; pass that directory"
+    runs = _runs_under(path)
+    if runs:
+        shown = ", ".join(str(run) for run in runs[:_RUNS_SHOWN])
+        more = f" and {len(runs) - _RUNS_SHOWN} more" if len(runs) > _RUNS_SHOWN else ""
+        return f"{path} holds {len(runs)} run directories: {shown}{more}; pass one of them"
+    return f"{path} is not a run directory: {CONFIG_FILE} is missing"
+
+
+_RUNS_SHOWN = 3
+
+
+def _runs_under(path: Path, max_depth: int = 4) -> list[Path]:
+    """The run directories below ``path`` (not inside one another), sorted, at most
+    ``max_depth`` levels down (runs/NAME/seedS-DIGEST, or a sweep's trials)."""
+    runs = []
+    for directory, subdirectories, files in os.walk(path):
+        depth = len(Path(directory).relative_to(path).parts)
+        if CONFIG_FILE in files and depth > 0:
+            runs.append(Path(directory))
+            subdirectories.clear()
+        elif depth >= max_depth:
+            subdirectories.clear()
+        subdirectories.sort()
+    return sorted(runs)
+
+
+def _check_checkpoint_exists(run_dir: Path, checkpoint: str) -> None:
+    """Refuses ``--checkpoint N`` of a run that has checkpoints but not that one, listing
+    those it has; a run without any is left to the loader ("no checkpoint yet")."""
+    directory = run_dir / "checkpoints"
+    if not checkpoint.isdigit() or not directory.is_dir():
+        return
+    saved = {int(p.name): p for p in directory.iterdir() if p.is_dir() and p.name.isdigit()}
+    if not saved or int(checkpoint) in saved:
+        return
+    choices = ", ".join(map(str, sorted(saved)))
+    others = "latest or best" if any(map(_has_eval_return, saved.values())) else "latest"
+    raise ConfigError(
+        f"{run_dir} has no checkpoint of iteration {checkpoint}; it has iterations "
+        f"{choices}: pass --checkpoint with one of them, or {others}"
+    )
+
+
+def _has_eval_return(checkpoint: Path) -> bool:
+    """Whether the checkpoint's manifest records an evaluation return (`--checkpoint best`)."""
+    try:
+        return json.loads((checkpoint / "MANIFEST.json").read_text()).get("eval_return") is not None
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def use_snapshot(run_dir: Path) -> Path:

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 import attrs
 
 from cadence.config import ConfigError, load_config
+from cadence.config.loading import check_overrides
 from cadence.trainer.checkpoint import latest_iteration
 from cadence.trainer.errors import NonFiniteUpdateError
 from cadence.trainer.metrics import read_metrics
@@ -193,6 +194,7 @@ class SweepSpec:
     num_seeds: int = 1
 
     def __attrs_post_init__(self) -> None:
+        check_overrides(self.overrides)  # a bare string would be one override per character
         keys = [param.key for param in self.params]
         fixed = {override.partition("=")[0].lstrip("+~") for override in self.overrides}
         clashes = sorted({k for k in keys if keys.count(k) > 1} | (set(keys) & fixed))

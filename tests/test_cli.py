@@ -101,6 +101,16 @@ def test_train_help_lists_keys_with_docs_and_values(capsys, fake_train):
     assert fake_train == []
 
 
+def test_train_help_lists_the_keys_of_the_algorithm_switched_to(capsys, fake_train):
+    code, out, _ = _run(
+        capsys, "train", "ppo_cartpole", "algorithm=dqn", "env.num_envs=3", "--help"
+    )
+    assert code == 0 and "  algorithm.name=dqn  (str)" in out
+    assert "algorithm.name=ppo" not in out and "algorithm.clip_coef=" not in out
+    assert "  env.num_envs=8  (int)" in out  # value overrides do not change the listing
+    assert fake_train == []
+
+
 def test_train_loads_config_with_overrides_and_calls_the_trainer(capsys, tmp_path, fake_train):
     root = tmp_path / "my_run"
     code, out, _ = _run(
@@ -175,6 +185,45 @@ def test_eval_prints_mean_return(capsys, run_dir, fake_play):
 def test_play_without_config_yaml_fails(capsys, tmp_path, fake_play):
     code, _, err = _run(capsys, "play", str(tmp_path))
     assert code == 2 and "config.yaml is missing" in err
+
+
+def _runs_tree(root: Path) -> None:
+    """runs/ppo_cartpole with four seeds' runs; runs/pendulum with two checkpoints."""
+    for seed in range(4):
+        (root / "runs" / "ppo_cartpole" / f"seed{seed}-abc").mkdir(parents=True)
+        (root / "runs" / "ppo_cartpole" / f"seed{seed}-abc" / "config.yaml").touch()
+    for iteration in (40, 80):
+        (root / "runs" / "pendulum" / "checkpoints" / f"{iteration:08d}").mkdir(parents=True)
+    (root / "runs" / "pendulum" / "config.yaml").touch()
+
+
+def test_eval_names_the_run_directory_meant_by_a_near_miss_path(
+    capsys, tmp_path, monkeypatch, fake_play
+):
+    _runs_tree(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    code, _, err = _run(capsys, "eval", "nonexistent")
+    assert code == 2 and "nonexistent does not exist" in err
+    code, _, err = _run(capsys, "eval", "runs/ppo_cartpole")
+    assert code == 2 and "holds 4 run directories: runs/ppo_cartpole/seed0-abc, " in err
+    assert "seed2-abc and 1 more; pass one of them" in err
+    code, _, err = _run(capsys, "play", "runs/pendulum/checkpoints/00000080")
+    assert code == 2 and "pass the run directory" in err
+    assert "runs/pendulum --checkpoint 80" in err
+    code, _, err = _run(capsys, "eval", "runs/pendulum/checkpoints")
+    assert code == 2 and "inside the run directory runs/pendulum; pass that" in err
+    assert fake_play == []
+
+
+def test_eval_of_a_missing_checkpoint_lists_the_saved_ones(capsys, run_dir, fake_play):
+    for iteration in (40, 80):
+        (run_dir / "checkpoints" / f"{iteration:08d}").mkdir(parents=True)
+    code, _, err = _run(capsys, "eval", str(run_dir), "--checkpoint", "7")
+    assert code == 2 and "it has iterations 40, 80: pass --checkpoint with one" in err
+    assert err.rstrip().endswith("or latest")
+    (run_dir / "checkpoints" / "00000080" / "MANIFEST.json").write_text('{"eval_return": 1.5}')
+    code, _, err = _run(capsys, "eval", str(run_dir), "--checkpoint", "7")
+    assert code == 2 and err.rstrip().endswith("or latest or best") and fake_play == []
 
 
 # A cadence package unlike the installed one: its play reports where it runs from.
@@ -350,7 +399,7 @@ def test_real_eval_acts_with_the_checkpoint_asked_for(capsys, caplog, trained_ru
     assert code == 0, err
     assert "--checkpoint best" in caplog.text and "over 2 episodes" in out
     code, _, err = _run(capsys, "eval", str(trained_run), "--checkpoint", "999")
-    assert code == 1 and "for --checkpoint 999" in err
+    assert code == 2 and "no checkpoint of iteration 999; it has iterations " in err
     code, _, err = _run(capsys, "play", str(trained_run), "--checkpoint", "newest")
     assert code == 2 and "'latest', 'best' or an iteration" in err
 

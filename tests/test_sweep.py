@@ -93,6 +93,8 @@ def test_spec_refuses_unknown_key_and_clashes(tmp_path: Path) -> None:
         sweep.SweepSpec(
             "ppo_cartpole", ("algorithm.learning_rate=1e-3",), (sweep.parse_param(LEARNING_RATE),)
         )
+    with pytest.raises(TypeError, match='list of "key=value" strings, got the string'):
+        sweep.SweepSpec("ppo_cartpole", "env.num_envs=4", (sweep.parse_param(LEARNING_RATE),))
 
 
 def test_rerun_with_other_params_is_refused(tmp_path: Path) -> None:
@@ -154,6 +156,25 @@ def test_tiny_sweep_objective_is_mean_over_seeds(
 
     assert main(["sweep", "ppo_cartpole", "--summary"]) == 0  # for an existing study
     assert "3 complete" in capsys.readouterr().out
+
+
+def test_a_sweep_trial_is_continued_by_cadence_train_as_the_docs_say(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    # docs/sweeps.md: `cadence train NAME ... --root-dir .../seed_0` with the trial's
+    # overrides continues one. Its config.yaml says progress_bar 'off', the command not.
+    monkeypatch.chdir(tmp_path)
+    args = ["sweep", "ppo_cartpole", "trainer.num_env_steps=256", *TINY, "--param", LEARNING_RATE]
+    assert main([*args, "--trials", "1", "--seeds", "1", "--pruner", "none"]) == 0
+    line = next(line for line in capsys.readouterr().out.splitlines() if "cadence train" in line)
+    run = tmp_path / "runs" / "sweeps" / "ppo_cartpole" / "trial_0000" / "seed_0"
+    train = ["train", *line.split()[2:], "--root-dir", str(run)]
+    assert main(train) == 0
+    assert "already complete" in capsys.readouterr().out
+    assert main([*train, "trainer.num_env_steps=512", "--resume-with-changes"]) == 0
+    [change] = (run / "config_changes.jsonl").read_text().splitlines()
+    assert list(json.loads(change)["changes"]) == ["trainer.num_env_steps"]
+    assert [step for step, _ in _eval_curve(run)] == [256, 512]
 
 
 def test_a_clearly_worse_trial_is_pruned(tmp_path: Path) -> None:

@@ -13,8 +13,10 @@ import attrs
 from attrs import field
 from attrs.validators import ge, gt, le, optional
 
+from cadence.config.typecheck import CHECKED_SETATTR
 
-@attrs.define(kw_only=True)
+
+@attrs.define(kw_only=True, on_setattr=CHECKED_SETATTR)
 class OffPolicyConfig:
     """How experience flows through the replay buffer into minibatches (DESIGN §5, §7)."""
 

@@ -15,6 +15,7 @@ from cadence.algorithms.registry import (
     AlgorithmConfig,
     AlgorithmConfigClasses,
 )
+from cadence.config.typecheck import CHECKED_SETATTR
 from cadence.envs.config import EnvConfig
 from cadence.networks.config import NetworkConfig
 from cadence.trainer.config import TrainerConfig
@@ -49,7 +50,7 @@ def _network_fits_algorithm(instance: Any, attribute: attrs.Attribute, value: An
         )
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, on_setattr=CHECKED_SETATTR)
 class ExperimentConfig:
     """Everything that defines a run: environment, algorithm, network, trainer, seed.
 
@@ -108,8 +109,9 @@ class ExperimentConfig:
         validator=optional(instance_of(str)),
         metadata={
             "doc": "Run directory. None: load_config sets runs/<name>/seed<seed>-<digest> under the "
-            "current directory, the digest hashing the rest of the config, so rerunning the same "
-            "command resumes the same run and a changed config starts a new one."
+            "current directory, the digest hashing the rest of the config but the budget and "
+            "the display-only trainer.progress_* keys, so rerunning the same command resumes "
+            "the same run and a changed hyperparameter starts a new one."
         },
     )
 

@@ -3,18 +3,24 @@
 from __future__ import annotations
 
 import typing
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import attrs
+from hydra.core.config_store import ConfigStore
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException
 
 from cadence.config.experiment import ALGORITHM_CONFIGS
-from cadence.config.loading import compose_config
+from cadence.config.loading import compose_config, register_defaults
 from cadence.config.typecheck import type_name
 
 
-def config_help(name: str) -> str:
-    """A text listing every dotted key of named config ``name``.
+def config_help(name: str, overrides: Sequence[str] = ()) -> str:
+    """A text listing every dotted key of named config ``name`` with ``overrides`` applied.
+
+    ``cadence train NAME algorithm=dqn --help`` passes its group overrides (see
+    `group_overrides`), so the keys listed are those of the config that would run.
 
     Each key comes as the override that sets its current value, then its type,
     then its doc on the next line, e.g.::
@@ -25,9 +31,9 @@ def config_help(name: str) -> str:
     Raises:
         ConfigError: no named config ``name``, or it does not validate.
     """
-    config = compose_config(name)
+    config = compose_config(name, overrides)
     lines = [
-        f"Config '{name}': {config.description}",
+        f"Config '{' '.join([name, *overrides])}': {config.description}",
         "Override any key with KEY=VALUE (Hydra syntax); "
         f"algorithm=NAME switches the algorithm ({', '.join(ALGORITHM_CONFIGS)}): NAME's "
         "defaults replace this config's algorithm keys, and algorithm.KEY=VALUE still applies.",
@@ -37,6 +43,25 @@ def config_help(name: str) -> str:
         lines.append(f"  {key}={format_value(value)}  ({type_name(annotation)})")
         lines.append(f"      {field.metadata.get('doc', '')}")
     return "\n".join(lines)
+
+
+def group_overrides(overrides: Sequence[str]) -> list[str]:
+    """Those of ``overrides`` that choose a config group (``algorithm=dqn``), which
+    change the keys a config has; value overrides (``env.num_envs=16``) are left out."""
+    register_defaults()
+    groups = {
+        key for key, node in ConfigStore.instance().repo.items() if isinstance(node, dict)
+    } - {"hydra"}
+    parser = OverridesParser.create()
+    chosen = []
+    for override in overrides:
+        try:
+            key = parser.parse_override(override).key_or_group
+        except HydraException:  # not an override: loading the config reports it
+            continue
+        if key in groups:
+            chosen.append(override)
+    return chosen
 
 
 def iter_leaves(config: Any, prefix: str = "") -> Iterator[tuple[str, attrs.Attribute, Any, Any]]:

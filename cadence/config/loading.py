@@ -38,6 +38,7 @@ from cadence.config.errors import ConfigError, Problem, close_matches, unknown_k
 from cadence.config.experiment import ALGORITHM_CONFIGS, ExperimentConfig
 from cadence.config.serialize import to_dict, to_yaml
 from cadence.config.structure import structure
+from cadence.trainer.config import DISPLAY_ONLY_FIELDS, TrainerConfig
 
 DEFAULTS_NAME = "cadence_defaults"
 
@@ -49,7 +50,8 @@ def load_config(
 
     Args:
         name: a named config (see `list_configs`).
-        overrides: Hydra overrides such as ``"env.num_envs=16"`` or ``"algorithm=a2c"``.
+        overrides: a list of Hydra overrides such as ``["env.num_envs=16", "algorithm=a2c"]``;
+            a single override is a list of one, never a bare string.
         root_dir: the run directory; it wins over a ``root_dir=`` override. Without
             either, ``runs/<name>/seed<seed>-<digest>`` (see `default_root_dir`).
             Relative paths are made absolute, so ``config.yaml`` means the same
@@ -61,6 +63,7 @@ def load_config(
     Raises:
         ConfigError: an unknown name, an override Hydra refuses, an unknown key,
             a value of the wrong type, or a value a validator refuses.
+        TypeError: ``overrides`` is a string, or holds something other than strings.
 
     Example:
         >>> load_config("ppo_cartpole", ["env.num_envs=16"]).env.num_envs
@@ -79,14 +82,23 @@ def compose_config(name: str, overrides: Sequence[str] = ()) -> ExperimentConfig
 def default_root_dir(config: ExperimentConfig) -> str:
     """``runs/<name>/seed<seed>-<digest>`` under the current directory.
 
-    The digest hashes the config without ``root_dir``, ``description`` and the budget
-    ``trainer.num_env_steps``: the same command reaches the same directory (and resumes
-    the run there), a changed hyperparameter a new one, and a changed budget the same
-    one, where training refuses it unless asked to resume with changes.
+    The digest hashes the config without ``root_dir``, ``description``, the budget
+    ``trainer.num_env_steps`` and the display-only keys (`DISPLAY_ONLY_FIELDS`:
+    ``trainer.progress_bar``, ``trainer.progress_interval_s``): the same command reaches
+    the same directory (and resumes the run there) whatever it shows, a changed
+    hyperparameter a new one, and a changed budget the same one, where training refuses
+    it unless asked to resume with changes.
     """
     # The budget is left out: a longer run of the same experiment is the same directory,
-    # where `cadence train` refuses the change unless asked to --resume-with-changes.
-    trainer = attrs.evolve(config.trainer, num_env_steps=1)
+    # where `cadence train` refuses the change unless asked to --resume-with-changes. The
+    # display-only keys are hashed at their defaults rather than dropped, so a directory
+    # made before they left the digest (with the defaults) keeps its name.
+    display = {
+        attribute.name: attribute.default
+        for attribute in attrs.fields(TrainerConfig)
+        if attribute.name in DISPLAY_ONLY_FIELDS
+    }
+    trainer = attrs.evolve(config.trainer, num_env_steps=1, **display)
     content = to_yaml(attrs.evolve(config, root_dir=None, description="", trainer=trainer))
     digest = hashlib.sha256(content.encode()).hexdigest()[:8]
     return os.path.join("runs", config.name, f"seed{config.seed}-{digest}")
@@ -100,7 +112,9 @@ def compose_tree(name: str, overrides: Sequence[str] = ()) -> dict[str, Any]:
 
     Raises:
         ConfigError: an unknown name, an unparsable override, or one Hydra refuses.
+        TypeError: ``overrides`` is not a list of strings (see `check_overrides`).
     """
+    check_overrides(overrides)
     _check_name(name)
     _check_override_syntax(name, overrides)
     register_defaults()
@@ -115,6 +129,33 @@ def compose_tree(name: str, overrides: Sequence[str] = ()) -> dict[str, Any]:
         return tree
     except (HydraException, OmegaConfBaseException, yaml.YAMLError) as error:
         raise _hydra_error(name, error) from None
+
+
+def check_overrides(overrides: Any) -> None:
+    """Refuses ``overrides`` unless it is a list (or tuple) of ``"key=value"`` strings.
+
+    A bare string is a sequence of characters: taken as overrides, each character
+    would be refused as one override, hiding the mistake.
+
+    Raises:
+        TypeError: saying what ``overrides`` is and how to write it.
+    """
+    if isinstance(overrides, str):
+        raise TypeError(
+            'overrides must be a list of "key=value" strings, got the string '
+            f"{overrides!r}; write [{overrides!r}]"
+        )
+    if isinstance(overrides, Mapping) or not isinstance(overrides, Sequence):
+        raise TypeError(
+            'overrides must be a list of "key=value" strings, got '
+            f"{type(overrides).__name__} {overrides!r}"
+        )
+    for override in overrides:
+        if not isinstance(override, str):
+            raise TypeError(
+                'overrides must be a list of "key=value" strings, got '
+                f"{type(override).__name__} {override!r} in it"
+            )
 
 
 def _switched_algorithm(name: str, overrides: Sequence[str]) -> str | None:

@@ -8,10 +8,15 @@ int, a list for a tuple) and refuses everything else.
 
 from __future__ import annotations
 
+import functools
 import types
 import typing
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, Union
+
+import attrs
+
+from cadence.config.errors import similar_names
 
 
 class Mismatch(Exception):
@@ -47,6 +52,42 @@ def coerce(value: Any, annotation: Any) -> Any:
     if annotation in _SCALARS:
         return _SCALARS[annotation](value)
     raise TypeError(f"config fields cannot be annotated {annotation!r}")
+
+
+def check_assignment(instance: Any, attribute: attrs.Attribute, value: Any) -> Any:
+    """An attrs ``on_setattr`` hook: ``value`` converted to the field's annotated type.
+
+    Runs before the field's validators, so ``config.trainer.num_env_steps = "1000"``
+    names the field and the type instead of failing inside ``ge(1)``. Sections (attrs
+    classes) and annotations `coerce` does not know are left to the validators.
+
+    Raises:
+        TypeError: naming ``Class.field``, the expected type and the value.
+    """
+    annotation = _field_types(type(instance)).get(attribute.name, Any)
+    try:
+        return coerce(value, annotation)
+    except Mismatch as mismatch:
+        raise TypeError(
+            f"{type(instance).__name__}.{attribute.name} = {value!r}: {mismatch}"
+        ) from None
+    except TypeError:  # a section or an annotation coerce does not know
+        return value
+
+
+@functools.cache
+def _field_types(cls: type) -> dict[str, Any]:
+    try:
+        return typing.get_type_hints(cls)
+    except NameError:  # an annotation imported for type checkers only: check nothing
+        return {}
+
+
+CHECKED_SETATTR = attrs.setters.pipe(
+    attrs.setters.convert, check_assignment, attrs.setters.validate
+)
+"""The ``on_setattr`` of mutable config classes: attrs' default (convert, then validate)
+with the type check of `check_assignment` between them."""
 
 
 def type_name(annotation: Any) -> str:
@@ -113,7 +154,10 @@ def _coerce_literal(value: Any, choices: tuple[Any, ...]) -> Any:
         if type(value) is type(choice) and value == choice:
             return choice
     expected = ", ".join(repr(choice) for choice in choices)
-    raise Mismatch(f"expected one of {expected}")
+    names = [choice for choice in choices if isinstance(choice, str)]
+    matches = similar_names(value, names, limit=1) if isinstance(value, str) else []
+    hint = f"; did you mean {matches[0]!r}?" if matches else ""
+    raise Mismatch(f"expected one of {expected}{hint}")
 
 
 def _coerce_union(value: Any, annotation: Any) -> Any:

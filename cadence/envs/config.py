@@ -8,10 +8,11 @@ import attrs
 from attrs import field
 from attrs.validators import deep_mapping, ge, gt, in_, instance_of, min_len, optional
 
+from cadence.config.typecheck import CHECKED_SETATTR
 from cadence.envs.wrapper_config import check_wrappers
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, on_setattr=CHECKED_SETATTR)
 class EnvConfig:
     """The arguments of `make_env` for an experiment's training environments.
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import collections
 import logging
 import math
+import multiprocessing
 import os
 import select
 import signal
@@ -76,7 +77,12 @@ class WorkerPool:
         self._rung[worker] = True
 
     def spawn(self, worker: int, target: Callable[..., None], args: tuple[Any, ...]) -> None:
-        """Starts ``target(conn, *args)`` as worker ``worker``, replacing a dead one there."""
+        """Starts ``target(conn, *args)`` as worker ``worker``, replacing a dead one there.
+
+        Raises:
+            RuntimeError: this process is daemonic, and so may not start any.
+        """
+        _refuse_daemonic_parent()
         if self._channels[worker] is not None:
             self._retire(worker)
         self._hung.pop(worker, None)
@@ -376,3 +382,17 @@ def describe_exit(exitcode: int | None) -> str:
     if exitcode < 0:
         return f"killed by signal {signal.Signals(-exitcode).name}"
     return f"exit code {exitcode}"
+
+
+def _refuse_daemonic_parent() -> None:
+    """Says what to do where multiprocessing would only assert "daemonic processes are
+    not allowed to have children" (a `multiprocessing.Pool` worker is daemonic)."""
+    if multiprocessing.current_process().daemon:
+        raise RuntimeError(
+            f"cannot start worker processes: this process "
+            f"({multiprocessing.current_process().name}) is daemonic, e.g. a "
+            "multiprocessing.Pool worker, and daemonic processes may not have children. "
+            "Call it from a concurrent.futures.ProcessPoolExecutor worker or a "
+            "multiprocessing.Process instead, or use env.backend=serial (or thread), "
+            "which starts no processes"
+        )

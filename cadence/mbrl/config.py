@@ -19,9 +19,10 @@ from attrs.validators import ge, gt, in_, instance_of, le, optional
 
 from cadence.algorithms.compile_config import CompileMode, compile_field
 from cadence.algorithms.off_policy_config import OffPolicyConfig
+from cadence.config.typecheck import CHECKED_SETATTR
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, on_setattr=CHECKED_SETATTR)
 class WorldModelConfig:
     """The RSSM, its encoder, decoder and reward heads, and its loss.
 
@@ -171,7 +172,7 @@ class WorldModelConfig:
                 )
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, on_setattr=CHECKED_SETATTR)
 class ActorCriticConfig:
     """Dreamer's policy learning: backpropagation of λ-returns through imagined x dynamics."""
 
@@ -220,7 +221,7 @@ class ActorCriticConfig:
     )
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, on_setattr=CHECKED_SETATTR)
 class LatentSACConfig:
     """SAC on the (detached) x features, its reward the denoised f_x of the next state."""
 
@@ -293,7 +294,7 @@ def _policy_field(kind: type) -> attrs.Attribute:
     return field(factory=kind, validator=instance_of(kind), metadata={"doc": "Policy learning."})
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, on_setattr=CHECKED_SETATTR)
 class DreamerConfig:
     """Dreamer (Hafner et al. 2020): one latent group x, policy learned in imagination."""
 
@@ -309,7 +310,7 @@ class DreamerConfig:
     compile: CompileMode = compile_field()
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, on_setattr=CHECKED_SETATTR)
 class DenoisedMDPConfig:
     """Denoised MDP (Wang et al. 2022): latents x, y (and z), policy learned in imagination on x."""
 
@@ -323,7 +324,7 @@ class DenoisedMDPConfig:
     compile: CompileMode = compile_field()
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, on_setattr=CHECKED_SETATTR)
 class SACLatentConfig:
     """A Denoised MDP world model with SAC on its x features and the denoised reward f_x."""
 

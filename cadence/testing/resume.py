@@ -31,6 +31,7 @@ from unittest import mock
 import torch
 
 from cadence.config import load_config
+from cadence.config.loading import check_overrides
 from cadence.replay.persistence import snapshot_state
 from cadence.trainer.checkpoint import CheckpointManager, latest_iteration
 from cadence.trainer.metrics import read_metrics
@@ -181,6 +182,7 @@ def assert_equal_nests(a: Any, b: Any, where: str = "") -> None:
 
 def train_named(config_name: str, run_dir: Path, overrides: Sequence[str] = ()) -> Outcome | None:
     """Trains the named config with ``overrides`` in ``run_dir`` (resuming a run there)."""
+    check_overrides(overrides)
     return train(load_config(config_name, [*overrides, f"root_dir={run_dir}"]))
 
 

@@ -10,6 +10,7 @@ from attrs import field
 from attrs.validators import ge, gt, in_, le
 
 from cadence.algorithms.compile_config import DEFAULT_UPDATES_PER_GRAPH, MAX_UPDATES_PER_GRAPH
+from cadence.config.typecheck import CHECKED_SETATTR
 
 DEFAULT_EVAL_MAX_EPISODE_STEPS = 10_000
 """An evaluation episode's steps at most unless told (``trainer.eval_max_episode_steps``): an
@@ -31,7 +32,7 @@ def check_device(name: str, *, collector: bool = False) -> None:
     raise ValueError(f"{key} must be one of {allowed}; got {name!r}")
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, on_setattr=CHECKED_SETATTR)
 class TrainerConfig:
     """When to stop, how much to unroll, and how often to log, evaluate and checkpoint.
 
@@ -152,7 +153,8 @@ class TrainerConfig:
         validator=in_(["auto", "on", "off"]),
         metadata={
             "doc": "Show progress: 'auto' a bar when stdout is a terminal, else a plain line "
-            "every progress_interval_s; 'on' a bar always; 'off' nothing."
+            "every progress_interval_s; 'on' a bar always; 'off' nothing.",
+            "display_only": True,
         },
     )
     progress_interval_s: float = field(
@@ -160,7 +162,8 @@ class TrainerConfig:
         validator=ge(0),
         metadata={
             "doc": "Seconds between plain progress lines when stdout is not a terminal "
-            "(0: only the final line)."
+            "(0: only the final line).",
+            "display_only": True,
         },
     )
     deterministic: bool = field(
@@ -192,3 +195,15 @@ class TrainerConfig:
             "host sync per update)."
         },
     )
+
+
+DISPLAY_ONLY_FIELDS = tuple(
+    attribute.name
+    for attribute in attrs.fields(TrainerConfig)
+    if attribute.metadata.get("display_only")
+)
+"""The `TrainerConfig` fields (marked ``display_only``) that change only what a run shows on
+the terminal, never its numbers, checkpoints, logs or evaluation times. Like the budget,
+they are no part of a run's identity: the default run directory's digest leaves them out and
+a resume takes whatever values it is given (`cadence.trainer.run_config`), so continuing a
+sweep trial (saved with ``progress_bar: 'off'``) needs no ``--resume-with-changes``."""

@@ -5,7 +5,10 @@ Starting it with a different config is refused, naming each changed key, unless 
 user asks for it (``cadence train ... --resume-with-changes``); then the new config
 is recorded (``config.yaml`` rewritten, the change appended to
 ``config_changes.jsonl``) and training goes on from the checkpoint. Extending a
-finished run's budget (``trainer.num_env_steps``) is such a change.
+finished run's budget (``trainer.num_env_steps``) is such a change. The display-only
+keys (`DISPLAY_ONLY_FIELDS`: ``trainer.progress_bar``, ``trainer.progress_interval_s``)
+are not: the run goes on showing what it is told now, and ``config.yaml`` is left as it
+is (a sweep trial saved with ``progress_bar: 'off'`` resumes under a plain ``cadence train``).
 
 Some keys cannot change even then, because the checkpoint could not hold the same
 run afterwards: the algorithm, the network (parameter shapes), the environment id,
@@ -21,6 +24,7 @@ from typing import Any
 
 import yaml
 
+from cadence.trainer.config import DISPLAY_ONLY_FIELDS
 from cadence.trainer.errors import RunConfigMismatchError
 
 FIXED_KEYS = (
@@ -33,7 +37,7 @@ FIXED_KEYS = (
     "trainer.num_ranks",
 )
 FIXED_SECTIONS = ("network.",)
-IGNORED_KEYS = ("root_dir", "description")
+IGNORED_KEYS = ("root_dir", "description", *(f"trainer.{name}" for name in DISPLAY_ONLY_FIELDS))
 
 CHANGES_FILE = "config_changes.jsonl"
 

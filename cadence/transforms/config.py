@@ -19,6 +19,7 @@ from attrs import field
 from attrs.validators import ge, gt, instance_of, le
 
 # Names and order groups only: this module imports no transformer (nor torch).
+from cadence.config.typecheck import CHECKED_SETATTR
 from cadence.transforms.names import TRANSFORMER_ORDER_GROUPS, TransformerName
 from cadence.transforms.order import check_order
 
@@ -160,7 +161,7 @@ def _section(cls: type, doc: str) -> Any:
     return field(factory=cls, validator=instance_of(cls), metadata={"doc": doc})
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, on_setattr=CHECKED_SETATTR)
 class DataTransformersConfig:
     """The data transformers of an experiment (DESIGN §6), in the order they run.
 

@@ -40,3 +40,14 @@ def test_format_value_writes_hydra_override_syntax():
     assert format_value("CartPole-v1") == "CartPole-v1"
     assert format_value("has space") == "'has space'"
     assert format_value("1e-5") == "'1e-5'"
+
+
+def test_help_applies_group_overrides_and_lists_the_switched_algorithms_keys():
+    from cadence.config.help import group_overrides
+
+    overrides = ["algorithm=dqn", "env.num_envs=3", "not an override"]
+    assert group_overrides(overrides) == ["algorithm=dqn"]
+    lines = config_help("ppo_cartpole", ["algorithm=dqn"]).splitlines()
+    assert lines[0].startswith("Config 'ppo_cartpole algorithm=dqn': ")
+    assert "  algorithm.name=dqn  (str)" in lines
+    assert not any(line.startswith("  algorithm.clip_coef=") for line in lines)

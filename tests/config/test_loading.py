@@ -139,6 +139,20 @@ def test_unknown_algorithm_group_choice_lists_the_choices():
     assert f"algorithm: no such choice; expected one of {choices}" in str(error)
 
 
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ("trainer.num_env_steps=1000", "got the string 'trainer.num_env_steps=1000'; write ["),
+        ({"env.num_envs": 4}, "got dict"),
+        (["env.num_envs=4", 4], "got int 4 in it"),
+    ],
+)
+def test_overrides_that_are_not_a_list_of_strings_are_a_type_error(overrides, message):
+    with pytest.raises(TypeError, match='list of "key=value" strings') as caught:
+        load_config("ppo_cartpole", overrides)
+    assert message in str(caught.value)
+
+
 def test_unparsable_override_is_named():
     error = _error("ppo_cartpole", ["env.num_envs=[1"])
     assert error.problems[0].key == "env.num_envs=[1"
@@ -191,3 +205,35 @@ def test_a_free_form_mapping_takes_any_key_from_the_command_line():
         ConfigError, match="env.env_kwarg: unknown key; did you mean env.env_kwargs"
     ):
         load_config("ppo_cartpole", ["env.env_kwarg={a: 1}"])
+
+
+@pytest.mark.parametrize(
+    ("name", "override", "hint"),
+    [
+        ("ppo_cartpole", "algorithm.lr=1e-3", "did you mean algorithm.learning_rate?"),
+        ("sac_pendulum", "algorithm.actor_lr=1e-3", "did you mean algorithm.actor_learning_rate?"),
+        (
+            "sac_pendulum",
+            "algorithm.lr=3e-4",
+            "did you mean algorithm.actor_learning_rate or algorithm.critic_learning_rate "
+            "or algorithm.alpha_learning_rate?",
+        ),
+        (
+            "ppo_cartpole",
+            "data_transformers.names=[observation_normaliser]",
+            "item 0: expected one of 'untransformed_time_step', 'hindsight_experience'",
+        ),
+        (
+            "ppo_cartpole",
+            "data_transformers.names=[UntransformedTimeStep]",
+            "; did you mean 'untransformed_time_step'?",
+        ),
+        (
+            "ppo_cartpole",
+            "data_transformers.names=[observation_normaliser]",
+            "; did you mean 'observation_normalizer'?",
+        ),
+    ],
+)
+def test_suggestions_match_abbreviations_camel_case_and_british_spelling(name, override, hint):
+    assert hint in str(_error(name, [override]))

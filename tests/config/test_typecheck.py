@@ -69,3 +69,24 @@ def test_coerce_refuses_unsupported_annotations():
 )
 def test_type_name(annotation, name):
     assert type_name(annotation) == name
+
+
+def test_assigning_a_wrong_type_to_a_loaded_config_names_the_field_and_type():
+    from cadence.config import load_config
+
+    config = load_config("ppo_cartpole")
+    with pytest.raises(TypeError, match=r"TrainerConfig.num_env_steps = '1000': expected int"):
+        config.trainer.num_env_steps = "1000"
+    with pytest.raises(TypeError, match=r"EnvConfig.backend = 'paralel': expected one of"):
+        config.env.backend = "paralel"
+    config.algorithm.learning_rate = 1  # converted as when loaded
+    assert config.algorithm.learning_rate == 1.0 and type(config.algorithm.learning_rate) is float
+    with pytest.raises(ValueError, match=">= 1"):  # the range check still runs after the type's
+        config.trainer.num_env_steps = 0
+
+
+def test_a_literal_mismatch_suggests_the_choice_meant():
+    with pytest.raises(Mismatch, match=r"did you mean 'reward_normalizer'\?$"):
+        coerce("RewardNormaliser", Literal["reward_clipping", "reward_normalizer"])
+    with pytest.raises(Mismatch, match=r"expected one of 'a', 'b'$"):
+        coerce("zzz", Literal["a", "b"])

@@ -84,3 +84,31 @@ def test_the_number_of_ranks_cannot_change_even_when_asked(finished):
     config = _config(finished, "trainer.num_env_steps=256", "trainer.num_ranks=2")
     with pytest.raises(RunConfigMismatchError, match="trainer.num_ranks cannot change"):
         prepare_run(config, resume_with_changes=True)
+
+
+@pytest.mark.parametrize("override", ["trainer.progress_bar=on", "trainer.progress_interval_s=5"])
+def test_display_only_keys_are_not_part_of_the_default_run_directory(
+    tmp_path, monkeypatch, override
+):
+    monkeypatch.chdir(tmp_path)
+    default = load_config("ppo_cartpole", ["trainer.num_env_steps=6000"])
+    shown = load_config("ppo_cartpole", ["trainer.num_env_steps=6000", override])
+    assert shown.root_dir == default.root_dir
+
+
+def test_the_digest_of_a_run_with_default_display_keys_is_unchanged(tmp_path, monkeypatch):
+    # Hashed at their defaults, not dropped: directories made before stay resolvable.
+    monkeypatch.chdir(tmp_path)
+    assert load_config("ppo_cartpole").root_dir.endswith("seed0-96ac1172")
+
+
+def test_a_changed_display_key_resumes_without_being_asked(finished, capsys):
+    argv = ["train", "ppo_cartpole", "--root-dir", str(finished), *SHORT[:-1]]
+    shown = ["trainer.num_env_steps=256", "trainer.progress_bar=auto"]
+    assert main([*argv, *shown, "trainer.progress_interval_s=5"]) == 0
+    assert "already complete" in capsys.readouterr().out
+    # With a real change, only that change is recorded; config.yaml takes the new values.
+    assert main([*argv, "trainer.num_env_steps=512", "--resume-with-changes"]) == 0
+    [change] = (finished / "config_changes.jsonl").read_text().splitlines()
+    assert list(json.loads(change)["changes"]) == ["trainer.num_env_steps"]
+    assert "progress_bar: auto" in (finished / "config.yaml").read_text()

@@ -10,6 +10,7 @@ from attrs.validators import ge, gt, in_, instance_of, le
 
 from cadence.algorithms.compile_config import CompileMode, compile_field
 from cadence.algorithms.off_policy_config import OffPolicyConfig
+from cadence.config.typecheck import CHECKED_SETATTR
 
 
 def _window_fits_n_step(instance: Any, attribute: attrs.Attribute, value: OffPolicyConfig) -> None:
@@ -22,7 +23,7 @@ def _window_fits_n_step(instance: Any, attribute: attrs.Attribute, value: OffPol
         )
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, on_setattr=CHECKED_SETATTR)
 class DQNConfig:
     """Deep Q-learning with double Q, n-step targets, a target network and epsilon-greedy."""
 

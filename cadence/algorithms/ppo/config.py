@@ -9,9 +9,10 @@ from attrs import field
 from attrs.validators import ge, gt, in_, le
 
 from cadence.algorithms.compile_config import CompileMode, compile_field
+from cadence.config.typecheck import CHECKED_SETATTR
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, on_setattr=CHECKED_SETATTR)
 class PPOConfig:
     """Clipped-objective PPO with GAE, minibatch epochs and optional value clipping."""
 

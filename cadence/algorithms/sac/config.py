@@ -10,9 +10,10 @@ from attrs.validators import ge, gt, in_, instance_of, le, optional
 
 from cadence.algorithms.compile_config import CompileMode, compile_field
 from cadence.algorithms.off_policy_config import OffPolicyConfig
+from cadence.config.typecheck import CHECKED_SETATTR
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, on_setattr=CHECKED_SETATTR)
 class SACConfig:
     """Soft actor-critic with twin critics, Polyak target critics and automatic entropy tuning.
 
