@@ -241,6 +241,7 @@ gym.register("CorridorWithRenderMode-v0", entry_point=CorridorWithRenderMode, ma
 """
 
 
+@pytest.mark.filterwarnings("ignore:.*render_mode='rgb_array' that is not in the possible")
 @pytest.mark.parametrize(
     ("env", "message"),
     [

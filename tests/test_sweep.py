@@ -214,6 +214,8 @@ def _started_trials(log: str) -> set[int]:
     }
 
 
+@pytest.mark.slow  # ~15 s of processes each: CI runs it in its budgeted subset
+@pytest.mark.ci_budget
 def test_two_processes_share_one_sqlite_study(tmp_path: Path) -> None:
     command = _sweep_command(tmp_path, 4, "trainer.num_env_steps=512")
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -230,6 +232,8 @@ def test_two_processes_share_one_sqlite_study(tmp_path: Path) -> None:
     assert len(list((tmp_path / "sweep").glob("trial_*/seed_0/COMPLETE"))) == 4
 
 
+@pytest.mark.slow  # ~15 s of processes each: CI runs it in its budgeted subset
+@pytest.mark.ci_budget
 def test_killed_sweep_resumes_its_trial_from_the_checkpoint(tmp_path: Path) -> None:
     command = _sweep_command(
         tmp_path,
