@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import importlib
-import json
 import logging
 import os
 import shutil
@@ -621,26 +620,19 @@ def _runs_under(path: Path, max_depth: int = 4) -> list[Path]:
 def _check_checkpoint_exists(run_dir: Path, checkpoint: str) -> None:
     """Refuses ``--checkpoint N`` of a run that has checkpoints but not that one, listing
     those it has; a run without any is left to the loader ("no checkpoint yet")."""
-    directory = run_dir / "checkpoints"
-    if not checkpoint.isdigit() or not directory.is_dir():
+    if not checkpoint.isdigit():
         return
-    saved = {int(p.name): p for p in directory.iterdir() if p.is_dir() and p.name.isdigit()}
+    from cadence.trainer.checkpoint import CheckpointManager  # torch, which the run needs
+
+    checkpoints = CheckpointManager(run_dir / "checkpoints")
+    saved = checkpoints.iterations()
     if not saved or int(checkpoint) in saved:
         return
-    choices = ", ".join(map(str, sorted(saved)))
-    others = "latest or best" if any(map(_has_eval_return, saved.values())) else "latest"
+    others = "latest or best" if checkpoints.eval_returns() else "latest"
     raise ConfigError(
         f"{run_dir} has no checkpoint of iteration {checkpoint}; it has iterations "
-        f"{choices}: pass --checkpoint with one of them, or {others}"
+        f"{', '.join(map(str, saved))}: pass --checkpoint with one of them, or {others}"
     )
-
-
-def _has_eval_return(checkpoint: Path) -> bool:
-    """Whether the checkpoint's manifest records an evaluation return (`--checkpoint best`)."""
-    try:
-        return json.loads((checkpoint / "MANIFEST.json").read_text()).get("eval_return") is not None
-    except (OSError, ValueError, AttributeError):
-        return False
 
 
 def use_snapshot(run_dir: Path) -> Path:

@@ -290,6 +290,10 @@ class CheckpointManager:
         files = json.loads((path / MANIFEST_FILE).read_bytes())["files"]
         return {name: entry["sha256"] for name, entry in files.items()}
 
+    def iterations(self) -> list[int]:
+        """The iterations of the published checkpoints, oldest first (not verified)."""
+        return [int(path.name) for path in self._checkpoint_dirs()]
+
     def eval_returns(self) -> dict[Path, float]:
         """The recorded evaluation return of each checkpoint saved at an evaluated
         iteration (from its manifest, not verified)."""
