@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
+import cloudpickle
 import gymnasium as gym
 import torch
 from torch.torch_version import TorchVersion
@@ -53,6 +54,13 @@ class GymEnvFactory:
         gym_wrappers: callables applied in order to the ``gymnasium.Env``.
         env_kwargs: keyword arguments for ``gymnasium.make``.
         env_info_keys: the ``info`` keys to report (``None`` probes the env).
+
+    An id's registration travels with the recipe: a worker process starts with
+    Gymnasium's own ids and cadence's, not those the user's script or notebook
+    registered (workers never run it: `cadence.envs.main_module`), so the recipe keeps
+    this process's ``EnvSpec`` of the id and registers it where the id is missing. An
+    entry point the script defines travels by value with the rest of what the script
+    defines; `ParallelEnvironment` names an entry point that cannot travel.
     """
 
     def __init__(
@@ -72,14 +80,13 @@ class GymEnvFactory:
         self.gym_wrappers = tuple(gym_wrappers)
         self.env_kwargs = dict(env_kwargs or {})
         self.env_info_keys = env_info_keys
+        self.spec = _user_spec(name)
 
     def make_gym(self) -> gym.Env:
         if callable(self.name):
             env = self.name(**self.env_kwargs)
         else:
-            # A worker process starts with Gymnasium's registry only; this registers
-            # cadence's own ids (cadence/...) there too.
-            check_env_id(self.name)
+            self._register()
             refuse_vector_only(self.name)  # e.g. a Batcher's `make_gym_env`
             if is_mujoco_env(self.name):
                 prepare_for_mujoco(self.env_kwargs.get("render_mode"))
@@ -89,6 +96,17 @@ class GymEnvFactory:
         for wrapper in self.gym_wrappers:
             env = wrapper(env)
         return env
+
+    def _register(self) -> None:
+        """Makes sure this process knows the id: a worker process starts with Gymnasium's
+        registry only; `check_env_id` registers cadence's own ids (cadence/...) and those
+        of the packages it knows, and the parent's registration covers the user's."""
+        try:
+            check_env_id(self.name)
+        except UnknownEnvironmentError:
+            if self.spec is None:
+                raise
+            gym.registry[self.spec.id] = self.spec
 
     def __call__(self) -> PyEnvironment:
         env: PyEnvironment = GymAdapter(
@@ -103,6 +121,35 @@ class GymEnvFactory:
         clone = copy.copy(self)
         clone.seed = self.seed + offset
         return clone
+
+
+def _user_spec(name: str | Callable[..., gym.Env]) -> gym.envs.registration.EnvSpec | None:
+    """This process's registration of id ``name``, for a worker that lacks it; None for a
+    callable, a ``"module:Id"`` (the worker imports the module, which registers it) or an
+    id not registered (yet: `check_env_id` then reports it or finds its package)."""
+    if not isinstance(name, str) or ":" in name:
+        return None
+    return gym.registry.get(name)
+
+
+def check_sendable_spec(factory: GymEnvFactory) -> None:
+    """Raises ValueError, saying what to do, where the registration of the factory's id
+    cannot be sent to worker processes (its entry point or kwargs do not pickle, even by
+    value: a closure over a lock, an open file, a live simulator)."""
+    if factory.spec is None:
+        return
+    try:
+        cloudpickle.dumps(factory.spec)
+    except Exception as error:  # noqa: BLE001 - pickling raises TypeError, PicklingError, ...
+        raise ValueError(
+            f"Environment {factory.spec.id!r} is registered in this process only, and its "
+            f"registration (entry point {factory.spec.entry_point!r}, kwargs "
+            f"{sorted(factory.spec.kwargs)}) cannot be sent to the worker processes of "
+            f"backend 'parallel': {type(error).__name__}: {error}. Register it with an "
+            "entry point string 'module:EnvClass' of a module the workers can import (a .py "
+            "file beside your script or notebook) and picklable kwargs, or register it in "
+            "that module and pass 'module:EnvId'; or use backend 'serial' (env.backend=serial)."
+        ) from error
 
 
 def picks_tensor(
@@ -352,6 +399,7 @@ def make_env(
         return ThreadEnvironment(factories, device=device)
     from cadence.envs.parallel import ParallelEnvironment
 
+    check_sendable_spec(factories[0])
     return ParallelEnvironment(
         factories,
         num_workers=num_workers,
