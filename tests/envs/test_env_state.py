@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import subprocess
 import sys
 
 import gymnasium as gym
@@ -80,3 +81,69 @@ def test_a_state_of_another_env_names_its_class_and_is_refused():
     state = cartpole.get_state()
     with pytest.raises(UnsafeEnvStateError, match="CartPoleEnv"):
         GymAdapter(gym.make("Pendulum-v1"), seed=0).set_state(state)
+
+
+class _ComposedEnv(gym.Env):
+    """An env built from another env and an object of an unrelated module (``subprocess``),
+    holding a function too if asked: how users and cadence's suites compose envs."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
+    action_space = gym.spaces.Box(-2.0, 2.0, (1,), np.float32)
+
+    def __init__(self, callback=None):
+        from gymnasium.envs.classic_control.pendulum import PendulumEnv
+
+        self._inner = [PendulumEnv()]  # in a container, to walk through it too
+        self.completed = subprocess.CompletedProcess(args=["true"], returncode=0)
+        self.callback = callback
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return self._inner[0].reset(seed=seed)[0], {}
+
+    def step(self, action):
+        return self._inner[0].step(action)
+
+
+def test_a_composed_env_state_round_trips_with_the_classes_its_objects_have():
+    from gymnasium.envs.classic_control.pendulum import PendulumEnv
+
+    env = GymAdapter(_ComposedEnv(), seed=0)
+    env.reset()
+    env.step(np.zeros(1, np.float32))
+    restored = GymAdapter(_ComposedEnv(), seed=1)
+    restored.set_state(env.get_state())
+    assert {PendulumEnv, subprocess.CompletedProcess} <= env_classes(_ComposedEnv())
+    a, b = env.step(np.ones(1, np.float32)), restored.step(np.ones(1, np.float32))
+    np.testing.assert_array_equal(a.observation, b.observation)
+
+
+@pytest.mark.parametrize("name", ["subprocess.Popen", "subprocess.run", "posix.system"])
+def test_an_object_of_another_module_does_not_make_its_other_names_loadable(name):
+    env = _ComposedEnv(callback=os.system)
+    module, attribute = name.rsplit(".", 1)
+    # A GLOBAL naming the object, without calling it: only find_class decides.
+    crafted = pickle.dumps({"named": getattr(sys.modules[module], attribute)})
+    with pytest.raises(UnsafeEnvStateError, match=name.replace(".", r"\.")):
+        loads_env_state(crafted, _ComposedEnv(callback=os.system))
+    classes = env_classes(env)
+    assert subprocess.Popen not in classes and type not in classes
+
+
+@pytest.mark.parametrize(
+    "env_id", ["cadence/NoisyPendulum-v0", "cadence/PixelPendulum-v0", "cadence/PixelCartPole-v1"]
+)
+def test_cadences_composed_envs_resume(env_id):
+    import cadence.envs.suites  # noqa: F401 - registers the ids
+
+    env = GymAdapter(gym.make(env_id), seed=0)
+    env.reset()
+    action = env._env.action_space.sample()
+    for _ in range(3):
+        env.step(action)
+    restored = GymAdapter(gym.make(env_id), seed=1)
+    restored.set_state(env.get_state())
+    for _ in range(3):
+        a, b = env.step(action), restored.step(action)
+        np.testing.assert_array_equal(a.observation, b.observation)
+        assert a.reward == b.reward
