@@ -25,6 +25,7 @@ from types import ModuleType
 from typing import Any
 
 import cadence
+from cadence.algorithms.registry import RECORD_FILE, REGISTER_HINT
 from cadence.config import ConfigError, list_configs
 from cadence.data.errors import UnsupportedSpaceError
 from cadence.envs.errors import EnvBuildError
@@ -388,6 +389,10 @@ def run_train(args: argparse.Namespace) -> int:
         args.parser.print_usage(sys.stderr)
         print("cadence train: NAME is required (see `cadence list`)", file=sys.stderr)
         return 2
+    if args.root_dir is not None:  # a run of an algorithm registered from Python resumes
+        from cadence.algorithms.registry import register_recorded
+
+        register_recorded(args.root_dir)
     config = load_config(args.name, args.overrides, root_dir=args.root_dir)
     num_ranks = _num_ranks(config.trainer.num_ranks, args.nproc)
     if num_ranks != config.trainer.num_ranks:
@@ -569,11 +574,52 @@ def _load_run(
     if not path.is_file():
         raise ConfigError(_not_a_run_message(Path(run_dir)))
     _check_checkpoint_exists(Path(run_dir), checkpoint)
+    _register_the_runs_algorithm(Path(run_dir))
     try:
         config = config_module.from_yaml(path.read_text(), source=f"'{path}'")
     except config_module.ConfigError as error:  # the snapshot's own class, not ours
         raise ConfigError(str(error)) from None
     return config, importlib.import_module(module_name)
+
+
+def _register_the_runs_algorithm(run_dir: Path) -> None:
+    """Registers the algorithm the run recorded (one registered from Python when it
+    trained: `cadence.algorithms.registry.record_registration`), importing only what the
+    record names; an algorithm this process does not know is refused with how to fix it.
+
+    The registry is imported by name at call time, so after `use_snapshot` it is the
+    snapshot's (one old enough to lack `register_recorded` wrote no record either).
+
+    Raises:
+        ConfigError: the run's algorithm is not registered and the run recorded none.
+    """
+    registry = importlib.import_module("cadence.algorithms.registry")
+    record = run_dir / RECORD_FILE
+    if record.is_file():
+        registry.register_recorded(run_dir)
+        return
+    name = _algorithm_name(run_dir / CONFIG_FILE)
+    if name is None or name in registry.algorithm_names():
+        return
+    raise ConfigError(
+        f"{run_dir} trained algorithm {name!r}, which is not registered in this process, and "
+        f"the run recorded no import path for it (it was registered from a script's "
+        f"__main__, or before cadence recorded registrations). Either {REGISTER_HINT}, "
+        f'or write {record} as {{"name": "{name}", "config": "module:ConfigClass", '
+        '"builder": "module:make_algorithm", "sys_path": ["folder of module"]}'
+    )
+
+
+def _algorithm_name(config_file: Path) -> str | None:
+    """``algorithm.name`` in a run's config.yaml (None where it has none)."""
+    import yaml
+
+    try:
+        tree = yaml.safe_load(config_file.read_text())
+    except yaml.YAMLError:
+        return None  # `from_yaml` says what is wrong with it
+    algorithm = tree.get("algorithm") if isinstance(tree, dict) else None
+    return algorithm.get("name") if isinstance(algorithm, dict) else None
 
 
 def _not_a_run_message(path: Path) -> str:

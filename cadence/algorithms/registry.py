@@ -15,6 +15,13 @@ Three places register algorithms, looked up in this order:
        [project.entry-points."cadence.algorithms"]
        my_pg = "my_package.my_pg:REGISTRATION"   # an AlgorithmRegistration
 
+A run remembers an algorithm registered from Python: `record_registration` writes its
+import paths, and the folder its modules were imported from, to the run directory's
+``algorithm.json``; `register_recorded` registers them again in another process
+(``cadence eval``, ``cadence play``, a resume), importing only the modules that file
+names, as the run recorded them. An algorithm defined in a script's ``__main__`` has no
+import path another process could use: the run records none and warns.
+
 A registered config class is an attrs class whose ``name`` field defaults to the
 registered name; the builder is called as ``builder(config, observation_spec,
 action_spec, network_config)`` and returns a `cadence.algorithms.Algorithm`. A config
@@ -31,13 +38,30 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import json
+import logging
+import sys
 from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 from typing import Any, NamedTuple
+
+logger = logging.getLogger(__name__)
 
 AlgorithmConfig = Any
 """The attrs config of a registered algorithm (its class is chosen by ``name``)."""
 
 ENTRY_POINT_GROUP = "cadence.algorithms"
+
+RECORD_FILE = "algorithm.json"
+"""A run's record of an algorithm registered from Python (`record_registration`)."""
+
+REGISTER_HINT = (
+    "register yours in Python with cadence.algorithms.register_algorithm(NAME, "
+    "'module:ConfigClass', 'module:make_algorithm') before training, or for the cadence "
+    "command with a 'cadence.algorithms' entry point of an installed package "
+    "(docs/adding-an-algorithm.md)"
+)
+"""How to make an unknown algorithm name known, for the messages that refuse one."""
 
 
 class AlgorithmRegistration(NamedTuple):
@@ -138,7 +162,9 @@ def algorithm_registration(name: str) -> AlgorithmRegistration:
                     f"AlgorithmRegistration(config, builder), got {registration!r}"
                 )
             return AlgorithmRegistration(*registration)
-    raise KeyError(f"Unknown algorithm {name!r}; known: {', '.join(algorithm_names())}")
+    raise KeyError(
+        f"Unknown algorithm {name!r}; known: {', '.join(algorithm_names())}; {REGISTER_HINT}"
+    )
 
 
 def algorithm_config_class(name: str) -> type:
@@ -171,6 +197,90 @@ class AlgorithmConfigClasses(Mapping[str, type]):
 
     def __len__(self) -> int:
         return len(algorithm_names())
+
+
+def record_registration(run_dir: str | Path, name: str) -> None:
+    """Writes the run's ``algorithm.json`` when ``name`` was registered with
+    `register_algorithm` (cadence's own and entry points need no record): its config
+    class's and builder's import paths, and the ``sys.path`` folder of each module, so
+    that `register_recorded` finds them from any working directory.
+
+    A part defined in the main script (``__main__``) has no import path that another
+    process could use; nothing is recorded and a warning says how to make the run
+    reopenable.
+    """
+    registration = _registered.get(name)
+    if registration is None:
+        return
+    parts = {
+        "config": _import_path(registration.config),
+        "builder": _import_path(registration.builder),
+    }
+    if any(path.startswith("__main__:") for path in parts.values()):
+        logger.warning(
+            "algorithm %r is defined in the main script, which cadence eval, play and a "
+            "resume from the cadence command cannot import; move it to a module beside the "
+            "script and register it with import paths ('module:ConfigClass', "
+            "'module:make_algorithm') to reopen this run",
+            name,
+        )
+        return
+    record = {"name": name, **parts}
+    record["sys_path"] = sorted({_import_root(path) for path in parts.values()} - {None})
+    (Path(run_dir) / RECORD_FILE).write_text(json.dumps(record, indent=2) + "\n")
+
+
+def register_recorded(run_dir: str | Path) -> str | None:
+    """Registers the algorithm a run recorded (`record_registration`), if any and not
+    registered yet; returns its name.
+
+    The recorded folders are appended to ``sys.path`` (installed packages come first) and
+    nothing is imported until the config or builder is looked up, and then only the
+    modules the record names.
+    """
+    path = Path(run_dir) / RECORD_FILE
+    if not path.is_file():
+        return None
+    record = json.loads(path.read_text())
+    name = record["name"]
+    if name in algorithm_names():
+        return name
+    for folder in record.get("sys_path", []):
+        if folder not in sys.path:
+            sys.path.append(folder)
+    logger.info(
+        "algorithm %r is the run's own (%s): registering %s and %s as it recorded them",
+        name, path, record["config"], record["builder"],
+    )  # fmt: skip
+    register_algorithm(name, record["config"], record["builder"])
+    return name
+
+
+def _import_path(target: Any) -> str:
+    """``target`` as ``"module:qualname"`` (an import path is kept as it is)."""
+    if isinstance(target, str):
+        return target
+    return f"{target.__module__}:{target.__qualname__}"
+
+
+def _import_root(path: str) -> str | None:
+    """The ``sys.path`` folder that the module of import path ``path`` was imported from
+    (None for a module not imported from a file, or not imported at all)."""
+    module_name = path.partition(":")[0]
+    module = sys.modules.get(module_name)
+    if module is None:
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError:
+            return None
+    file = getattr(module, "__file__", None)
+    if file is None:
+        return None
+    root = Path(file).resolve().parent
+    depth = module_name.count(".") + (Path(file).stem == "__init__")
+    for _ in range(depth):
+        root = root.parent
+    return str(root)
 
 
 def _resolve(target: Any) -> Any:

@@ -12,6 +12,7 @@ from cadence.algorithms.ppo.config import PPOConfig
 from cadence.algorithms.registry import (
     BUILTIN_ALGORITHMS,
     RECURRENT_NETWORK_ALGORITHMS,
+    REGISTER_HINT,
     AlgorithmConfig,
     AlgorithmConfigClasses,
 )
@@ -87,7 +88,11 @@ class ExperimentConfig:
     algorithm: AlgorithmConfig = field(
         factory=PPOConfig,
         validator=_registered_algorithm,
-        metadata={"doc": "The algorithm, chosen by algorithm.name.", "registry": ALGORITHM_CONFIGS},
+        metadata={
+            "doc": "The algorithm, chosen by algorithm.name.",
+            "registry": ALGORITHM_CONFIGS,
+            "unknown_hint": REGISTER_HINT,
+        },
     )
     network: NetworkConfig = field(
         factory=NetworkConfig,

@@ -272,7 +272,10 @@ def _hydra_error(name: str, error: Exception) -> ConfigError:
     if isinstance(error, MissingConfigException) and error.options:
         group = (error.missing_cfg_file or "").split("/")[0]
         choices = ", ".join(error.options)
-        return ConfigError(summary, [Problem(group, f"no such choice; expected one of {choices}")])
+        hint = attrs.fields_dict(ExperimentConfig).get(group)  # how to add a choice, if any
+        hint = hint and hint.metadata.get("unknown_hint")
+        problem = f"no such choice; expected one of {choices}{f'; {hint}' if hint else ''}"
+        return ConfigError(summary, [Problem(group, problem)])
     refused = re.match(r"Could not override '([^']+)'", str(error))
     if refused:
         return ConfigError(summary, [_refused_key_problem(name, refused.group(1))])

@@ -73,7 +73,9 @@ def section_class(field: attrs.Attribute, annotation: Any, value: Mapping[str, A
         return type(_default(field))
     name = value["name"]
     if name not in registry:
-        raise Mismatch(f"expected one of {', '.join(map(repr, registry))}")
+        expected = f"expected one of {', '.join(map(repr, registry))}"
+        hint = field.metadata.get("unknown_hint")  # how to add a name to the registry
+        raise Mismatch(f"{expected}; {hint}" if hint else expected)
     return registry[name]
 
 

@@ -18,6 +18,7 @@ from cadence.algorithms.build import build_algorithm
 from cadence.algorithms.off_policy import OffPolicyScheme, check_first_window, make_replay_buffer
 from cadence.algorithms.off_policy_config import off_policy_config
 from cadence.algorithms.on_policy import OnPolicyScheme
+from cadence.algorithms.registry import record_registration
 from cadence.algorithms.scheme import TrainingScheme
 from cadence.collect.unroll import MAX_STEPS_PER_GRAPH, Collector
 from cadence.data import distributed
@@ -189,6 +190,7 @@ def prepare_run(config: Any, resume_with_changes: bool = False) -> bool:
     if not checkpoints.has_checkpoints():
         _warn_of_other_files(run_dir)
         (run_dir / "config.yaml").write_text(config.to_yaml())
+        record_registration(run_dir, config.algorithm.name)  # for eval, play, a resume
         write_snapshot(run_dir / "snapshot.tar.gz")
     return True
 

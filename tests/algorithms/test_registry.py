@@ -67,6 +67,32 @@ def test_one_registration_trains_a_new_algorithm_through_the_cli(reinforce, tmp_
     assert "reinforce" in config_help("ppo_cartpole")
 
 
+def test_a_run_of_an_algorithm_registered_from_python_opens_in_a_fresh_process(
+    reinforce, tmp_path, capsys
+):
+    run_dir = tmp_path / "run"
+    short = ["trainer.num_env_steps=256", "trainer.eval_interval=1", "trainer.progress_bar=off"]
+    argv = ["train", "ppo_cartpole", "algorithm=reinforce", *short, "--root-dir", str(run_dir)]
+    assert main(argv) == 0
+    record = json.loads((run_dir / registry.RECORD_FILE).read_text())
+    assert record["config"] == "reinforce:ReinforceConfig"
+    assert record["sys_path"] == [str(EXAMPLE)]
+    elsewhere = tmp_path / "elsewhere"  # neither the example's folder nor the run's
+    elsewhere.mkdir()
+    command = [sys.executable, "-m", "cadence", "eval", str(run_dir), "--episodes", "1"]
+    done = subprocess.run(command, cwd=elsewhere, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "over 1 episodes" in done.stdout
+    # Without the record (a run from before it, or an algorithm of a script's __main__):
+    (run_dir / registry.RECORD_FILE).unlink()
+    registry.unregister_algorithm("reinforce")
+    capsys.readouterr()
+    assert main(["eval", str(run_dir), "--episodes", "1"]) == 2
+    error = capsys.readouterr().err
+    assert "trained algorithm 'reinforce', which is not registered" in error
+    assert "register_algorithm(NAME" in error and registry.RECORD_FILE in error
+
+
 def test_a_registered_algorithm_has_its_keys_checked(reinforce):
     config = load_config("ppo_cartpole", ["algorithm=reinforce", "algorithm.learning_rate=0.5"])
     assert config.algorithm.learning_rate == 0.5
@@ -115,3 +141,28 @@ def test_an_installed_entry_point_makes_the_cadence_command_know_the_algorithm(t
         timeout=120,
     )
     assert "reinforce" in listing.stdout
+
+
+def test_an_algorithm_defined_in_the_main_script_is_not_recorded(tmp_path, caplog, monkeypatch):
+    monkeypatch.syspath_prepend(str(EXAMPLE))
+    import reinforce as example
+
+    class MainConfig(example.ReinforceConfig):
+        pass
+
+    MainConfig.__module__ = "__main__"
+    registry.register_algorithm("main_only", MainConfig, example.make_reinforce)
+    try:
+        registry.record_registration(tmp_path, "main_only")
+    finally:
+        registry.unregister_algorithm("main_only")
+    assert not (tmp_path / registry.RECORD_FILE).exists()
+    assert "defined in the main script" in caplog.text
+    registry.record_registration(tmp_path, "ppo")  # cadence's own need no record
+    assert not (tmp_path / registry.RECORD_FILE).exists()
+
+
+def test_an_unknown_name_in_a_config_says_how_to_register_one():
+    for override in ("algorithm=nope", "algorithm.name=nope"):
+        with pytest.raises(ConfigError, match="register_algorithm"):
+            load_config("ppo_cartpole", [override])
