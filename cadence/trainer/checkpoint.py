@@ -15,7 +15,8 @@ Loading verifies before it unpickles: the manifest against ``LATEST``'s digest (
 its own), every file's size and checksum. A checkpoint that fails (a truncated file, a
 flipped byte, a missing file, a ``LATEST`` naming something gone or outside the
 directory) is reported with the file's name, and loading falls back to the newest
-older checkpoint that verifies. Unpickling uses ``weights_only=True``: it never runs code.
+older checkpoint that verifies, with a warning naming the one used (and the one
+``LATEST`` names, where that directory was deleted). Unpickling uses ``weights_only=True``: it never runs code.
 """
 
 from __future__ import annotations
@@ -244,7 +245,8 @@ class CheckpointManager:
                     else ""
                 )
             )
-        failures = []
+        gone = self._latest_gone() if which == "latest" else None
+        failures = [gone] if gone is not None else []
         for path, digest in candidates:
             try:
                 state = self.load(path, map_location, manifest_digest=digest, only=only)
@@ -252,7 +254,11 @@ class CheckpointManager:
                 failures.append(str(error))
                 logger.warning("skipping checkpoint %s: %s", path.name, error)
                 continue
-            if failures:
+            if gone is not None:
+                logger.warning(
+                    "%s; falling back to checkpoint %s, the newest that verifies", gone, path
+                )
+            elif failures:
                 logger.warning("falling back to checkpoint %s, the newest that verifies", path)
             return path, state
         raise CheckpointError(
@@ -338,6 +344,20 @@ class CheckpointManager:
         others = self._checkpoint_dirs()[::-1]
         candidates = [(named, digest)] if named is not None and named.is_dir() else []
         return candidates + [(p, None) for p in others if p != named]
+
+    def _latest_gone(self) -> str | None:
+        """What is wrong with ``LATEST`` when it names no checkpoint directory (one deleted,
+        or a name that is not a checkpoint's), for the warning of a fallback; else None."""
+        name, _ = self._read_latest()
+        if name is None:
+            return None
+        latest = self.directory / _LATEST_FILE
+        path = self._checkpoint_path(name)
+        if path is None:
+            return f"{latest} names {name!r}, which is not a checkpoint's name"
+        if not path.is_dir():
+            return f"{latest} names checkpoint {path}, which is missing (deleted?)"
+        return None
 
     def _checkpoint_path(self, name: str) -> Path | None:
         """``checkpoints/<name>`` if ``name`` is a checkpoint's name (never a path outside)."""

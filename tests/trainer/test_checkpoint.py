@@ -1,4 +1,5 @@
 import os
+import shutil
 
 import pytest
 import torch
@@ -188,3 +189,21 @@ def test_best_without_any_evaluated_checkpoint_says_how_to_get_one(tmp_path):
     manager.save(1, {"i": 1})
     with pytest.raises(FileNotFoundError, match="multiple of eval_interval"):
         manager.load_verified(which="best")
+
+
+def test_a_deleted_newest_checkpoint_is_named_with_the_one_used_instead(tmp_path, caplog):
+    manager = _three_checkpoints(tmp_path)
+    shutil.rmtree(tmp_path / "00000003")  # the one LATEST names
+    with caplog.at_level("WARNING", logger="cadence.trainer.checkpoint"):
+        path, state = manager.load_verified()
+    assert path.name == "00000002" and state["i"] == 2
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert any("00000003" in m and "missing" in m and "00000002" in m for m in warnings), warnings
+
+
+def test_a_latest_naming_something_outside_is_named(tmp_path, caplog):
+    manager = _three_checkpoints(tmp_path)
+    (tmp_path / "LATEST").write_text("../outside")
+    with caplog.at_level("WARNING", logger="cadence.trainer.checkpoint"):
+        assert manager.load_verified()[0].name == "00000003"
+    assert any("'../outside'" in r.getMessage() for r in caplog.records)
