@@ -1,4 +1,14 @@
-"""Shared by all tests."""
+"""Shared by all tests.
+
+``CADENCE_TEST_NUM_THREADS=N python -m pytest ...`` runs the session at ``N`` torch
+threads: this process's (``torch.set_num_threads``, before any test; each test starts from
+it, see `restore_process_settings`) and the processes the tests start (``OMP_NUM_THREADS``,
+which a fresh torch takes as its count). So every run a test trains without setting
+``trainer.num_threads`` (0: torch's own count) trains at ``N``, in this process or in a
+``cadence train`` of its own, and the suite can be checked at another thread count than
+the machine's cores. With ``MKL_ENABLE_INSTRUCTIONS=AVX2`` beside it, MKL takes the code
+path of a processor without AVX-512. The header of pytest's report names both.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +20,29 @@ import torch
 from cadence.algorithms import compiled
 from cadence.networks import matmul
 from cadence.trainer.run import torch_settings_restored
+
+TEST_THREADS_VAR = "CADENCE_TEST_NUM_THREADS"
+
+
+def pytest_configure(config):
+    threads = os.environ.get(TEST_THREADS_VAR)
+    if not threads:
+        return
+    if not threads.isdigit() or int(threads) < 1:
+        raise pytest.UsageError(f"{TEST_THREADS_VAR} must be a whole number >= 1, got {threads!r}")
+    os.environ["OMP_NUM_THREADS"] = threads  # for the processes the tests start
+    torch.set_num_threads(int(threads))
+
+
+def pytest_report_header(config):
+    forced = os.environ.get(TEST_THREADS_VAR)
+    mkl = os.environ.get("MKL_ENABLE_INSTRUCTIONS")
+    return (
+        f"torch threads: {torch.get_num_threads()}"
+        + (f" ({TEST_THREADS_VAR}={forced})" if forced else " (torch's default)")
+        + f", CPU capability: {torch.backends.cpu.get_cpu_capability()}"
+        + (f", MKL_ENABLE_INSTRUCTIONS={mkl}" if mkl else "")
+    )
 
 
 @pytest.fixture(autouse=True)

@@ -17,7 +17,9 @@ class PolicyAgent(Agent):
     """A linear categorical policy on CartPole with a step counter as its state.
 
     ``agent_info``: ``epsilon`` (take a uniform action with this probability) and
-    ``stochastic`` (sample; else take the most likely action), each optional.
+    ``stochastic`` (sample; else take the most likely action), each optional. Besides
+    the action it outputs its ``logits``, their ``log_prob`` and the uniform ``draw``
+    its sample came from, so a test can tell how close each step came to a tie.
     """
 
     def __init__(
@@ -48,6 +50,7 @@ class PolicyAgent(Agent):
         state = reset_where(state, initial, observation["initial_state"])
         logits = self.model(observation["frame"])
         env_id = observation["env_id"]
+        draw = _next_uniform(self.random, env_id)  # what categorical is about to draw
         action = self.random.categorical(env_id, logits)
         if "stochastic" in agent_info:
             action = torch.where(agent_info["stochastic"], action, logits.argmax(-1))
@@ -60,9 +63,70 @@ class PolicyAgent(Agent):
             "action": action,
             "log_prob": log_prob,
             "logits": logits,
+            "draw": draw,
             "count": state["count"],
         }
         return DictTensor(outputs), DictTensor({"count": state["count"] + 1})
+
+
+def _next_uniform(random: SlotRandom, env_id: torch.Tensor) -> torch.Tensor:
+    """The uniforms ``random`` gives ``env_id`` next, leaving its streams where they are."""
+    twin = SlotRandom()
+    twin.load_state_dict(random.state_dict())
+    return twin.uniform(env_id)
+
+
+ROUNDED = ("action/logits", "action/log_prob")
+"""What `PolicyAgent` computes with its model's floats. The BLAS may round a batch of N rows
+differently from one of N/2 (MKL does, on an AVX-512 Xeon), so these agree within rounding
+only, across splits into processes; everything else a Batcher returns agrees bit for bit."""
+
+ROUNDING = {"rtol": 1.3e-6, "atol": 1e-5}
+"""Equal within float32 rounding (`torch.testing.assert_close`'s defaults for float32)."""
+
+TIE_MARGIN = 1e-4
+"""No step of a cross-split comparison may come closer than this to a tie: a draw this near
+its categorical's cumulative probabilities, or a greedy slot's two largest logits this near
+each other, could pick another action under other rounding (10x what `ROUNDING` allows)."""
+
+
+def nearest_tie(trajectories) -> float:
+    """How close the valid steps of ``trajectories`` came to a tie: for sampling slots the
+    distance of the draw to the categorical's cumulative probabilities, for greedy ones the
+    gap between the two largest logits."""
+    steps = trajectories.trajectories
+    valid = steps.mask()
+    logits = steps["action/logits"][valid].double()
+    cdf = torch.softmax(logits, -1).cumsum(-1)[:, :-1]
+    to_draw = (steps["action/draw"][valid].double()[:, None] - cdf).abs().amin(-1)
+    top = logits.topk(2, dim=-1).values
+    sampling = trajectories.info["agent_info/stochastic"][:, None].expand(valid.shape)[valid]
+    return float(torch.where(sampling, to_draw, top[:, 0] - top[:, 1]).min())
+
+
+def assert_same_acquisitions(got: list, want: list, exact: bool = False) -> None:
+    """What a `Batcher` promises for the same seed whatever the split into processes (or
+    back end): the same lengths, env steps, random draws and actions, bit for bit, and the
+    agent's float outputs (`ROUNDED`) equal within rounding. The actions are the same
+    because no step lies within rounding of a tie, which is checked, not assumed.
+    ``exact``: the float outputs bit for bit too (the same split again)."""
+    assert len(got) == len(want)
+    for a, b in zip(got, want, strict=True):
+        assert torch.equal(a.trajectories.lengths, b.trajectories.lengths)
+        assert a.trajectories.keys() == b.trajectories.keys()
+        assert a.info.keys() == b.info.keys()
+        margin = nearest_tie(b)
+        assert margin > TIE_MARGIN, (
+            f"a step came within {margin:.1e} of a tie, where rounding may pick another "
+            "action: the test needs a seed whose steps stay clear of ties"
+        )
+        for key in a.trajectories.keys():
+            if key in ROUNDED and not exact:
+                torch.testing.assert_close(a.trajectories[key], b.trajectories[key], **ROUNDING)
+            else:
+                assert torch.equal(a.trajectories[key], b.trajectories[key]), key
+        for key in a.info.keys():
+            assert torch.equal(a.info[key], b.info[key]), key
 
 
 def biased_model(action: int) -> nn.Linear:

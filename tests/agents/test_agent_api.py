@@ -93,7 +93,8 @@ def test_replay_agent_reproduces_the_outputs_the_batcher_stored():
         replayed = replay_agent(learner, trajectories)
         assert torch.equal(replayed.lengths, steps.lengths)
         assert torch.equal(replayed["count"], steps["action/count"])
-        assert torch.allclose(replayed["logits"], steps["action/logits"])
+        # within rounding: the learner's batch has 4 rows, each worker's 2
+        torch.testing.assert_close(replayed["logits"], steps["action/logits"], **helpers.ROUNDING)
     assert (acquisitions[1].info["agent_state/count"] > 0).all()
     # gradients flow through a replay, for a loss
     replayed["logits"].sum().backward()

@@ -150,15 +150,13 @@ def _acquire(n_processes, n_envs, mode, n_acquisitions=3):
 
 @pytest.mark.parametrize("mode", ["continuing", "episodic"])
 def test_the_same_seed_gives_the_same_trajectories_with_one_or_two_processes(mode):
+    # The same env seeds and random streams, so the same actions and steps; the logits
+    # only within rounding: a worker's model runs on its batch of running slots (4 rows in
+    # one process, 2 and 1 in two), and the BLAS may round a row differently in each.
     one, two = _acquire(1, 4, mode), _acquire(2, 2, mode)
-    assert len(one) == len(two)
-    for a, b in zip(one, two, strict=True):
-        assert torch.equal(a.trajectories.lengths, b.trajectories.lengths)
-        assert a.trajectories.keys() == b.trajectories.keys()
-        for key in a.trajectories.keys():
-            assert torch.equal(a.trajectories[key], b.trajectories[key]), key
-        for key in a.info.keys():
-            assert torch.equal(a.info[key], b.info[key]), key
+    helpers.assert_same_acquisitions(two, one)
+    # The same split again repeats them bit for bit, logits included.
+    helpers.assert_same_acquisitions(_acquire(1, 4, mode), one, exact=True)
     # and a different seed acts differently
     other = Batcher(25, 1, 4, helpers.cartpole, helpers.PolicyAgent, seed=8)
     with other:

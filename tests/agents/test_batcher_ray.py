@@ -72,16 +72,10 @@ def _acquire(backend, mode, n_processes=2, n_envs=2):
 
 @pytest.mark.parametrize("mode", ["continuing", "episodic"])
 def test_ray_gives_the_local_back_ends_trajectories_for_the_same_seeds(mode):
+    # 2 local workers of 2 envs against 1 actor of 4: the logits agree within rounding.
     local, on_ray = _acquire("local", mode), _acquire("ray", mode, n_processes=1, n_envs=4)
-    assert len(local) == len(on_ray) >= 2
-    for a, b in zip(local, on_ray, strict=True):
-        assert torch.equal(a.trajectories.lengths, b.trajectories.lengths)
-        assert a.trajectories.keys() == b.trajectories.keys()
-        for key in a.trajectories.keys():
-            assert torch.equal(a.trajectories[key], b.trajectories[key]), key
-        assert a.info.keys() == b.info.keys()
-        for key in a.info.keys():
-            assert torch.equal(a.info[key], b.info[key]), key
+    assert len(local) >= 2
+    helpers.assert_same_acquisitions(on_ray, local)
     # The update made while the first acquisition ran reached the second one only.
     versions = [int(t.info["weights_version"][0]) for t in on_ray]
     assert versions[:2] == [0, 1]
