@@ -25,7 +25,6 @@ from types import ModuleType
 from typing import Any
 
 import cadence
-from cadence.algorithms.registry import RECORD_FILE, REGISTER_HINT
 from cadence.config import ConfigError, list_configs
 from cadence.data.errors import UnsupportedSpaceError
 from cadence.envs.errors import EnvBuildError
@@ -40,6 +39,9 @@ from cadence.trainer.errors import (
 
 SNAPSHOT_FILE = "snapshot.tar.gz"
 CONFIG_FILE = "config.yaml"
+# `cadence.algorithms.registry.RECORD_FILE`, named here: the commands that need no algorithm
+# import none, and a snapshot's registry (`--use-snapshot`) may predate the record.
+ALGORITHM_RECORD_FILE = "algorithm.json"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -594,7 +596,7 @@ def _register_the_runs_algorithm(run_dir: Path) -> None:
         ConfigError: the run's algorithm is not registered and the run recorded none.
     """
     registry = importlib.import_module("cadence.algorithms.registry")
-    record = run_dir / RECORD_FILE
+    record = run_dir / ALGORITHM_RECORD_FILE
     if record.is_file():
         registry.register_recorded(run_dir)
         return
@@ -604,7 +606,10 @@ def _register_the_runs_algorithm(run_dir: Path) -> None:
     raise ConfigError(
         f"{run_dir} trained algorithm {name!r}, which is not registered in this process, and "
         f"the run recorded no import path for it (it was registered from a script's "
-        f"__main__, or before cadence recorded registrations). Either {REGISTER_HINT}, "
+        f"__main__, or before cadence recorded registrations). Either register it in Python "
+        "with cadence.algorithms.register_algorithm(NAME, 'module:ConfigClass', "
+        "'module:make_algorithm') and evaluate it from there, or install a package with a "
+        "'cadence.algorithms' entry point for it (docs/adding-an-algorithm.md), "
         f'or write {record} as {{"name": "{name}", "config": "module:ConfigClass", '
         '"builder": "module:make_algorithm", "sys_path": ["folder of module"]}'
     )

@@ -166,3 +166,9 @@ def test_an_unknown_name_in_a_config_says_how_to_register_one():
     for override in ("algorithm=nope", "algorithm.name=nope"):
         with pytest.raises(ConfigError, match="register_algorithm"):
             load_config("ppo_cartpole", [override])
+
+
+def test_the_cli_looks_for_the_record_the_registry_writes():
+    from cadence import cli
+
+    assert cli.ALGORITHM_RECORD_FILE == registry.RECORD_FILE
