@@ -28,7 +28,12 @@ does to local worker processes; there is no ``if __name__ == "__main__":`` guard
 import argparse
 import time
 
-import ray
+try:
+    import ray
+except ModuleNotFoundError as error:  # before anything else: this example is about Ray
+    raise SystemExit(
+        f"examples/ray_batcher.py needs Ray ({error}): pip install 'cadence[ray]'"
+    ) from error
 import torch
 from torch import nn
 

@@ -37,6 +37,14 @@ _TENSOR_MIN_CPU_ENVS = 32
 # one of these namespaces itself, and "ALE/Pong-v5" works as it is, in workers too.
 _NAMESPACE_PACKAGES = {"ALE": ("ale_py", "pip install ale-py (or cadence's 'atari' extra)")}
 
+# Packages that register ids when imported as the module of a "module:Id" name, and how to
+# install them (with what else their envs need): e.g. sac_her_fetchreach's
+# "gymnasium_robotics:FetchReach-v4".
+_MODULE_PACKAGES = {
+    "gymnasium_robotics": "pip install 'cadence[robotics]' (gymnasium-robotics and the MuJoCo "
+    "version its Fetch envs work with)",
+}
+
 # What a `ParallelEnvironment` step costs beyond its envs' own work (seconds): signalling
 # the workers, waiting for them to wake, copying the batch out of shared memory. Spreading
 # the envs over the workers must save more than this for "auto" to pick it.
@@ -539,12 +547,24 @@ def _import_namespace_package(name: str) -> None:
 def _import_env_module(module: str, name: str) -> None:
     try:
         importlib.import_module(module)
-    except Exception as error:  # noqa: BLE001 - a module may raise anything on import
+    except ModuleNotFoundError as error:
+        install = _MODULE_PACKAGES.get(module.partition(".")[0])
+        if install is None:
+            raise _unimportable_env_module(module, name, error) from error
         raise EnvBuildError(
-            f"Environment {name!r}: its module {module!r} cannot be imported "
-            f"({type(error).__name__}: {error}); it must be an installed package or a "
-            "module in the working directory."
+            f"Environment {name!r} is registered by the package {module!r}, which cannot be "
+            f"imported ({error}): {install}."
         ) from error
+    except Exception as error:  # noqa: BLE001 - a module may raise anything on import
+        raise _unimportable_env_module(module, name, error) from error
+
+
+def _unimportable_env_module(module: str, name: str, error: Exception) -> EnvBuildError:
+    return EnvBuildError(
+        f"Environment {name!r}: its module {module!r} cannot be imported "
+        f"({type(error).__name__}: {error}); it must be an installed package or a "
+        "module in the working directory."
+    )
 
 
 def _pick_cpu_backend(
