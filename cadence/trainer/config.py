@@ -42,6 +42,16 @@ class TrainerConfig:
     num_env_steps: int = field(
         default=100_000, validator=ge(1), metadata={"doc": "Env-step budget of the run."}
     )
+    schedule_horizon: int = field(
+        default=0,
+        validator=ge(0),
+        metadata={
+            "doc": "Env steps over which the schedules run (a linear learning rate, DQN's "
+            "epsilon, prioritized replay's beta); past it they keep their final values. 0: "
+            "the num_env_steps the run was first started with, so extending a run's budget "
+            "(--resume-with-changes) does not rescale them."
+        },
+    )
     unroll_length: int = field(
         default=128, validator=ge(1), metadata={"doc": "Steps per env per training iteration."}
     )

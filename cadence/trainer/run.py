@@ -39,7 +39,7 @@ from cadence.trainer.placement import (
     resume_thread_count,
 )
 from cadence.trainer.rng import rank_seed, seed_everything
-from cadence.trainer.run_config import CHANGES_FILE, check_resume_config
+from cadence.trainer.run_config import CHANGES_FILE, check_resume_config, first_budget
 from cadence.trainer.snapshot import write_snapshot
 from cadence.trainer.trainer import EvaluationHook, Outcome, Trainer
 from cadence.transforms.build import make_data_transformer
@@ -226,7 +226,9 @@ def build_trainer(
     gradient averaging, and draws its own random numbers from then on.
     """
     ranks = ranks if ranks is not None else Ranks.single()
-    trainer_config = config.trainer
+    trainer_config = attrs.evolve(
+        config.trainer, schedule_horizon=schedule_horizon(config.trainer, run_dir)
+    )
     _configure_torch(trainer_config)
     cpu_matmul = resolve_cpu_matmul(trainer_config.cpu_matmul, run_dir)
     seed_everything(config.seed)
@@ -251,7 +253,9 @@ def build_trainer(
     _share_cores_with_ranks(trainer_config, ranks)
     resume_thread_count(trainer_config.num_threads, run_dir, available_cores())
     acting_threads = _acting_threads(trainer_config, env)
-    replay_buffer = make_training_replay_buffer(config, env.batch_size, device)
+    replay_buffer = make_training_replay_buffer(
+        config, env.batch_size, device, trainer_config.schedule_horizon
+    )
     transformer = make_data_transformer(
         config.data_transformers, env.observation_spec, replay_buffer
     )
@@ -379,13 +383,34 @@ def make_scheme(
 
 
 def make_training_replay_buffer(
-    config: Any, num_envs: int, device: torch.device | str
+    config: Any, num_envs: int, device: torch.device | str, horizon: int = 0
 ) -> ReplayBuffer | None:
-    """The replay buffer of an off-policy ``config.algorithm``; None for on-policy ones."""
+    """The replay buffer of an off-policy ``config.algorithm`` (its beta schedule over
+    ``horizon`` env steps, by default the config's); None for on-policy ones."""
     off_policy = off_policy_config(config.algorithm)
     if off_policy is None:
         return None
-    return make_replay_buffer(off_policy, num_envs, config.trainer.num_env_steps, device)
+    trainer = config.trainer
+    horizon = horizon or trainer.schedule_horizon or trainer.num_env_steps
+    return make_replay_buffer(off_policy, num_envs, horizon, device)
+
+
+def schedule_horizon(trainer_config: Any, run_dir: Path) -> int:
+    """The env steps the schedules run over (docs/resume.md): ``trainer.schedule_horizon``,
+    or, at 0, the budget the run was first started with; warns when the budget now
+    goes past it (the schedules then hold their final values)."""
+    horizon = trainer_config.schedule_horizon or first_budget(run_dir)
+    horizon = horizon or trainer_config.num_env_steps
+    if trainer_config.num_env_steps > horizon:
+        logger.warning(
+            "the schedules (a linear learning rate, DQN's epsilon, prioritized replay's "
+            "beta) keep the horizon of %d env steps the run started with and hold their "
+            "final values past it; set trainer.schedule_horizon to stretch them over the "
+            "new budget of %d",
+            horizon,
+            trainer_config.num_env_steps,
+        )
+    return horizon
 
 
 def transformed_spec(transformer: DataTransformer | None, observation_spec: Any) -> Any:

@@ -87,6 +87,23 @@ def check_resume_config(
     return True
 
 
+def first_budget(run_dir: Path) -> int | None:
+    """The ``trainer.num_env_steps`` the run in ``run_dir`` was first started with: the
+    old value of its first recorded change of budget, else its ``config.yaml``'s (None
+    without one)."""
+    changes = Path(run_dir) / CHANGES_FILE
+    if changes.is_file():
+        for line in changes.read_text(encoding="utf-8").splitlines():
+            change = json.loads(line)["changes"].get("trainer.num_env_steps")
+            if change is not None:
+                return int(change[0])
+    path = Path(run_dir) / "config.yaml"
+    if not path.is_file():
+        return None
+    budget = _flatten(yaml.safe_load(path.read_text()) or {}).get("trainer.num_env_steps")
+    return int(budget) if budget is not None else None
+
+
 def _describe(changes: dict[str, tuple[Any, Any]]) -> str:
     return "\n".join(f"  {key}: {old!r} -> {new!r}" for key, (old, new) in changes.items())
 

@@ -166,7 +166,8 @@ class Trainer:
 
     def _iteration(self, writer: MetricsWriter | NullMetricsWriter, bar: ProgressBar) -> Outcome:
         start = time.perf_counter()
-        self.algorithm.set_progress(self.counters["env_steps"] / self.config.num_env_steps)
+        horizon = self.config.schedule_horizon or self.config.num_env_steps  # docs/resume.md
+        self.algorithm.set_progress(self.counters["env_steps"] / horizon)
         try:
             result = self.scheme.train_iter()
         except ChunkWriteError as error:  # e.g. a full disk
