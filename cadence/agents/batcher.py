@@ -12,7 +12,11 @@ worker; new weights go through shared memory too, stamped with a version
 Seeding does not depend on the split into processes: env ``i`` of the whole batch
 (``i = w * n_envs + k``) is seeded ``seed + i``, and an agent that draws from a
 `SlotRandom` keyed by the observation's ``env_id`` gives slot ``i`` the same stream
-wherever it runs, so 1 x 2n and 2 x n envs acquire the same trajectories.
+wherever it runs. So 1 x 2n and 2 x n envs acquire the same trajectories unless a step
+lies within rounding of a tie: each worker runs the agent on a batch of its own slots,
+and the BLAS may round a row of a batch of 2n differently from one of n (MKL does on
+AVX-512 processors), so the agent's float outputs agree within rounding, not bit for bit,
+and a draw that close to a tie may pick another action. The same split repeats bit for bit.
 
 Workers are started and watched with `cadence.envs.worker_pool` (the transport of
 `ParallelEnvironment`), and from a script without an ``if __name__ ==
@@ -121,8 +125,9 @@ class Batcher:
         backend: ``"local"``: worker processes on this machine, writing into shared
             memory. ``"ray"``: Ray actors (`cadence.agents.ray_backend`), which may sit
             on any node of a Ray cluster: each returns its rows with its answer, and
-            new weights go through Ray's object store. Same seeds, same trajectories
-            as the local back end. If Ray is not initialized, the Batcher calls
+            new weights go through Ray's object store. Same seeds, same random
+            streams and trajectories as the local back end (floats within rounding
+            where the split differs, as between local splits). If Ray is not initialized, the Batcher calls
             ``ray.init()``, starting a local Ray instance; to use a cluster, call
             ``ray.init(address=...)`` before building the Batcher. Needs the ``ray``
             extra (``pip install 'cadence[ray]'``).

@@ -13,7 +13,8 @@ the parent: an actor may sit on another machine, so
   fetched by each actor the first time an acquisition names their version.
 
 Each actor runs the local back end's `Acquirer` (the same envs, seeds and per-step
-logic), so both back ends acquire the same trajectories for the same seeds.
+logic), so both back ends acquire the same trajectories for the same seeds (split alike,
+bit for bit; split otherwise, as any two splits: see `cadence.agents.batcher`).
 A dead actor (its process gone, its node lost) is reported as a dead worker, and
 one silent past ``timeout_s`` is killed with ``ray.kill``; `get` polls with
 ``ray.wait(timeout=0)``. Ray is imported here only, when a Batcher asks for it.

@@ -5,6 +5,11 @@ once, so what slot ``i`` gets depends on which other slots share its batch: the
 same envs split over one or two worker processes would act differently. Drawing
 from `SlotRandom` instead, with the ``env_id`` the `Batcher` puts in every
 observation, gives slot ``i`` the stream keyed by ``(seed, i)`` wherever it runs.
+The uniforms (and so `bernoulli` and the draw behind `categorical`) are integer
+arithmetic, the same on every machine and in every batch; `normal` takes a log and a
+cosine of them, which rounded alike in batches of every size on the builds measured, but
+another processor or torch build may round in the last bit otherwise. What an agent
+computes from its network is another matter: see `cadence.agents.batcher`.
 
 Each stream is SplitMix64 (Steele, Lea and Flood, 2014,
 https://doi.org/10.1145/2714064.2660195): the n-th number of a stream is a mix of
