@@ -40,11 +40,15 @@ FIXED_SECTIONS = ("network.",)
 IGNORED_KEYS = ("root_dir", "description", *(f"trainer.{name}" for name in DISPLAY_ONLY_FIELDS))
 
 CHANGES_FILE = "config_changes.jsonl"
+# Keys added since runs were first recorded, with the value that means what a run made
+# before them did: a config.yaml without the key compares as having it.
+ADDED_KEYS = {"trainer.schedule_horizon": 0}
 
 
 def config_changes(old_yaml: str, new_yaml: str) -> dict[str, tuple[Any, Any]]:
     """Each dotted key whose value differs between two resolved configs: ``(old, new)``."""
     old, new = _flatten(yaml.safe_load(old_yaml) or {}), _flatten(yaml.safe_load(new_yaml) or {})
+    old = {**ADDED_KEYS, **old}
     return {
         key: (old.get(key), new.get(key))
         for key in sorted(set(old) | set(new))

@@ -8,7 +8,7 @@ import pytest
 from cadence.config import load_config
 from cadence.testing.resume import assert_equal_nests, final_state, train_named
 from cadence.trainer.run import train
-from cadence.trainer.run_config import first_budget
+from cadence.trainer.run_config import config_changes, first_budget
 
 TINY = [
     "env.num_envs=2",
@@ -72,3 +72,13 @@ def test_an_explicit_schedule_horizon_stretches_the_schedules(tmp_path):
     learning_rate = load_config("ppo_cartpole", TINY).algorithm.learning_rate
     rates = _learning_rates(final_state(run_dir))
     assert rates and all(lr == pytest.approx(learning_rate * (1 - 96 / 256)) for lr in rates)
+
+
+def test_runs_recorded_before_the_key_resume_and_keep_their_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    current = load_config("ppo_cartpole").to_yaml()
+    older = current.replace("  schedule_horizon: 0\n", "")
+    assert older != current and config_changes(older, current) == {}
+    # The horizon goes with the budget: neither is in the default directory's digest.
+    stretched = load_config("ppo_cartpole", ["trainer.schedule_horizon=5"])
+    assert stretched.root_dir == load_config("ppo_cartpole").root_dir
