@@ -525,7 +525,7 @@ def run_play(args: argparse.Namespace) -> int:
     for index, (episode_return, length) in enumerate(
         zip(result.returns, result.lengths, strict=True)
     ):
-        print(f"episode {index + 1}: return {episode_return:.2f}, length {length}")
+        print(f"episode {index + 1}: return {episode_return:.2f}, length {length} env steps")
     if args.video is not None:
         print(f"wrote {result.num_frames} frames to {args.video}")
     return 0
@@ -538,7 +538,7 @@ def run_eval(args: argparse.Namespace) -> int:
     stats = play_module.evaluate(config, args.run_dir, args.episodes, **_checkpoint_kwargs(args))
     print(
         f"return {stats['mean_return']:.2f} +- {stats['std_return']:.2f} "
-        f"(mean length {stats['mean_length']:.1f}) over {int(stats['episodes'])} episodes"
+        f"(mean length {stats['mean_length']:.1f} env steps) over {int(stats['episodes'])} episodes"
     )
     return 0
 

@@ -19,6 +19,7 @@ import pytest
 
 from cadence.cli import main
 from cadence.config import from_yaml, list_configs, load_config, to_yaml
+from cadence.trainer.metrics import read_metrics
 
 
 def _run(capsys, *argv: str) -> tuple[int, str, str]:
@@ -172,7 +173,7 @@ def test_play_loads_the_runs_config_and_prints_returns(capsys, run_dir, fake_pla
     [(_, config, played_dir, episodes, video)] = fake_play
     assert config == from_yaml((run_dir / "config.yaml").read_text())
     assert (played_dir, episodes, video) == (run_dir, 2, run_dir / "v.mp4")
-    assert "episode 2: return 12.50, length 12" in out and "wrote 24 frames" in out
+    assert "episode 2: return 12.50, length 12 env steps" in out and "wrote 24 frames" in out
 
 
 def test_eval_prints_mean_return(capsys, run_dir, fake_play):
@@ -270,7 +271,7 @@ def test_use_snapshot_runs_the_snapshots_code(capsys, run_dir, restore_cadence):
     _write_tarball(run_dir / "snapshot.tar.gz", SNAPSHOT_FILES)
     code, out, err = _run(capsys, "play", str(run_dir), "--use-snapshot")
     assert code == 0, err
-    assert "episode 1: return 42.00, length 7" in out
+    assert "episode 1: return 42.00, length 7 env steps" in out
     [cache] = run_dir.glob(".snapshot-*")
     assert Path(sys.modules["cadence.trainer.play"].__file__).is_relative_to(cache)
     assert sys.path[0] == str(cache)
@@ -376,7 +377,9 @@ def test_real_play_prints_returns_and_writes_one_frame_per_step(capsys, trained_
     )
     assert code == 0, err
     lengths = [
-        int(line.rsplit(" ", 1)[1]) for line in out.splitlines() if line.startswith("episode")
+        int(line.split("length ")[1].split()[0])
+        for line in out.splitlines()
+        if line.startswith("episode")
     ]
     assert len(lengths) == 2 and all(1 <= n <= 25 for n in lengths)
     frames = sum(lengths) + 2  # each episode's FIRST step and one per action
@@ -468,3 +471,24 @@ def test_a_changed_extracted_snapshot_is_never_imported(capsys, run_dir, restore
     assert code == 0, err
     assert "no longer matches" in err and "episode 1: return 42.00" in out
     assert "tampered" not in (cache / "cadence" / "trainer" / "play.py").read_text()
+
+
+def test_episode_lengths_count_env_steps_as_budgets_do_with_action_repeat(tmp_path, capsys):
+    """Pendulum's episodes are 200 simulator steps; with action_repeat 2 they are 100 steps
+    of the wrapped env, and every reported length says 200 env steps, as the budget counts."""
+    run_dir = tmp_path / "run"
+    overrides = [
+        "env.action_repeat=2", "env.num_envs=2", "trainer.unroll_length=100",
+        "trainer.num_env_steps=400", "trainer.eval_interval=1", "trainer.num_eval_episodes=1",
+        "trainer.progress_bar=off",
+    ]  # fmt: skip
+    assert main(["train", "ppo_pendulum", *overrides, "--root-dir", str(run_dir)]) == 0
+    rows = read_metrics(run_dir)
+    assert rows[-1]["env_steps"] == 400
+    assert rows[-1]["eval/episode_length"] == 200.0
+    assert rows[-1]["rollout/episode_length"] == 200.0
+    capsys.readouterr()
+    assert main(["eval", str(run_dir), "--episodes", "1"]) == 0
+    assert "(mean length 200.0 env steps)" in capsys.readouterr().out
+    assert main(["play", str(run_dir), "--episodes", "1"]) == 0
+    assert "length 200 env steps" in capsys.readouterr().out

@@ -15,6 +15,11 @@ from cadence.transforms.transformer import DataTransformer
 
 logger = logging.getLogger(__name__)
 
+ENV_STEPS = "env steps"
+"""The unit of episode lengths, as of budgets (``trainer.num_env_steps``): simulator steps,
+an env's steps times ``env.action_repeat`` (an episode that ends inside a repeated action
+counts the whole repeat, as the budget does)."""
+
 
 @torch.no_grad()
 def evaluate_episodes(
@@ -23,6 +28,7 @@ def evaluate_episodes(
     device: torch.device | str = "cpu",
     transformer: DataTransformer | None = None,
     max_steps: int = DEFAULT_EVAL_MAX_EPISODE_STEPS,
+    action_repeat: int = 1,
 ) -> dict[str, torch.Tensor]:
     """Runs ``predict_step`` until every environment of ``env`` ends its first episode, or
     ``max_steps`` steps have run.
@@ -38,12 +44,14 @@ def evaluate_episodes(
         device: where the algorithm runs.
         transformer: the training's data transformers, applied in eval mode (their
             statistics frozen); returns are those of the raw rewards.
-        max_steps: the steps an episode may run before it is cut.
+        max_steps: the steps (of ``env``) an episode may run before it is cut.
+        action_repeat: simulator steps per step of ``env`` (``env.action_repeat``).
 
     Returns:
-        ``{"return": [B], "length": [B], "cut": [B]}`` (``cut``: 1.0 where the episode
-        was cut at ``max_steps``, else 0.0) plus ``"info/<key>": [B]`` with the value
-        of each ``env_info`` key at the episode's LAST step.
+        ``{"return": [B], "length": [B], "cut": [B]}`` (``length`` in env steps as budgets
+        count them, `ENV_STEPS`; ``cut``: 1.0 where the episode was cut at ``max_steps``,
+        else 0.0) plus ``"info/<key>": [B]`` with the value of each ``env_info`` key at
+        the episode's LAST step.
     """
     was_training = algorithm.training
     algorithm.eval()
@@ -74,7 +82,7 @@ def evaluate_episodes(
         warn_cut_episodes(int(cut.sum()), env.batch_size, max_steps)
     return {
         "return": returns,
-        "length": lengths,
+        "length": lengths * action_repeat,
         "cut": cut.float(),
         **{f"info/{k}": v for k, v in final_info.items()},
     }

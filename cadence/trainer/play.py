@@ -19,7 +19,11 @@ from cadence.envs.make import make_env, picks_vector
 from cadence.envs.mujoco_setup import is_mujoco_env, offscreen_gl_hint
 from cadence.envs.wrapper_config import gym_wrappers
 from cadence.trainer.checkpoint import STATE_FILE, CheckpointManager
-from cadence.trainer.evaluation import TransformedPolicy, evaluate_episodes, warn_cut_episodes
+from cadence.trainer.evaluation import (
+    TransformedPolicy,
+    evaluate_episodes,
+    warn_cut_episodes,
+)
 from cadence.trainer.run import check_training_env
 from cadence.trainer.video import write_mp4 as write_video
 from cadence.transforms.build import make_data_transformer
@@ -34,6 +38,9 @@ PLAY_SEED_OFFSET = 2_000_000_000
 
 @dataclasses.dataclass
 class PlayResult:
+    """What `play` ran: each episode's return and length (in env steps, as budgets count
+    them: `cadence.trainer.evaluation.ENV_STEPS`), and the frames written."""
+
     returns: list[float]
     lengths: list[int]
     num_frames: int
@@ -108,6 +115,7 @@ def play(
             config.env.name,
             config.trainer.eval_max_episode_steps,
         )
+        lengths = [length * config.env.action_repeat for length in lengths]  # env steps
     finally:
         env.close()
     if video_path is not None:
@@ -135,7 +143,8 @@ def make_policy_env(config: Any, num_envs: int) -> Environment:
 def evaluate(
     config: Any, run_dir: Path, episodes: int = 10, checkpoint: str = "latest"
 ) -> dict[str, float]:
-    """Mean and standard deviation of the return over ``episodes`` episodes.
+    """Mean and standard deviation of the return over ``episodes`` episodes, and their mean
+    length in env steps (simulator steps, as budgets count them).
 
     Raises:
         EnvBuildError: the run's environment cannot be built here (e.g. its ``module:Id``
@@ -150,6 +159,7 @@ def evaluate(
             env,
             transformer=transformer,
             max_steps=config.trainer.eval_max_episode_steps,
+            action_repeat=config.env.action_repeat,
         )
     finally:
         env.close()

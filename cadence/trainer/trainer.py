@@ -291,6 +291,8 @@ class Trainer:
             metrics["perf/env_steps_per_s"] = steps / time_spent
         for key, values in pending.items():
             values = torch.cat(values)
+            if key == "episodes/length":  # in env steps, as budgets and evaluation count
+                values = values * self.collector.action_repeat
             if key.startswith("episodes/"):
                 metrics.update(_episode_metrics("rollout", key.removeprefix("episodes/"), values))
             elif values.numel():
@@ -329,6 +331,7 @@ class Trainer:
                     self.collector.learner_device,
                     self.collector.transformer,
                     self.config.eval_max_episode_steps,
+                    self.collector.action_repeat,  # lengths in env steps, as budgets count
                 )
         finally:
             env.close()
