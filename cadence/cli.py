@@ -186,7 +186,13 @@ def _add_sweep(commands: Any) -> None:
         "--study-name", metavar="N", help="study name (default NAME); one study per sweep"
     )
     command.add_argument(
-        "--sweep-dir", type=Path, metavar="DIR", help="run directories (default runs/sweeps/N)"
+        "--root-dir",
+        "--sweep-dir",
+        dest="sweep_dir",
+        type=Path,
+        metavar="DIR",
+        help="the sweep's directory: its trials' run directories and, by default, its study "
+        "(default runs/sweeps/N); --sweep-dir is the same option",
     )
     command.add_argument(
         "--storage",

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from cadence.cli import main
+from cadence.cli import build_parser, main
 from cadence.config import ConfigError
 from cadence.trainer.metrics import read_metrics
 
@@ -268,3 +268,9 @@ def test_killed_sweep_resumes_its_trial_from_the_checkpoint(tmp_path: Path) -> N
     assert steps == list(range(256, 5121, 256))
     assert rerun.value == pytest.approx(_eval_curve(run)[-1][1])
     assert "1 failed (1 of them rerun from their checkpoints)" in second.stdout
+
+
+@pytest.mark.parametrize("flag", ["--root-dir", "--sweep-dir"])
+def test_the_sweep_directory_is_given_as_train_gives_a_run_directory(flag: str) -> None:
+    args = build_parser().parse_args(["sweep", "ppo_cartpole", flag, "runs/mine"])
+    assert args.sweep_dir == Path("runs/mine")
