@@ -58,6 +58,7 @@ tools that damage, signal and read runs are in `fault_tools.py` beside this scri
     python benchmarks/fault_campaign.py --quick                # CI-sized, a few minutes
     python benchmarks/fault_campaign.py --jobs 2               # the full campaign
     python benchmarks/fault_campaign.py --kinds sigkill --configs ppo_cartpole --attempts 5
+    python benchmarks/fault_campaign.py --configs all --kinds sigkill flip --attempts 2 --jobs 2
 """
 
 from __future__ import annotations
@@ -92,7 +93,13 @@ from fault_tools import (
     truncate_file,
 )
 
-from cadence.testing.resume import assert_equal_nests, cli_train_command, comparable_metrics
+from cadence.config import list_configs
+from cadence.testing.resume import (
+    assert_equal_nests,
+    cli_train_command,
+    comparable_metrics,
+    cpu_sized_overrides,
+)
 from cadence.trainer.checkpoint import CheckpointManager, latest_iteration
 from cadence.trainer.metrics import read_metrics
 
@@ -186,6 +193,40 @@ CONFIGS = {
         ),
     ),
 }
+
+CAMPAIGN_ITERATIONS = 8
+"""Iterations of a named config without its own entry in `CONFIGS` (`campaign_config`)."""
+
+
+def campaign_config(name: str) -> CampaignConfig:
+    """``CONFIGS[name]``, or for any other named config its CPU-sized run
+    (`cadence.testing.resume.cpu_sized_overrides`) of `CAMPAIGN_ITERATIONS` iterations,
+    checkpointing every second and evaluating every fourth (no worker-fault variant)."""
+    if name in CONFIGS:
+        return CONFIGS[name]
+    kept = [
+        o
+        for o in cpu_sized_overrides(name, iterations=CAMPAIGN_ITERATIONS)
+        if not o.startswith(("trainer.checkpoint_interval=", "trainer.eval_interval="))
+    ]
+    return CampaignConfig(name, (*kept, "trainer.checkpoint_interval=2", "trainer.eval_interval=4"))
+
+
+def resolve_configs(names: Sequence[str]) -> list[str]:
+    """The named configs ``--configs`` asks for (``all``: every one of ``cadence list``),
+    each added to `CONFIGS` (`campaign_config`).
+
+    Raises:
+        SystemExit: a name is not a named config.
+    """
+    named = sorted(list_configs())
+    chosen = named if "all" in names else list(dict.fromkeys(names))
+    unknown = [name for name in chosen if name not in named]
+    if unknown:
+        raise SystemExit(f"--configs: not named configs: {', '.join(unknown)} (see cadence list)")
+    for name in chosen:
+        CONFIGS[name] = campaign_config(name)
+    return chosen
 
 
 # ---------------------------------------------------------------------- judging
@@ -763,13 +804,21 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="runs per file kind and worker kind (default 2, --quick 1)",
     )
     parser.add_argument("--kinds", nargs="+", choices=KINDS, default=list(KINDS))
-    parser.add_argument("--configs", nargs="+", choices=sorted(CONFIGS), default=list(CONFIGS))
+    parser.add_argument(
+        "--configs",
+        nargs="+",
+        default=list(CONFIGS),
+        metavar="NAME",
+        help=f"named configs, or 'all' for every one (default: {' '.join(CONFIGS)}); one "
+        "without a tuned entry here runs CPU-sized, with no worker-fault variant",
+    )
     parser.add_argument("--seed", type=int, default=0, help="training seed and fault moments")
     parser.add_argument("--workdir", type=Path, help="where the runs go (default: a new temp dir)")
     parser.add_argument("--jobs", type=int, default=1, help="attempts run at once")
     parser.add_argument("--keep-runs", action="store_true", help="keep clean attempts' runs too")
     parser.add_argument("--json", type=Path, help="also write the rows and every failure here")
     args = parser.parse_args(argv)
+    args.configs = resolve_configs(args.configs)
     args.attempts = args.attempts if args.attempts is not None else (2 if args.quick else 20)
     args.repeats = args.repeats if args.repeats is not None else (1 if args.quick else 2)
     if args.workdir is None:

@@ -211,3 +211,17 @@ def test_last_logged_iteration_skips_a_torn_last_line(tools, tmp_path):
     (tmp_path / "metrics.jsonl").write_text('{"iteration": 1}\n{"iteration": 2}\n{"itera')
     assert tools.last_logged_iteration(tmp_path) == 2
     assert tools.torn_lines(tmp_path) == 1
+
+
+def test_configs_all_takes_every_named_config_cpu_sized(campaign, tmp_path):
+    from cadence.config import list_configs
+
+    args = campaign.parse_args(["--configs", "all", "--workdir", str(tmp_path)])
+    assert args.configs == sorted(list_configs())
+    spec = campaign.CONFIGS["dreamer_pendulum_pixels"]
+    assert spec.checkpoint_interval == 2 and spec.worker_overrides is None
+    assert "trainer.num_threads=1" in spec.overrides
+    # The tuned entries keep their own overrides.
+    assert "trainer.checkpoint_interval=3" in campaign.CONFIGS["ppo_cartpole"].overrides
+    with pytest.raises(SystemExit, match="ppo_cartpol"):
+        campaign.parse_args(["--configs", "ppo_cartpol", "--workdir", str(tmp_path)])

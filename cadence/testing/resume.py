@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import signal
 import subprocess
 import sys
@@ -45,6 +46,8 @@ __all__ = [
     "assert_close_states",
     "assert_equal_nests",
     "check_exact_resume",
+    "check_kill_resume_and_extend",
+    "cpu_sized_overrides",
     "cli_train_command",
     "comparable_metrics",
     "crash_after",
@@ -337,3 +340,127 @@ def signal_after_checkpoint(
 
 def _default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def cpu_sized_overrides(config_name: str, iterations: int = 4) -> list[str]:
+    """Overrides that make any named config a run of seconds on a CPU, deterministic on
+    one machine: ``iterations`` iterations of 2 envs x 4 steps (serial back end, one torch
+    thread, aten matmuls, no compiling), a one-episode evaluation and a checkpoint each
+    iteration, off-policy updates from the second iteration on small minibatches. The
+    env, algorithm, network and data transformers are the config's own.
+    """
+    config = load_config(config_name)
+    budget = iterations * 8 * config.env.action_repeat
+    overrides = [
+        "env.num_envs=2",
+        "env.backend=serial",
+        "env.max_episode_steps=10",
+        "trainer.unroll_length=4",
+        f"trainer.num_env_steps={budget}",
+        "trainer.summary_interval=1",
+        "trainer.eval_interval=1",
+        "trainer.num_eval_episodes=1",
+        "trainer.checkpoint_interval=1",
+        "trainer.progress_bar=off",
+        "trainer.num_threads=1",
+        "trainer.cpu_matmul=aten",
+    ]
+    algorithm = config.algorithm
+    if hasattr(algorithm, "mini_batch_size"):
+        overrides.append("algorithm.mini_batch_size=4")
+    if getattr(algorithm, "compile", "off") != "off":
+        overrides.append("algorithm.compile=off")  # compiling alone takes a minute
+    off_policy = getattr(algorithm, "off_policy", None)
+    if off_policy is not None:
+        overrides += [
+            f"algorithm.off_policy.initial_collect_steps={8 * config.env.action_repeat}",
+            "algorithm.off_policy.mini_batch_size=4",
+            f"algorithm.off_policy.mini_batch_length={min(off_policy.mini_batch_length, 4)}",
+            "algorithm.off_policy.num_updates_per_train_iter=1",
+            "algorithm.off_policy.replay_buffer_length=64",
+        ]
+    return overrides
+
+
+def _with_budget(overrides: Sequence[str], budget: int) -> list[str]:
+    kept = [o for o in overrides if not o.startswith("trainer.num_env_steps=")]
+    return [*kept, f"trainer.num_env_steps={budget}"]
+
+
+def check_kill_resume_and_extend(
+    config_name: str, overrides: Sequence[str], work_dir: Path, timeout_s: float = 300.0
+) -> dict[str, Any]:
+    """Kills a ``cadence train`` of ``config_name`` with SIGKILL after its first checkpoint,
+    runs the same command again, and extends the finished run by one iteration.
+
+    The resumed run must log the metrics of an uninterrupted run and end in its state,
+    where the env state was saved (see `Returns`); it must complete either way, and the
+    extension (``--resume-with-changes``, a budget one iteration larger) must too.
+
+    Args:
+        config_name: a named config.
+        overrides: its overrides, with a checkpoint every iteration and at least three
+            iterations (`cpu_sized_overrides`).
+        work_dir: an empty directory for the runs.
+        timeout_s: how long the killed run may take to reach its first checkpoint.
+
+    Returns:
+        ``{"config", "env_state_saved", "iterations", "seconds"}``: whether the
+        checkpoints hold the env state (if not, only completion is checked), the
+        extended run's iterations, and the wall time of the whole check.
+
+    Raises:
+        AssertionError: naming what differs or did not complete.
+    """
+    start = time.monotonic()
+    work_dir = Path(work_dir)
+    uninterrupted, resumed = work_dir / "uninterrupted", work_dir / "resumed"
+    train_named(config_name, uninterrupted, overrides)
+    process = signal_after_checkpoint(
+        cli_train_command(config_name, resumed, overrides), resumed, timeout_s=timeout_s
+    )
+    if process.returncode != -signal.SIGKILL or (resumed / "COMPLETE").exists():
+        raise AssertionError(
+            f"{config_name}: the run ended before the kill (exit {process.returncode}); "
+            "give it more iterations"
+        )
+    if train_named(config_name, resumed, overrides) != "complete":
+        raise AssertionError(f"{config_name}: the run started again did not complete")
+    state, reference_state = final_state(resumed), final_state(uninterrupted)
+    saved = reference_state["env"] is not None
+    if saved:
+        records, reference = read_metrics(resumed), read_metrics(uninterrupted)
+        if comparable_metrics(records) != comparable_metrics(reference):
+            raise AssertionError(
+                f"{config_name}: the metrics after kill -9 and resume differ from an "
+                f"uninterrupted run's:\n{comparable_metrics(records)}\nvs\n"
+                f"{comparable_metrics(reference)}"
+            )
+        assert_equal_nests(state["scheme"], reference_state["scheme"], "scheme")
+        assert_equal_nests(state["algorithm"], reference_state["algorithm"], "algorithm")
+    iterations = int(state["counters"]["iteration"])
+    budget = int(state["counters"]["env_steps"]) // iterations * (iterations + 1)
+    config = load_config(config_name, [*_with_budget(overrides, budget), f"root_dir={resumed}"])
+    if train(config, resume_with_changes=True) != "complete":
+        raise AssertionError(f"{config_name}: the extended run did not complete")
+    extended = int(final_state(resumed)["counters"]["iteration"])
+    if extended != iterations + 1:
+        raise AssertionError(f"{config_name}: extended to iteration {extended}")
+    return {
+        "config": config_name,
+        "env_state_saved": saved,
+        "iterations": extended,
+        "seconds": round(time.monotonic() - start, 1),
+    }
+
+
+def _main(argv: Sequence[str]) -> None:
+    """``python -m cadence.testing.resume CONFIG WORK_DIR RESULT_JSON``: runs
+    `check_kill_resume_and_extend` with `cpu_sized_overrides` in a process of its own."""
+    name, work_dir, result = argv
+    outcome = check_kill_resume_and_extend(name, cpu_sized_overrides(name), Path(work_dir))
+    Path(result).write_text(json.dumps(outcome))
+
+
+if __name__ == "__main__":
+    _main(sys.argv[1:])
