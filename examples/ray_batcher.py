@@ -4,7 +4,8 @@ The same `Batcher` as in ``reinforce_batcher.py``, built with ``backend="ray"``:
 each worker is a Ray actor that may sit on any node of the cluster. An actor
 returns its rows of each acquisition with its answer (nodes share no memory), and
 new weights go through Ray's object store, put once per `update`. Same seeds,
-same trajectories as with local processes.
+same trajectories as local processes split alike (docs/agents.md says what another
+split changes).
 
 Where Ray runs:
 
