@@ -397,16 +397,16 @@ def make_training_replay_buffer(
 
 def schedule_horizon(trainer_config: Any, run_dir: Path) -> int:
     """The env steps the schedules run over (docs/resume.md): ``trainer.schedule_horizon``,
-    or, at 0, the budget the run was first started with; warns when the budget now
+    or, at 0, the budget the run was first started with; logs when the budget now
     goes past it (the schedules then hold their final values)."""
     horizon = trainer_config.schedule_horizon or first_budget(run_dir)
     horizon = horizon or trainer_config.num_env_steps
     if trainer_config.num_env_steps > horizon:
-        logger.warning(
+        logger.info(
             "the schedules (a linear learning rate, DQN's epsilon, prioritized replay's "
-            "beta) keep the horizon of %d env steps the run started with and hold their "
-            "final values past it; set trainer.schedule_horizon to stretch them over the "
-            "new budget of %d",
+            "beta) run over %d env steps (trainer.schedule_horizon; by default the budget "
+            "the run started with) and hold their final values past it; set "
+            "trainer.schedule_horizon to stretch them over the budget of %d",
             horizon,
             trainer_config.num_env_steps,
         )
