@@ -346,8 +346,9 @@ def cpu_sized_overrides(config_name: str, iterations: int = 4) -> list[str]:
     """Overrides that make any named config a run of seconds on a CPU, deterministic on
     one machine: ``iterations`` iterations of 2 envs x 4 steps (serial back end, one torch
     thread, aten matmuls, no compiling), a one-episode evaluation and a checkpoint each
-    iteration, off-policy updates from the second iteration on small minibatches. The
-    env, algorithm, network and data transformers are the config's own.
+    iteration, off-policy updates from the second iteration on small minibatches, a
+    world model of a few units. The env, algorithm, network kind and data transformers
+    are the config's own.
     """
     config = load_config(config_name)
     budget = iterations * 8 * config.env.action_repeat
@@ -370,6 +371,7 @@ def cpu_sized_overrides(config_name: str, iterations: int = 4) -> list[str]:
         overrides.append("algorithm.mini_batch_size=4")
     if getattr(algorithm, "compile", "off") != "off":
         overrides.append("algorithm.compile=off")  # compiling alone takes a minute
+    overrides += _small_model_overrides(algorithm)
     off_policy = getattr(algorithm, "off_policy", None)
     if off_policy is not None:
         overrides += [
@@ -379,6 +381,32 @@ def cpu_sized_overrides(config_name: str, iterations: int = 4) -> list[str]:
             "algorithm.off_policy.num_updates_per_train_iter=1",
             "algorithm.off_policy.replay_buffer_length=64",
         ]
+    return overrides
+
+
+def _small_model_overrides(algorithm: Any) -> list[str]:
+    """A world model and its policy learner of a few units, for the model-based configs
+    (the paper-sized ones take minutes an iteration on a CPU); [] for the others."""
+    world_model = getattr(algorithm, "world_model", None)
+    if world_model is None:
+        return []
+    overrides = [
+        f"algorithm.world_model.{key}={16 if key.endswith('belief_size') else 4}"
+        for key in (f"{group}_{kind}" for group in "xyz" for kind in ("belief_size", "state_size"))
+        if getattr(world_model, key) > 0
+    ]
+    overrides += [
+        "algorithm.world_model.hidden_size=16",
+        "algorithm.world_model.mlp_hidden_size=16",
+    ]
+    if getattr(algorithm, "actor_critic", None) is not None:
+        overrides += [
+            "algorithm.actor_critic.hidden_size=16",
+            "algorithm.actor_critic.horizon=3",
+            "algorithm.actor_critic.num_start_states=8",
+        ]
+    if getattr(algorithm, "sac", None) is not None:
+        overrides.append("algorithm.sac.hidden_size=16")
     return overrides
 
 
