@@ -25,7 +25,7 @@ import torch
 
 from cadence.algorithms.algorithm import Algorithm, AlgStep, UpdateResult
 from cadence.algorithms.off_policy_config import OffPolicyConfig
-from cadence.algorithms.scheme import IterationResult, UpdateTotals
+from cadence.algorithms.scheme import IterationProgress, IterationResult, NoProgress, UpdateTotals
 from cadence.data import distributed
 from cadence.data.experience import Experience
 from cadence.data.nest import Nest
@@ -143,15 +143,17 @@ class OffPolicyScheme:
         self._random_policy = RandomPolicy(getattr(source, "acting", algorithm), action_spec)
         self._env_steps = 0
         self._writer: ChunkWriter | None = None
+        self.progress: IterationProgress = NoProgress()
 
     def train_iter(self) -> IterationResult:
         """Returns the mean of every logged term and the completed-episode stats."""
         self.algorithm.eval()
         collecting = self._env_steps < self.config.initial_collect_steps
-        experience, episodes = self.source.unroll(self._random_policy if collecting else None)
         # The group's steps (every rank unrolls alike): initial_collect_steps and the
         # priority schedule count them as one process of all the ranks' envs would.
         group_steps = self.source.num_env_steps_per_unroll * distributed.world_size()
+        self.progress.collecting(group_steps, initial=collecting)
+        experience, episodes = self.source.unroll(self._random_policy if collecting else None)
         self._env_steps += group_steps
         self.replay_buffer.add_experience(experience)
         if isinstance(self.replay_buffer.sampler, PrioritizedSampler):
@@ -161,8 +163,15 @@ class OffPolicyScheme:
         totals = UpdateTotals(self.algorithm.skip_nonfinite_updates)
         if self._env_steps >= self.config.initial_collect_steps:
             self.algorithm.train()
-            for sample in self._minibatches():
+            # Whole-buffer passes: as many minibatches as the buffer makes, not known ahead.
+            config = self.config
+            total = (
+                None if config.whole_replay_buffer_training else config.num_updates_per_train_iter
+            )
+            self.progress.updating(0, total)
+            for done, sample in enumerate(self._minibatches(), 1):
                 totals.add(self._update(sample))
+                self.progress.updating(done, total)
         return totals.result(episodes)
 
     def state_dict(self) -> dict[str, Any]:

@@ -10,7 +10,7 @@ import torch
 
 from cadence.algorithms.algorithm import Algorithm, Batch
 from cadence.algorithms.compile_config import DEFAULT_UPDATES_PER_GRAPH, MAX_UPDATES_PER_GRAPH
-from cadence.algorithms.scheme import IterationResult, UpdateTotals
+from cadence.algorithms.scheme import IterationProgress, IterationResult, NoProgress, UpdateTotals
 from cadence.data import distributed
 from cadence.data.experience import Experience
 from cadence.data.nest import flatten
@@ -66,10 +66,12 @@ class OnPolicyScheme:
         self.algorithm = algorithm
         self.source = source
         self.updates_per_graph = updates_per_graph
+        self.progress: IterationProgress = NoProgress()
 
     def train_iter(self) -> IterationResult:
         """Returns the mean of every logged term and the completed-episode stats."""
         self.algorithm.eval()
+        self.progress.collecting(self.source.num_env_steps_per_unroll * distributed.world_size())
         experience, episodes = self.source.unroll()
         self.algorithm.train()
         batch = self.algorithm.preprocess_experience(experience)
@@ -111,6 +113,8 @@ class OnPolicyScheme:
         # `stop_epochs` may end them after any one.
         together = 1 if algorithm.may_stop_epochs else epochs
         totals = UpdateTotals(algorithm.skip_nonfinite_updates)
+        per_pass = -(-num_samples // mini_batch_size)
+        self.progress.updating(0, epochs * per_pass)  # at most: `stop_epochs` may end sooner
         for first in range(0, epochs, together):
             permutations = [
                 torch.randperm(num_samples, device=first_leaf.device)
@@ -122,25 +126,35 @@ class OnPolicyScheme:
                 for start in range(0, num_samples, mini_batch_size)
             ]
             passes = UpdateTotals(algorithm.skip_nonfinite_updates)
-            self._run_updates(batch, minibatches, passes)
+            self._run_updates(batch, minibatches, passes, (first * per_pass, epochs * per_pass))
             totals.merge(passes)
             if together == 1 and algorithm.stop_epochs(passes.means()):
                 break
         return totals
 
     def _run_updates(
-        self, batch: Batch, minibatches: list[torch.Tensor], totals: UpdateTotals
+        self,
+        batch: Batch,
+        minibatches: list[torch.Tensor],
+        totals: UpdateTotals,
+        count: tuple[int, int],
     ) -> None:
         """The updates on ``minibatches`` in turn, ``updates_per_graph`` per compiled call
-        (as few calls as that allows, of nearly equal sizes) where the algorithm fuses."""
+        (as few calls as that allows, of nearly equal sizes) where the algorithm fuses;
+        ``count``: the iteration's updates done before these and in all, for `progress`."""
         algorithm = self.algorithm
+        done, total = count
         if not algorithm.fuses_updates or self.updates_per_graph == 1 or len(minibatches) == 1:
             for indices in minibatches:
                 totals.add(algorithm.update_rows(batch, indices))
+                done += 1
+                self.progress.updating(done, total)
             return
         calls = -(-len(minibatches) // self.updates_per_graph)
         for part in _split_evenly(minibatches, calls):
             totals.add(algorithm.update_rows_many(batch, part))
+            done += len(part)
+            self.progress.updating(done, total)
 
     def _update_across_ranks(self, batch: Batch) -> UpdateTotals:
         algorithm = self.algorithm
@@ -152,11 +166,15 @@ class OnPolicyScheme:
         mini_batch_size = algorithm.mini_batch_size or total
         num_minibatches = max(1, min(-(-total // mini_batch_size), min(counts)))
         totals = UpdateTotals(algorithm.skip_nonfinite_updates)
+        updates, done = algorithm.num_updates_per_train_iter * num_minibatches, 0
+        self.progress.updating(0, updates)
         for _ in range(algorithm.num_updates_per_train_iter):
             epoch = UpdateTotals(algorithm.skip_nonfinite_updates)
             permutation = torch.randperm(num_samples, device=device)
             for indices in permutation.tensor_split(num_minibatches):
                 epoch.add(algorithm.update_rows(batch, indices))
+                done += 1
+                self.progress.updating(done, updates)
             totals.merge(epoch)
             if algorithm.stop_epochs(distributed.mean_over_ranks(dict(epoch.means()), device)):
                 break

@@ -2,7 +2,7 @@
 
 `cadence.algorithms.on_policy.OnPolicyScheme` and `cadence.algorithms.off_policy.OffPolicyScheme`
 are the two; both feed minibatches to `Algorithm.update` and sum its results with
-`UpdateTotals`.
+`UpdateTotals`, and tell their `IterationProgress` how far an iteration has got.
 """
 
 from __future__ import annotations
@@ -33,15 +33,45 @@ class IterationResult(NamedTuple):
     nonfinite: torch.Tensor
 
 
+class IterationProgress(Protocol):
+    """Told by a training scheme how far its iteration has got (the trainer's progress
+    display listens: a model-based iteration takes minutes). Each call costs a clock
+    read; none is made inside an update, so a compiled update stays one graph."""
+
+    def collecting(self, env_steps: int, initial: bool = False) -> None:
+        """An unroll of ``env_steps`` (those of every rank) begins; ``initial``: random
+        actions before training starts."""
+
+    def updating(self, done: int, total: int | None) -> None:
+        """``done`` of the iteration's ``total`` updates (None: not known ahead) are done:
+        called with 0 before the first update, then after each one (or each compiled call
+        of several)."""
+
+
+class NoProgress:
+    """An `IterationProgress` that listens to nothing (a scheme's default)."""
+
+    def collecting(self, env_steps: int, initial: bool = False) -> None:
+        pass
+
+    def updating(self, done: int, total: int | None) -> None:
+        pass
+
+
 class TrainingScheme(Protocol):
     """What the trainer drives: ``train_iter()`` plus the scheme's own state
     (e.g. a replay buffer), which goes into every checkpoint.
+
+    ``progress`` is told how far each iteration has got; the trainer sets it while it
+    runs (a `NoProgress` otherwise).
 
     ``state_dict`` / ``load_state_dict`` hold everything, in memory. A checkpoint takes
     the scheme's state in two parts instead (`write_checkpoint`): bulk data as files
     (a replay buffer's chunks, mostly on disk already: `persist` streams them there
     while training runs) and the rest for ``state.pt``.
     """
+
+    progress: IterationProgress
 
     def train_iter(self) -> IterationResult: ...
 

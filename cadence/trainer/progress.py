@@ -10,12 +10,24 @@ so none is ever cut to ``4838…``. Log records that a handler would write to th
 are printed above the line while it is shown, and the line is redrawn below them.
 
 Off a terminal (``'auto'`` with stdout piped to a file, CI, nohup, the Python API in a
-notebook) a plain line with the same fields is written to stdout every
-``interval_s`` seconds, and once at the end: no carriage returns, no escape codes.
+notebook) a plain line with the same fields is written to stdout every ``interval_s``
+seconds, also in the middle of a training iteration that takes minutes (a background
+thread looks at the clock once a second), and once at the end: no carriage returns, no
+escape codes.
 
-The trainer calls :meth:`ProgressBar.update` once per iteration; it only stores numbers
-(and, off a terminal, compares the clock with the next line's time). Drawing happens in
-rich's refresh thread, twice a second.
+Both say what the run is doing: ``initial collection`` (random actions before training
+starts), ``collecting``, ``updating k/n``, ``evaluating``, ``checkpointing`` or
+``compiling``. The training scheme tells (`collecting`, `updating`: a clock read per
+update, nothing in the update itself), the trainer tells the rest. The ETA comes from
+the rates measured in this session: seconds per collected env step, per update, and the
+rest of an iteration (evaluation, checkpoints); compiling is left out of the rates.
+Between two reports it counts down, but never past the part of the work it expected
+to take that long: it does not tick up while the step count stands still, nor reach
+zero while work is left.
+
+The trainer calls :meth:`ProgressBar.update` once per iteration; it, like the
+scheme's reports, only stores numbers. Drawing happens in rich's refresh thread twice a
+second, and plain lines in the heartbeat thread (or a report that finds one due).
 """
 
 from __future__ import annotations
@@ -23,6 +35,7 @@ from __future__ import annotations
 import logging
 import math
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Literal, TextIO
@@ -31,6 +44,8 @@ import attrs
 from rich.console import Console, ConsoleOptions
 from rich.live import Live
 from rich.text import Text
+
+from cadence.trainer.pace import Activity, Pace
 
 ProgressMode = Literal["auto", "on", "off"]
 
@@ -217,6 +232,9 @@ class ProgressBar:
         console: where the bar draws (a rich console on stdout by default).
         stream: where plain lines go (``sys.stdout`` at the time of writing by default).
         clock: monotonic seconds (a fake one in tests).
+        heartbeat_s: how often a background thread looks whether a plain line is due,
+            in real seconds (None: no thread; lines then come only when the trainer or
+            the scheme reports, as with a fake ``clock``).
 
     >>> with ProgressBar(1000, "off") as bar:
     ...     bar.update(500, steps_per_s=2000.0, episode_return=21.0, iteration=4)
@@ -231,6 +249,7 @@ class ProgressBar:
         console: Console | None = None,
         stream: TextIO | None = None,
         clock: Callable[[], float] = time.monotonic,
+        heartbeat_s: float | None = 1.0,
     ):
         terminal = console.is_terminal if console is not None else sys.stdout.isatty()
         self.style: Literal["bar", "lines", "off"] = "bar" if mode == "on" or terminal else "lines"
@@ -241,19 +260,29 @@ class ProgressBar:
         self._console = console
         self._stream = stream
         self._clock = clock
+        self._heartbeat_s = heartbeat_s
+        self._heartbeat: _Heartbeat | None = None
         self._snapshot = ProgressSnapshot(total_env_steps)
         self._live: Live | None = None
         self._log_routes: list[tuple[logging.Logger, logging.Handler, logging.Handler]] = []
         self._start = self._updated_at = 0.0
         self._base: tuple[float, int] | None = None  # (time, env steps) of the first update
         self._rate: float | None = None
+        self._pace = Pace(0.0)
+        self._status: str | None = None  # shown over the activity (compiling)
         self._next_line = math.inf
+        self._lock = threading.Lock()  # one writer of plain lines at a time
 
     # ------------------------------------------------------------ lifecycle
     def __enter__(self) -> ProgressBar:
         self._start = self._updated_at = self._clock()
+        self._pace = Pace(self._start)
         if self.style == "lines" and self._interval_s > 0:
             self._next_line = self._start + self._interval_s
+            if self._heartbeat_s is not None:
+                period = min(self._heartbeat_s, self._interval_s / 4)
+                self._heartbeat = _Heartbeat(self._tick, period)
+                self._heartbeat.start()
         if self.style == "bar":
             console = self._console or Console()
             self._live = Live(
@@ -265,13 +294,18 @@ class ProgressBar:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
+        if self._heartbeat is not None:
+            self._heartbeat.stop()
+            self._heartbeat = None
+        self._pace.begin(self._clock(), None)
+        self._status = None
         if self._live is not None:
             _restore_logs(self._log_routes)
             self._log_routes = []
             self._live.stop()  # draws the final state once more
             self._live = None
         if self.style == "lines" and self._base is not None:
-            self._write_line()
+            self._write_line()  # the final line: the only one at the end (see `_tick`)
 
     # ------------------------------------------------------------ the hot path
     def update(
@@ -292,6 +326,7 @@ class ProgressBar:
         elif now > self._base[0]:
             self._rate = (env_steps - self._base[1]) / (now - self._base[0])
         self._updated_at = now
+        self._pace.end_iteration(now)
         previous = self._snapshot
         self._snapshot = attrs.evolve(
             previous,
@@ -301,18 +336,41 @@ class ProgressBar:
             episode_return=previous.episode_return if episode_return is None else episode_return,
             eval_return=previous.eval_return if eval_return is None else eval_return,
         )
-        if now >= self._next_line:
-            self._write_line()
-            self._next_line = now + self._interval_s
+        self._tick()
 
-    def set_status(self, status: str | None) -> None:
-        """Shows ``status`` in place of the "env steps" label (None: the label again); off
-        a terminal a status is written as a line at once."""
+    def collecting(self, env_steps: int, initial: bool = False) -> None:
+        """An unroll of ``env_steps`` begins (``initial``: random actions before training
+        starts); called by the training scheme."""
+        if self.style != "off":
+            self._pace.collecting(self._clock(), env_steps, initial)
+
+    def updating(self, done: int, total: int | None) -> None:
+        """``done`` of this iteration's ``total`` updates (None: not known ahead) are done;
+        called by the training scheme before its first update and after each one."""
         if self.style == "off":
             return
-        self._snapshot = attrs.evolve(self._snapshot, status=status)
+        now = self._clock()
+        self._pace.updating(now, done, total)
+        if now >= self._next_line:
+            self._tick()
+
+    def begin(self, activity: Activity | None) -> None:
+        """The trainer starts ``activity`` (``'evaluating'``, ``'checkpointing'``; None:
+        none until the scheme's next report)."""
+        if self.style != "off":
+            self._pace.begin(self._clock(), activity)
+
+    def set_status(self, status: str | None) -> None:
+        """Shows ``status`` (e.g. ``'compiling'``) over the activity (None: the activity
+        again); the time it lasts is left out of the measured rates. Off a terminal a
+        status is written as a line at once."""
+        if self.style == "off":
+            return
+        self._pace.pause(self._clock(), status is not None)
+        self._status = status
         if status and self.style == "lines":
-            self._write_line()
+            with self._lock:
+                self._write_line()
         elif self._live is not None:
             self._live.refresh()
 
@@ -320,18 +378,59 @@ class ProgressBar:
         """The numbers as of now (elapsed and ETA counted to this moment)."""
         now = self._clock()
         snapshot = self._snapshot
-        eta = None
         if snapshot.env_steps >= self._total:
             eta = 0.0
-        elif self._rate:
-            remaining = (self._total - snapshot.env_steps) / self._rate
-            eta = max(0.0, remaining - (now - self._updated_at))
-        return attrs.evolve(snapshot, elapsed_s=now - self._start, eta_s=eta)
+        elif self._pace.reported:
+            eta = self._pace.eta_s(now, snapshot.env_steps, self._total)
+        else:  # a scheme that does not report: the rate of whole iterations
+            eta = None
+            if self._rate:
+                remaining = (self._total - snapshot.env_steps) / self._rate
+                eta = max(0.0, remaining - (now - self._updated_at))
+        status = self._status or self._pace.describe()
+        return attrs.evolve(snapshot, elapsed_s=now - self._start, eta_s=eta, status=status)
+
+    def _tick(self) -> None:
+        """Writes a plain line if one is due (from the heartbeat thread, or a report).
+
+        At the budget's end with nothing under way no line is written here: the final
+        line follows, and it is written once.
+        """
+        with self._lock:
+            now = self._clock()
+            if now < self._next_line:
+                return
+            self._next_line = now + self._interval_s
+            idle = self._status is None and self._pace.describe() is None
+            if idle and self._snapshot.env_steps >= self._total:
+                return
+            self._write_line()
 
     def _write_line(self) -> None:
         stream = self._stream or sys.stdout
         stream.write(format_plain_line(self.snapshot()) + "\n")
         stream.flush()  # a pipe or nohup.out would otherwise hold it for minutes
+
+
+class _Heartbeat:
+    """A daemon thread calling ``tick`` every ``period_s`` seconds until stopped."""
+
+    def __init__(self, tick: Callable[[], None], period_s: float):
+        self._tick = tick
+        self._period_s = period_s
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="cadence-progress", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stopped.wait(self._period_s):
+            self._tick()
 
 
 class _LiveLine:

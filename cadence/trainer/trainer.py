@@ -14,7 +14,7 @@ from typing import Any, Literal
 import torch
 
 from cadence.algorithms.algorithm import Algorithm
-from cadence.algorithms.scheme import IterationResult, TrainingScheme
+from cadence.algorithms.scheme import IterationResult, NoProgress, TrainingScheme
 from cadence.collect.unroll import Collector
 from cadence.envs.env_state import UnsavableEnvStateError
 from cadence.envs.environment import Environment
@@ -101,6 +101,7 @@ class Trainer:
         self._saved_iteration = -1
         self._wall_time_at_start = 0.0
         self._session_start = time.perf_counter()
+        self._bar = ProgressBar(config.num_env_steps, "off")  # the shown one while run() runs
 
     # ----------------------------------------------------------------- the loop
     def run(self) -> Outcome:
@@ -138,6 +139,7 @@ class Trainer:
                     interval_s=self.config.progress_interval_s,
                 ) as bar,
             ):
+                self._bar = self.scheme.progress = bar
                 if resumed:
                     bar.update(self.counters["env_steps"], iteration=self.counters["iteration"])
                 compiler = self.algorithm.compiler
@@ -159,6 +161,8 @@ class Trainer:
                 # Inside the guard: a second signal during the final save cannot cut it short.
                 self.save()
         finally:
+            self.scheme.progress = NoProgress()
+            self._bar = ProgressBar(self.config.num_env_steps, "off")
             writer.close()
         if outcome not in ("preempted", "paused") and self.ranks.is_writer:
             (self.run_dir / "COMPLETE").write_text(f"{outcome}\n")
@@ -172,6 +176,7 @@ class Trainer:
             result = self.scheme.train_iter()
         except ChunkWriteError as error:  # e.g. a full disk
             raise self._storage_error("the replay buffer's files", error) from error
+        bar.begin(None)  # between the scheme's reports and evaluating
         result = self.ranks.combine(result)
         losses, episodes = result.metrics, result.episodes
         elapsed = time.perf_counter() - start
@@ -322,6 +327,7 @@ class Trainer:
 
     # ------------------------------------------------------------ evaluation
     def _evaluate(self, writer: MetricsWriter | NullMetricsWriter | None) -> bool:
+        self._bar.begin("evaluating")
         env = self.make_eval_env(self.eval_seed + self.counters["iteration"])
         try:
             with torch.random.fork_rng(devices=[]):
@@ -348,6 +354,7 @@ class Trainer:
         )
         if writer is not None:
             self._log(writer)
+        self._bar.begin(None)
         return True
 
     def last_eval_is_current(self) -> bool:
@@ -359,6 +366,7 @@ class Trainer:
         the checkpoint of an iteration already published is not written again)."""
         if self._saved_iteration == self.counters["iteration"]:
             return
+        self._bar.begin("checkpointing")
         self._check_parameters_finite()
         self._counter_record()  # brings wall_time up to date
         state = self.state_dict(scheme=False)
@@ -387,6 +395,7 @@ class Trainer:
                 f"the checkpoint of iteration {self.counters['iteration']}", error
             ) from error
         self._saved_iteration = self.counters["iteration"]
+        self._bar.begin(None)
 
     def state_dict(self, scheme: bool = True) -> dict[str, Any]:
         """Everything needed to continue exactly from here (``scheme=False``: all but the

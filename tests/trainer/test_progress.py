@@ -132,7 +132,9 @@ def test_handlers_that_do_not_write_to_a_terminal_are_left_alone():
 
 def test_off_a_terminal_plain_lines_come_every_interval_and_at_the_end():
     clock, stream = FakeClock(), io.StringIO()
-    with ProgressBar(1000, "auto", interval_s=30.0, stream=stream, clock=clock) as bar:
+    with ProgressBar(
+        1000, "auto", interval_s=30.0, stream=stream, clock=clock, heartbeat_s=None
+    ) as bar:
         assert bar.style == "lines"  # pytest's stdout is not a terminal
         for iteration in range(1, 11):
             clock.now += 10.0  # one iteration: 100 env steps in 10 s
