@@ -53,8 +53,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     directory that could not be written (a full disk), 2 a
     usage or config error, an environment that cannot be built (unknown id, missing
     dependency, a ``module:Id`` that does not import, an env that raises) or whose spaces
-    the config's algorithm does not take, or a run none of whose checkpoints verifies;
-    the message goes to stderr.
+    the config's algorithm does not take, or a run none of whose checkpoints verifies,
+    130 training interrupted by a second Ctrl-C (no final checkpoint; the message names
+    the one the same command resumes from); the message goes to stderr.
     """
     parser = build_parser()
     try:
@@ -415,6 +416,7 @@ def run_train(args: argparse.Namespace) -> int:
         outcome = launch_ranks(config, resume_with_changes=args.resume_with_changes)
     else:
         from cadence.envs.parallel import EnvironmentWorkerError
+        from cadence.trainer.preemption import interrupted_note
         from cadence.trainer.run import train  # torch: imported only to train
 
         try:
@@ -422,6 +424,9 @@ def run_train(args: argparse.Namespace) -> int:
         except EnvironmentWorkerError as error:  # its restarts spent: the env's traceback
             print(f"cadence train: {error}\n{_stopped_by_env(config.root_dir)}", file=sys.stderr)
             return 1
+        except KeyboardInterrupt:  # a second Ctrl-C: one line, not a traceback
+            print(f"cadence train: {interrupted_note(config.root_dir)}", file=sys.stderr)
+            return 130  # the shell's code for SIGINT
     if os.environ.get("RANK", "0") == "0":
         print(f"{config.root_dir}: {_OUTCOME_MESSAGES.get(outcome, outcome)}")
     return 0

@@ -1,11 +1,15 @@
-"""Pre-emption: SIGUSR1, SIGTERM or a first Ctrl-C asks the trainer to checkpoint and exit cleanly."""
+"""Pre-emption: SIGUSR1, SIGTERM or a first Ctrl-C asks the trainer to checkpoint and exit
+cleanly; a second Ctrl-C stops at once, and `interrupted_note` says what the run keeps."""
 
 from __future__ import annotations
 
 import logging
 import signal
 import threading
+from pathlib import Path
 from types import FrameType, TracebackType
+
+from cadence.trainer.checkpoint import CheckpointManager
 
 logger = logging.getLogger(__name__)
 
@@ -17,7 +21,8 @@ class PreemptionGuard:
 
     The trainer polls `requested` after each iteration. A first Ctrl-C (SIGINT) asks
     for the same clean stop; the previous SIGINT handler is back at once, so a second
-    Ctrl-C interrupts as usual (losing the work since the last checkpoint). A SIGINT
+    Ctrl-C interrupts as usual (a ``KeyboardInterrupt``, losing the work since the last
+    checkpoint; ``cadence train`` then prints `interrupted_note` and exits 130). A SIGINT
     handler other than Python's default (a notebook's, the user's) is left alone.
     Outside the main thread (where handlers cannot be installed) it does nothing.
     """
@@ -54,3 +59,24 @@ class PreemptionGuard:
             "resumes); Ctrl-C again stops at once, losing the work since the last checkpoint"
         )
         self.requested = True
+
+
+def interrupted_note(run_dir: str | Path) -> str:
+    """What a run stopped by a second Ctrl-C (or one before training began) keeps, in one
+    line: no final checkpoint, and the checkpoint the same command resumes from."""
+    checkpoints = CheckpointManager(Path(run_dir) / "checkpoints")
+    latest = checkpoints.latest()
+    iterations = checkpoints.iterations()
+    if latest is not None:
+        where = f"{latest} (iteration {int(latest.name)})"
+    elif iterations:
+        where = f"its newest checkpoint (iteration {max(iterations)})"
+    else:
+        return (
+            f"interrupted: {run_dir} stopped before its first checkpoint; "
+            "the same command starts it anew"
+        )
+    return (
+        f"interrupted: {run_dir} stopped without a final checkpoint; "
+        f"the same command resumes it from {where}"
+    )
