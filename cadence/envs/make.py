@@ -68,7 +68,8 @@ class GymEnvFactory:
     registered (workers never run it: `cadence.envs.main_module`), so the recipe keeps
     this process's ``EnvSpec`` of the id and registers it where the id is missing. An
     entry point the script defines travels by value with the rest of what the script
-    defines; `ParallelEnvironment` names an entry point that cannot travel.
+    defines; `make_env` refuses, saying what to do, a registration that cannot travel
+    (`_check_sendable_spec`).
     """
 
     def __init__(
@@ -140,7 +141,7 @@ def _user_spec(name: str | Callable[..., gym.Env]) -> gym.envs.registration.EnvS
     return gym.registry.get(name)
 
 
-def check_sendable_spec(factory: GymEnvFactory) -> None:
+def _check_sendable_spec(factory: GymEnvFactory) -> None:
     """Raises ValueError, saying what to do, where the registration of the factory's id
     cannot be sent to worker processes (its entry point or kwargs do not pickle, even by
     value: a closure over a lock, an open file, a live simulator)."""
@@ -407,7 +408,7 @@ def make_env(
         return ThreadEnvironment(factories, device=device)
     from cadence.envs.parallel import ParallelEnvironment
 
-    check_sendable_spec(factories[0])
+    _check_sendable_spec(factories[0])
     return ParallelEnvironment(
         factories,
         num_workers=num_workers,
