@@ -60,6 +60,7 @@ class Pace:
             self.this_iteration[kind] += seconds
 
     def begin(self, now: float, activity: str | None) -> None:
+        """From ``now`` the run does ``activity`` (None: nothing reported)."""
         self._charge(now)
         if self.activity in _COLLECTING and activity != self.activity:
             self.collected += self.unroll_steps
@@ -67,11 +68,13 @@ class Pace:
         self.activity = activity
 
     def collecting(self, now: float, env_steps: int, initial: bool) -> None:
+        """An unroll of ``env_steps`` begins (``initial``: random actions)."""
         self.reported = True
         self.unroll_steps = env_steps
         self.begin(now, "initial collection" if initial else "collecting")
 
     def updating(self, now: float, done: int, total: int | None) -> None:
+        """``done`` of this iteration's ``total`` updates are done (0: they begin)."""
         if self.activity != "updating":
             self.begin(now, "updating")
             self.done, self.total = 0, total
@@ -82,16 +85,19 @@ class Pace:
         self.done = done
 
     def pause(self, now: float, paused: bool) -> None:
+        """From ``now`` the time is (not) left out of the rates: compiling."""
         self._charge(now)
         self.paused = paused
 
     def end_iteration(self, now: float) -> None:
+        """An iteration ended (its counters were shown)."""
         self.begin(now, None)
         self.iterations += self.reported
         self.done, self.collected_now = 0, False
         self.this_iteration = dict.fromkeys(self.this_iteration, 0.0)
 
     def describe(self) -> str | None:
+        """What the run is doing, for the line (``updating 3/100``), or None."""
         if self.activity != "updating":
             return self.activity
         return f"updating {self.done}/{self.total}" if self.total else f"updating {self.done}"

@@ -430,7 +430,10 @@ class _Heartbeat:
 
     def _run(self) -> None:
         while not self._stopped.wait(self._period_s):
-            self._tick()
+            try:
+                self._tick()
+            except (OSError, ValueError):  # stdout closed (``| head``): the main thread says so
+                return
 
 
 class _LiveLine:
