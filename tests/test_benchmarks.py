@@ -120,3 +120,44 @@ def test_atari_throughput_prints_its_table(algorithm):
     if algorithm == "dqn":  # a stored step: one 84x84 frame and its few scalars
         bytes_per_step = int(out.split("cadence 2Q")[-1].split()[-1].replace(",", ""))
         assert 84 * 84 < bytes_per_step < 2 * 84 * 84
+
+
+def _shared_machine():
+    spec = importlib.util.spec_from_file_location(
+        "shared_machine", BENCHMARKS / "shared_machine.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_shared_machine_tables_the_medians_and_checks_the_bar(capsys):
+    module = _shared_machine()
+    todo = [
+        {"label": "updates/s", "higher": True},
+        {"label": "run, s", "higher": False},
+    ]
+
+    def rows(default, one, two):
+        return {
+            "default": [{"value": v, "threads": 1} for v in default],
+            "1 thread": [{"value": v, "threads": 1} for v in one],
+            "2 threads": [{"value": v, "threads": 2} for v in two],
+        }
+
+    met = {"updates/s": rows([8, 9, 10], [10, 12, 9], [1, 2, 3]), "run, s": rows([5, 6, 7], [6, 6, 6], [20, 30, 40])}  # fmt: skip
+    assert module.report(todo, met) == 0
+    out = capsys.readouterr().out
+    assert "1.11x" in out and "1.00x" in out and "bar: default <= 1.25x" in out and "met" in out
+    missed = {**met, "run, s": rows([9, 9, 9], [6, 6, 6], [7, 7, 7])}
+    assert module.report(todo, missed) == 1
+    assert "1.50x" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+@pytest.mark.ci_budget  # 12 fresh processes, each training a little
+def test_shared_machine_measures_every_row_with_a_busy_core():
+    out = run_benchmark("shared_machine.py", "--quick", "--timeout", "250")
+    for label in ("sac_pendulum updates/s", "dreamer_pendulum updates/s", "sac_pendulum 150-step run", "dreamer_pendulum 300-step run"):  # fmt: skip
+        assert label in out
+    assert "busy loop: one process" in out and "bar: default <= 1.25x" in out

@@ -139,10 +139,12 @@ class TrainerConfig:
         default=0,
         validator=ge(0),
         metadata={
-            "doc": "torch.set_num_threads while the run trains (0: torch's default, less "
-            "the cores taken by other ranks, and while the policy acts, by 'parallel' env "
-            "workers; a resume takes the count the run recorded in placement.json). The "
-            "count changes how results round."
+            "doc": "torch.set_num_threads while the run trains. 0: per role, from the "
+            "networks' work: acting and updating each on one thread unless one call's "
+            "forward pass (a step over the envs, an update's minibatch) is a gigaflop or "
+            "more, then on torch's count less the cores taken by other ranks (and, while "
+            "acting, by 'parallel' env workers); recorded in placement.json, and a resume "
+            "takes the recorded counts. The count changes how results round."
         },
     )
     cpu_matmul: Literal["auto", "aten", "onednn", "avx512"] = field(

@@ -20,9 +20,13 @@ When the collector's device differs from the learner's, the collector acts with 
 the algorithm refreshed from the learner before every unroll, and its experience moves to
 the learner through pinned memory.
 
+Torch's intra-op threads (``trainer.num_threads`` 0) are chosen per role, acting and
+updating, from the work of one call (`role_threads`): a role whose call multiplies less
+than `PARALLEL_MIN_FLOPS` runs on one thread, a larger one on every core torch was given.
+
 The placement is written to the run directory (``placement.json``) and a resumed run
 reuses it, so a measurement that came out differently on the second start cannot change
-how the run collects, nor how its matmuls round.
+how the run collects, nor how its matmuls round, nor its thread counts.
 """
 
 from __future__ import annotations
@@ -30,12 +34,15 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import attrs
 import torch
+from torch.utils.flop_counter import FlopCounterMode
 
 from cadence.algorithms.algorithm import Algorithm
 from cadence.data.nest import map_structure
@@ -87,10 +94,11 @@ class Placement:
         cpu_matmul: the backend of the CPU layers' multiplies, ``aten``, ``onednn`` or
             ``avx512``
             (empty in a placement recorded before it was part of one).
-        num_threads: torch's intra-op threads (``torch.get_num_threads``), which change
-            how reductions round (0 in a placement recorded before it was part of one).
+        num_threads: torch's intra-op threads (``torch.get_num_threads``) while the run
+            updates and evaluates, which change how reductions round (0 in a placement
+            recorded before it was part of one).
         acting_threads: torch's threads while the collector acts, where they are fewer
-            (the cores env worker processes leave); 0: ``num_threads``.
+            (a small policy, or the cores env worker processes leave); 0: ``num_threads``.
     """
 
     learner: str
@@ -224,24 +232,137 @@ def resolve_cpu_matmul(setting: str, run_dir: Path) -> str:
     return set_cpu_matmul(setting)
 
 
-def resume_thread_count(setting: int, run_dir: Path, available: int) -> None:
-    """With ``trainer.num_threads`` 0, a resumed run takes the thread count it recorded
-    (`Placement.num_threads`) where that differs from this start's and fits ``available``
-    cores: a run pre-empted on one machine and resumed on another with more or fewer cores
-    then continues with the numbers it would have had. Where it does not fit, it warns."""
-    recorded = Placement.load(run_dir, warn=False)
-    threads = torch.get_num_threads()
-    if setting or recorded is None or recorded.num_threads in (0, threads):
-        return
+PARALLEL_MIN_FLOPS = 1e9
+"""The forward FLOPs of one call (an acting step over the env batch, or one update's
+minibatch) from which a role runs on several intra-op threads (`role_threads`).
+
+Torch's intra-op threads wait for each other at the end of every parallel operation by
+spinning: when another process holds a core (a second run, a test suite, a browser), the
+scheduler takes a core from one thread for a time slice of milliseconds while its
+siblings spin waiting for it. An operation that takes microseconds then takes
+milliseconds (``benchmarks/shared_machine.py`` measures it: on a loaded 2-core Xeon, SAC's
+update on [64, 64] networks ran at a tenth of its one-thread rate or less on two threads).
+A gigaflop is 10-20 ms of one core's multiplies, split over the tens of layers of one
+update: each operation is then about a time slice, so a descheduled sibling costs at most
+about what the second thread gains, and a network that large (a CNN over a minibatch of
+images) gains up to the core count on a free machine. Below it (MLPs, an RSSM stepping
+a few dozen sequences) the gain on a free machine is a fraction, the loss on a busy one
+a multiple, so one thread is the default. A declared threshold rather than a timing at
+start: a measurement would follow the machine's load, and the thread count changes how
+results round, so two runs of one seed would differ."""
+
+
+@attrs.frozen
+class ThreadCounts:
+    """Torch's intra-op threads per role of a run.
+
+    Attributes:
+        updating: while the run updates and evaluates (the process's count).
+        acting: while the collector acts (at most ``updating``).
+    """
+
+    updating: int
+    acting: int
+
+
+def forward_flops_per_row(algorithm: Algorithm, observation_spec: Any, action_spec: Any) -> int:
+    """The FLOPs of one `rollout_step` of ``algorithm`` on one row of zero observations
+    (multiplies and convolutions, counted by torch's ``FlopCounterMode``): what a row
+    costs the networks, in acting and, per forward pass, in updates.
+
+    Neither ``algorithm`` nor any random number generator is changed.
+    """
+    time_step = TimeStep(
+        step_type=torch.full((1,), StepType.MID),
+        reward=torch.zeros(1),
+        discount=torch.ones(1),
+        observation=observation_spec.zeros((1,)),
+        prev_action=action_spec.zeros((1,)),
+        env_id=torch.arange(1),
+    )
+    device = _device_of(algorithm)
+    counter = FlopCounterMode(display=False)
+    with torch.random.fork_rng(devices=[]), torch.no_grad(), counter:
+        state = map_structure(lambda x: x.to(device), algorithm.initial_state(1))
+        algorithm.rollout_step(time_step.to(device), state, ())
+    return counter.get_total_flops()
+
+
+def role_threads(flops_per_call: float, cores: int) -> int:
+    """Torch's threads for a role whose calls multiply ``flops_per_call`` FLOPs: every one
+    of ``cores`` from `PARALLEL_MIN_FLOPS`, else one."""
+    return max(1, cores) if flops_per_call >= PARALLEL_MIN_FLOPS else 1
+
+
+def choose_threads(
+    flops_per_row: float, acting_rows: int, update_rows: int, cores: int, acting_cores: int
+) -> ThreadCounts:
+    """`ThreadCounts` for networks of ``flops_per_row`` acting on ``acting_rows`` rows and
+    updating on minibatches of ``update_rows``: updates on `role_threads` of ``cores``,
+    acting on those of ``acting_cores`` (the cores env worker processes leave), never more
+    than the updates'."""
+    updating = role_threads(flops_per_row * update_rows, cores)
+    acting = min(updating, role_threads(flops_per_row * acting_rows, acting_cores))
+    return ThreadCounts(updating, acting)
+
+
+def resolve_threads(
+    setting: int, run_dir: Path, choose: Callable[[], ThreadCounts], available: int
+) -> ThreadCounts:
+    """The run's `ThreadCounts` for ``trainer.num_threads``: a count above 0 for every
+    role; with 0, those this run recorded when it started (``run_dir/placement.json``),
+    so a run pre-empted on one machine and resumed on another continues with the numbers
+    it would have had, else ``choose()``. A recorded count above the ``available`` cores
+    is chosen again, with a warning.
+    """
+    if setting:
+        return ThreadCounts(setting, setting)
+    recorded = Placement.load(run_dir, warn=False)  # `record_placement` names a damaged one
+    if recorded is None or not recorded.num_threads:
+        return choose()
     if recorded.num_threads > available:
+        chosen = choose()
         logger.warning(
             "this run trained with %d torch threads and this machine gives it %d cores: it "
             "continues with %d threads, so its numbers round differently from here on",
-            recorded.num_threads, available, threads,
+            recorded.num_threads, available, chosen.updating,
         )  # fmt: skip
-        return
-    logger.info("resuming with the %d torch threads this run started with", recorded.num_threads)
-    torch.set_num_threads(recorded.num_threads)
+        return chosen
+    acting = recorded.acting_threads or recorded.num_threads
+    logger.info(
+        "resuming with the torch threads this run started with: %d updating, %d acting",
+        recorded.num_threads, acting,
+    )  # fmt: skip
+    return ThreadCounts(recorded.num_threads, acting)
+
+
+_warned_of_load = False
+
+
+def warn_of_load(cores: int | None = None) -> bool:
+    """Warns, once per process, when the machine's load (its one-minute average of
+    runnable processes, ``os.getloadavg``) exceeds its ``cores`` (all of the machine's
+    unless given): other work then competes for the cores and the run slows down. Returns
+    whether it warned."""
+    global _warned_of_load
+    if _warned_of_load or not hasattr(os, "getloadavg"):
+        return False
+    try:
+        load = os.getloadavg()[0]
+    except OSError:  # no load figure on this system
+        return False
+    cores = cores or os.cpu_count() or 1
+    if load <= cores:
+        return False
+    _warned_of_load = True
+    logger.warning(
+        "this machine is busy: its load (%.1f runnable processes on average over the last "
+        "minute) exceeds its %d cores, so the run shares them and trains slower; a run whose "
+        "networks use several torch threads is the most slowed (trainer.num_threads=1 "
+        "keeps it to one)",
+        load, cores,
+    )  # fmt: skip
+    return True
 
 
 def record_placement(placement: Placement, run_dir: Path, is_writer: bool) -> None:

@@ -31,12 +31,16 @@ from cadence.trainer.checkpoint import CheckpointManager, latest_iteration
 from cadence.trainer.distributed import Ranks, rank_device, start_ranks
 from cadence.trainer.placement import (
     Placement,
+    ThreadCounts,
+    choose_threads,
+    forward_flops_per_row,
     learner_device,
     measured_placement,
     record_placement,
     resolve_cpu_matmul,
     resolve_placement,
-    resume_thread_count,
+    resolve_threads,
+    warn_of_load,
 )
 from cadence.trainer.rng import rank_seed, seed_everything
 from cadence.trainer.run_config import CHANGES_FILE, check_resume_config, first_budget
@@ -226,6 +230,7 @@ def build_trainer(
     gradient averaging, and draws its own random numbers from then on.
     """
     ranks = ranks if ranks is not None else Ranks.single()
+    warn_of_load()
     trainer_config = attrs.evolve(
         config.trainer, schedule_horizon=schedule_horizon(config.trainer, run_dir)
     )
@@ -250,9 +255,6 @@ def build_trainer(
     placement = resolve_placement(learner, collector_setting, run_dir, tensor_env)
     env_device = placement.env if placement is not None else "cpu"
     env = make_training_env(config, num_envs, config.seed + ranks.rank * num_envs, env_device)
-    _share_cores_with_ranks(trainer_config, ranks)
-    resume_thread_count(trainer_config.num_threads, run_dir, available_cores())
-    acting_threads = _acting_threads(trainer_config, env)
     replay_buffer = make_training_replay_buffer(
         config, env.batch_size, device, trainer_config.schedule_horizon
     )
@@ -268,6 +270,14 @@ def build_trainer(
     algorithm.to(device)
     if transformer is not None:
         transformer.to(device)
+    threads = resolve_threads(
+        trainer_config.num_threads,
+        run_dir,
+        lambda: _choose_threads(config, algorithm, transformer, env, ranks),
+        available_cores(),
+    )
+    torch.set_num_threads(threads.updating)
+    acting_threads = threads.acting if threads.acting < threads.updating else None
     if ranks.world_size > 1:
         _join_group(algorithm, config.seed, ranks)
     if placement is None:  # auto, Gymnasium envs, the learner on an accelerator
@@ -331,13 +341,59 @@ def _join_group(algorithm: Algorithm, seed: int, ranks: Ranks) -> None:
         seed_everything(rank_seed(seed, ranks.rank))
 
 
-def _share_cores_with_ranks(trainer_config: Any, ranks: Ranks) -> None:
-    """With ``num_threads`` 0 and several ranks on this machine, gives each rank its share
-    of the cores (each would otherwise start a thread per core, and they would contend)."""
+def _choose_threads(
+    config: Any,
+    algorithm: Algorithm,
+    transformer: DataTransformer | None,
+    env: Environment,
+    ranks: Ranks,
+) -> ThreadCounts:
+    """``trainer.num_threads`` 0's thread counts (`cadence.trainer.placement.choose_threads`):
+    from the FLOPs of one row through the networks, the rows of an acting step and of an
+    update's minibatch, and the cores: torch's count, shared among the ranks on this
+    machine, and while acting, less the cores the env's worker processes take.
+
+    Torch's intra-op threads wait for each other by spinning; sharing cores with stepping
+    env workers, one of them is often descheduled and the rest wait for it (a PPO run on
+    Hopper took 1.1x to 6x as long with two threads as with one, varying run to run).
+    Between unrolls the workers sleep, so updates large enough for threads take every core.
+    """
     local_ranks = int(os.environ.get("LOCAL_WORLD_SIZE", ranks.world_size))
-    if trainer_config.num_threads > 0 or local_ranks <= 1:
-        return
-    torch.set_num_threads(max(1, min(torch.get_num_threads(), available_cores() // local_ranks)))
+    cores = max(1, min(torch.get_num_threads(), available_cores() // max(1, local_ranks)))
+    num_workers = getattr(env, "num_workers", 0)  # only process back ends have workers
+    acting_cores = max(1, min(cores, available_cores() - num_workers)) if num_workers else cores
+    spec = transformed_spec(transformer, env.observation_spec)
+    try:
+        flops = forward_flops_per_row(algorithm, spec, env.action_spec)
+    except Exception as error:  # noqa: BLE001 - a policy that cannot act on zeros
+        flops = 2 * sum(p.numel() for p in algorithm.parameters())  # an MLP's forward
+        logger.info(
+            "counting one row's FLOPs failed (%s: %s); taking twice the parameter count",
+            type(error).__name__, error,
+        )  # fmt: skip
+    rows = _update_rows(config)
+    chosen = choose_threads(flops, env.batch_size, rows, cores, acting_cores)
+    logger.info(
+        "torch threads: %d while updating (%.2g FLOPs forward per minibatch of %d rows), %d "
+        "while acting (%.2g per step of %d envs); %d core(s) available; set "
+        "trainer.num_threads to fix one count",
+        chosen.updating, flops * rows, rows, chosen.acting, flops * env.batch_size,
+        env.batch_size, cores,
+    )  # fmt: skip
+    return chosen
+
+
+def _update_rows(config: Any) -> int:
+    """The rows of one update's minibatch: an off-policy algorithm's sequences times their
+    length, PPO's ``mini_batch_size``, else (A2C) the whole unroll."""
+    off_policy = off_policy_config(config.algorithm)
+    if off_policy is not None:
+        return off_policy.mini_batch_size * off_policy.mini_batch_length
+    unroll_rows = config.trainer.unroll_length * config.env.num_envs
+    fields = attrs.fields_dict(type(config.algorithm))
+    if "mini_batch_size" in fields:
+        return min(unroll_rows, config.algorithm.mini_batch_size)
+    return unroll_rows
 
 
 def unroll_graph_steps(config: Any) -> int:
@@ -469,34 +525,6 @@ def make_training_env(
         step_timeout_s=env_config.step_timeout_s,
         build_timeout_s=env_config.build_timeout_s,
     )
-
-
-def _acting_threads(trainer_config: Any, env: Environment) -> int | None:
-    """With ``num_threads`` 0, torch's thread count while the collector acts: the cores the
-    env's worker processes leave (None where they leave them all, or there are none).
-
-    Torch's intra-op threads wait for each other by spinning; sharing cores with stepping
-    env workers, one of them is often descheduled and the rest wait for it (a PPO run on
-    Hopper took 1.1x to 6x as long with two threads as with one, varying run to run).
-    Between unrolls the workers sleep, so the updates take every core (on 2 cores, PPO
-    with a CNN on pixel CartPole trained 1.4x faster than on one thread throughout,
-    SAC on two Hoppers 1.35x, PPO on Hopper the same).
-    """
-    num_workers = getattr(env, "num_workers", 0)
-    if trainer_config.num_threads > 0 or not num_workers:
-        return None
-    learning = torch.get_num_threads()
-    threads = max(1, available_cores() - num_workers)
-    if threads >= learning:
-        return None
-    logger.info(
-        "torch uses %d thread(s) while the env's %d worker processes step and %d while it "
-        "learns (set trainer.num_threads to fix one count)",
-        threads,
-        num_workers,
-        learning,
-    )
-    return threads
 
 
 def _configure_torch(trainer_config: Any) -> None:

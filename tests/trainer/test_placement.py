@@ -35,12 +35,13 @@ from cadence.trainer.metrics import read_metrics
 from cadence.trainer.placement import (
     PLACEMENT_FILE,
     Placement,
+    ThreadCounts,
     learner_device,
     measure_rollout_step,
     record_placement,
     resolve_cpu_matmul,
     resolve_placement,
-    resume_thread_count,
+    resolve_threads,
 )
 
 PPO = [
@@ -80,8 +81,8 @@ def test_auto_places_everything_on_the_cpu_without_a_gpu_and_records_it(tmp_path
         "env": "cpu",
         "rollout_step_us": {},
         "cpu_matmul": cpu_matmul(),
-        "num_threads": torch.get_num_threads(),
-        "acting_threads": 0,  # no env workers
+        "num_threads": 1,  # PPO's [64, 64] networks are too small for intra-op threads
+        "acting_threads": 0,  # as many as it updates with
     }
     assert recorded["cpu_matmul"] in CPU_MATMULS and recorded["cpu_matmul"] != "auto"
 
@@ -154,20 +155,24 @@ def test_a_run_leaves_torchs_thread_count_and_determinism_as_it_found_them(tmp_p
     assert not torch.are_deterministic_algorithms_enabled()
 
 
-def test_a_resumed_run_takes_the_thread_count_it_started_with(tmp_path, caplog):
+def test_a_resumed_run_takes_the_thread_counts_it_started_with(tmp_path, caplog):
+    def choose():  # what this start would choose
+        return ThreadCounts(2, 2)
+
     Placement("cpu", "cpu", "cpu", cpu_matmul="aten", num_threads=1).save(tmp_path)
-    torch.set_num_threads(2)  # e.g. resumed on a machine with more cores
-    resume_thread_count(0, tmp_path, available=2)
-    assert torch.get_num_threads() == 1
+    assert resolve_threads(0, tmp_path, choose, available=2) == ThreadCounts(1, 1)
+    Placement("cpu", "cpu", "cpu", num_threads=2, acting_threads=1).save(tmp_path)
+    assert resolve_threads(0, tmp_path, choose, available=2) == ThreadCounts(2, 1)
     # Unless the run names a count, or the cores are too few for the recorded one.
-    torch.set_num_threads(2)
-    resume_thread_count(2, tmp_path, available=2)
-    assert torch.get_num_threads() == 2
+    assert resolve_threads(3, tmp_path, choose, available=2) == ThreadCounts(3, 3)
     Placement("cpu", "cpu", "cpu", cpu_matmul="aten", num_threads=4).save(tmp_path)
     with caplog.at_level(logging.WARNING):
-        resume_thread_count(0, tmp_path, available=2)
-    assert torch.get_num_threads() == 2
+        assert resolve_threads(0, tmp_path, choose, available=2) == ThreadCounts(2, 2)
     assert "trained with 4 torch threads" in caplog.text
+    # A new run (nothing recorded), or one recorded before threads were part of it, chooses.
+    assert resolve_threads(0, tmp_path / "new", choose, available=2) == ThreadCounts(2, 2)
+    Placement("cpu", "cpu", "cpu").save(tmp_path)
+    assert resolve_threads(0, tmp_path, choose, available=2) == ThreadCounts(2, 2)
 
 
 def test_measuring_a_rollout_step_changes_neither_the_algorithm_nor_the_random_numbers():
