@@ -20,7 +20,8 @@ Each measurement runs ``--rounds`` times (3), the variants interleaved within a 
 a rotating order, and the table gives the medians; the last column is the default's
 time over the best pinned count's (updates: the best rate over the default's), and the
 bar is the default at most ``BAR`` (1.25) times the best pinned count. A measurement
-that exceeds ``--timeout`` seconds counts as that long (marked ``>``).
+that exceeds ``--timeout`` seconds, or twice the fastest variant's time for it so far
+(`time_cap`), is stopped and counts as that long (marked ``>``; a rate as ``<``).
 
     python benchmarks/shared_machine.py
     python benchmarks/shared_machine.py --quick   # a smoke run: tiny sizes, one round
@@ -127,7 +128,9 @@ def measurements(args: argparse.Namespace) -> list[dict]:
 
 
 def run_child(child: list[str], threads: int, timeout: float) -> dict:
-    """One measurement in a fresh process; a timeout counts as ``timeout`` (marked)."""
+    """One measurement in a fresh process, with its wall seconds (``wall``); one that
+    exceeds ``timeout`` is stopped and counts as that long (a run) or as no update at all
+    (a rate), marked ``timed_out``: a lower bound on its time."""
     kind, name, *rest = child
     command = [sys.executable, __file__, "--child", kind, name, str(threads), *rest]
     start = time.perf_counter()
@@ -135,10 +138,23 @@ def run_child(child: list[str], threads: int, timeout: float) -> dict:
         result = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         elapsed = time.perf_counter() - start
-        return {"value": elapsed if kind == "run" else 0.0, "threads": None, "timed_out": True}
+        value = elapsed if kind == "run" else 0.0
+        return {"value": value, "threads": None, "timed_out": True, "wall": elapsed}
     if result.returncode != 0:
         raise RuntimeError(f"{' '.join(command)} failed:\n{result.stderr[-3000:]}")
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    return {
+        **json.loads(result.stdout.strip().splitlines()[-1]),
+        "wall": time.perf_counter() - start,
+    }
+
+
+def time_cap(earlier: list[dict], timeout: float) -> float:
+    """A measurement's time limit: ``timeout``, or twice the fastest wall time any variant
+    took for it so far (at least a minute). A variant stopped there took more than twice
+    the best one's time, so it cannot be the best: the bar compares with that one, and a
+    slow variant's full time (minutes on a busy machine) tells nothing more."""
+    walls = [r["wall"] for r in earlier if not r.get("timed_out")]
+    return min(timeout, max(60.0, 2 * min(walls))) if walls else timeout
 
 
 def load_note() -> str:
@@ -191,7 +207,9 @@ def main(argv: list[str] | None = None) -> int:
             )
             for measurement in todo:
                 for variant, threads in order:
-                    result = run_child(measurement["child"], threads, args.timeout)
+                    earlier = [r for rs in results[measurement["label"]].values() for r in rs]
+                    cap = time_cap(earlier, args.timeout)
+                    result = run_child(measurement["child"], threads, cap)
                     results[measurement["label"]].setdefault(variant, []).append(result)
                     print(f"  round {round_index + 1}, {measurement['label']}, {variant}: "
                           f"{result['value']:.3g} (threads {result['threads']})", flush=True)  # fmt: skip
@@ -217,7 +235,8 @@ def report(todo: list[dict], results: dict[str, dict[str, list[dict]]]) -> int:
             timed_out = any(r.get("timed_out") for r in row[variant])
             threads = {r["threads"] for r in row[variant]} - {None}
             note = f"[{'/'.join(map(str, sorted(threads)))}]" if variant == "default" else ""
-            cells.append(f"{('>' if timed_out else '') + f'{medians[variant]:.3g}' + note:>12s}")
+            mark = ("<" if measurement["higher"] else ">") if timed_out else ""
+            cells.append(f"{mark + f'{medians[variant]:.3g}' + note:>12s}")
         pinned = [medians[v] for v in VARIANTS if v != "default"]
         if measurement["higher"] and not max(pinned):  # every variant timed out
             print(f"{measurement['label']:38s}" + "".join(cells) + f"{'all timed out':>24s}")

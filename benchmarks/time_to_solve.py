@@ -5,19 +5,30 @@ episodes reaches the bar, evaluating every ``--eval-every`` env steps on both
 sides, and reports training seconds (evaluation excluded on both sides) and env
 steps to the bar. Stable-Baselines3 uses its RL-Zoo hyperparameters.
 
-Each cadence run is a fresh ``cadence train`` process, as a user starts it. With
-``--compile MODE`` the update is compiled (``algorithm.compile=MODE``) and a short untimed
-run of the same config first fills the per-machine compile cache, so the timed runs start
-warm; their training time includes what they still spend compiling (a user pays it).
+Each cadence run is a fresh ``cadence train`` process, as a user starts it, of the named
+config as shipped (its own ``algorithm.compile`` and ``trainer.num_threads``) unless
+``--compile`` names modes to compare. A compiled mode runs once per ``--caches`` state:
+
+- ``empty``: every run starts from a compile cache of its own holding only the machine's
+  records that are not compiled graphs (the matmul backend's choice, the env step costs,
+  the built matmul kernel), as a user's first run of the config does: its training time
+  counts all its compiling;
+- ``warm``: a short untimed run of the same config first fills one shared cache, so the
+  timed runs load their graphs; their training time includes what they still spend
+  compiling (a user pays it).
+
+Within a seed the variants run one after another, SB3 last, so a machine whose load changes
+slows them alike; the table gives each variant's median and its ratio to SB3's.
 
     python benchmarks/time_to_solve.py --task ppo_cartpole --seeds 0 1 2
-    python benchmarks/time_to_solve.py --task sac_pendulum --compile default
+    python benchmarks/time_to_solve.py --task sac_pendulum --compile off auto --caches empty warm
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -25,6 +36,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -125,9 +137,15 @@ TASKS = {
 
 
 def run_cadence(
-    task: Task, seed: int, eval_every: int, compile_mode: str = "off", threads: int = 0
+    task: Task,
+    seed: int,
+    eval_every: int,
+    compile_mode: str | None = None,
+    threads: int | None = None,
+    cache: str | None = None,
 ) -> Result:
-    """One ``cadence train`` process to the bar (or the budget)."""
+    """One ``cadence train`` process to the bar (or the budget); ``compile_mode`` and
+    ``threads`` None keep the config's, ``cache`` a compile cache folder for it."""
     from cadence.config import load_config
     from cadence.trainer.metrics import read_metrics
 
@@ -143,12 +161,19 @@ def run_cadence(
             f"trainer.stop_at_eval_return={task.bar}",
             "trainer.checkpoint_interval=0",
             "trainer.progress_bar=off",
-            f"trainer.num_threads={threads}",
-            f"algorithm.compile={compile_mode}",
             f"root_dir={root}/run",
         ]
+        if threads is not None:
+            overrides.append(f"trainer.num_threads={threads}")
+        if compile_mode is not None:
+            overrides.append(f"algorithm.compile={compile_mode}")
+        environment = dict(os.environ)
+        if cache is not None:
+            environment["CADENCE_COMPILE_CACHE"] = cache
         command = [sys.executable, "-m", "cadence", "train", task.config, *overrides]
-        subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        subprocess.run(
+            command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=environment
+        )
         records = read_metrics(f"{root}/run")
     for record in records:
         if (
@@ -159,10 +184,29 @@ def run_cadence(
     return Result(False, records[-1]["train_time"], records[-1]["env_steps"])
 
 
-def warm_compile_cache(task: Task, compile_mode: str, threads: int) -> None:
+def warm_compile_cache(task: Task, compile_mode: str | None, threads: int | None) -> None:
     """An untimed run of ``task`` long enough to compile its update graphs."""
     warm = Task(task.config, task.env_id, float("inf"), task.budget // 4, task.sb3)
     run_cadence(warm, 0, task.budget, compile_mode, threads)
+
+
+MACHINE_RECORDS = ("cpu_matmul.json", "env_step_cost.json", "native")
+"""What an ``empty`` compile cache keeps of the machine's: the choices and the kernel that a
+user's first run of any config has made already, none of them a compiled graph."""
+
+
+def empty_compile_cache(parent: str) -> str:
+    """A new compile cache folder under ``parent`` holding only `MACHINE_RECORDS`."""
+    from cadence.algorithms.compiled import compile_cache_dir
+
+    folder = tempfile.mkdtemp(dir=parent)
+    for name in MACHINE_RECORDS:
+        source = compile_cache_dir() / name
+        if source.is_dir():
+            shutil.copytree(source, Path(folder) / name)
+        elif source.exists():
+            shutil.copy(source, folder)
+    return folder
 
 
 def run_sb3(task: Task, seed: int, eval_every: int) -> Result:
@@ -218,47 +262,88 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-sb3", action="store_true")
     parser.add_argument(
         "--compile",
-        default="off",
+        nargs="+",
+        default=None,
         choices=COMPILE_MODES,
-        help="cadence's algorithm.compile (a warm-up run fills the compile cache first)",
+        help="cadence's algorithm.compile modes to compare (default: the config's own)",
     )
     parser.add_argument(
-        "--threads", type=int, default=os.cpu_count() or 1, help="torch threads (both sides)"
+        "--caches",
+        nargs="+",
+        default=["warm"],
+        choices=["empty", "warm"],
+        help="compile cache states a compiled mode runs from (see above)",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch threads of both sides (default: cadence's config's, SB3 torch's own)",
     )
     args = parser.parse_args(argv)
-    torch.set_num_threads(max(1, args.threads))
+    if args.threads is not None:
+        torch.set_num_threads(max(1, args.threads))
     task = TASKS[args.task]
-    rows: dict[str, list[Result]] = {"cadence": [], "sb3": []}
-    if args.compile != "off":
-        warm_compile_cache(task, args.compile, args.threads)
-    for seed in args.seeds:
-        rows["cadence"].append(run_cadence(task, seed, args.eval_every, args.compile, args.threads))
-        _print_row("cadence", seed, rows["cadence"][-1])
-        if not args.skip_sb3:
-            rows["sb3"].append(run_sb3(task, seed, args.eval_every))
-            _print_row("sb3", seed, rows["sb3"][-1])
-    compiled = f", algorithm.compile={args.compile}, warm cache" if args.compile != "off" else ""
-    print(
-        f"\n{task.config}{compiled}: time to eval return {task.bar} "
-        f"(median of {len(args.seeds)} seeds)"
-    )
-    print(f"{'library':<10} {'solved':>7} {'train s':>9} {'env steps':>10}")
-    for name, results in rows.items():
-        if results:
-            solved = sum(r.solved for r in results)
-            print(
-                f"{name:<10} {solved:>4}/{len(results):<2} {_median(results, 'train_seconds'):>9.1f} {_median(results, 'env_steps'):>10.0f}"
-            )
-    if rows["sb3"]:
-        ratio = _median(rows["cadence"], "train_seconds") / _median(rows["sb3"], "train_seconds")
-        print(f"\ncadence / sb3 median training time: {ratio:.2f}x")
+    variants = _variants(task, args.compile, args.caches)
+    rows: dict[str, list[Result]] = {name: [] for name, _, _ in variants}
+    rows["sb3"] = []
+    with tempfile.TemporaryDirectory() as caches:
+        if any(cache == "warm" for _, _, cache in variants):
+            for mode in {mode for _, mode, cache in variants if cache == "warm"}:
+                warm_compile_cache(task, mode, args.threads)
+        for seed in args.seeds:
+            for name, mode, cache in variants:
+                folder = empty_compile_cache(caches) if cache == "empty" else None
+                rows[name].append(
+                    run_cadence(task, seed, args.eval_every, mode, args.threads, folder)
+                )
+                _print_row(name, seed, rows[name][-1])
+            if not args.skip_sb3:
+                rows["sb3"].append(run_sb3(task, seed, args.eval_every))
+                _print_row("sb3", seed, rows["sb3"][-1])
+    _print_table(task, rows, len(args.seeds))
     return 0
+
+
+def _variants(
+    task: Task, modes: list[str] | None, caches: list[str]
+) -> list[tuple[str, str | None, str | None]]:
+    """(name, compile mode or None for the config's, cache state or None) per variant."""
+    from cadence.config import load_config
+
+    own = load_config(task.config, []).algorithm.compile
+    variants = []
+    for mode in modes or [None]:
+        effective = own if mode is None else mode
+        label = f"cadence[{effective}{'' if mode else ', as shipped'}"
+        if effective == "off":
+            variants.append((label + "]", mode, None))
+            continue
+        for cache in caches:
+            variants.append((f"{label}, {cache} cache]", mode, cache))
+    return variants
+
+
+def _print_table(task: Task, rows: dict[str, list[Result]], seeds: int) -> None:
+    print(f"\n{task.config}: time to eval return {task.bar} (median of {seeds} seeds)")
+    print(f"{'library':<36} {'solved':>7} {'train s':>9} {'env steps':>10} {'/ sb3':>7}")
+    sb3 = _median(rows["sb3"], "train_seconds") if rows["sb3"] else None
+    for name, results in rows.items():
+        if not results:
+            continue
+        solved = sum(r.solved for r in results)
+        seconds = _median(results, "train_seconds")
+        ratio = f"{seconds / sb3:.2f}x" if sb3 else "-"
+        print(
+            f"{name:<36} {solved:>4}/{len(results):<2} {seconds:>9.1f} "
+            f"{_median(results, 'env_steps'):>10.0f} {ratio:>7}"
+        )
 
 
 def _print_row(name: str, seed: int, result: Result) -> None:
     status = "solved" if result.solved else "NOT solved"
     print(
-        f"{name:<8} seed {seed}: {status} in {result.train_seconds:.1f} s, {result.env_steps} env steps",
+        f"{name} seed {seed}: {status} in {result.train_seconds:.1f} s, {result.env_steps} env steps",
         flush=True,
     )
 
