@@ -280,7 +280,19 @@ def _mujoco_state(env: gym.Env) -> dict[str, Any] | None:
         value = getattr(data, name)
         if isinstance(value, np.ndarray):
             arrays[name] = value.copy()
-    return {"arrays": arrays, "time": data.time, "np_random": env.np_random.bit_generator.state}
+    # The env's own arrays and numbers outside the simulation (a robotics env's goal),
+    # which the fresh env that EzPickle rebuilds would not have.
+    attributes = {
+        name: value.copy() if isinstance(value, np.ndarray) else value
+        for name, value in vars(env).items()
+        if isinstance(value, np.ndarray | np.generic | float)
+    }
+    return {
+        "arrays": arrays,
+        "time": data.time,
+        "np_random": env.np_random.bit_generator.state,
+        "attributes": attributes,
+    }
 
 
 def _set_mujoco_state(env: gym.Env, state: dict[str, Any]) -> None:
@@ -294,6 +306,12 @@ def _set_mujoco_state(env: gym.Env, state: dict[str, Any]) -> None:
             target[...] = array
     data.time = state["time"]
     env.np_random.bit_generator.state = state["np_random"]
+    for name, value in state.get("attributes", {}).items():  # older checkpoints have none
+        target = getattr(env, name, None)
+        if isinstance(target, np.ndarray) and target.shape == np.shape(value):
+            target[...] = value  # in place: it may be a view of the simulation's memory
+        else:
+            setattr(env, name, value)
 
 
 def _ale_state(env: gym.Env) -> dict[str, Any] | None:

@@ -147,3 +147,21 @@ def test_cadences_composed_envs_resume(env_id):
         a, b = env.step(action), restored.step(action)
         np.testing.assert_array_equal(a.observation, b.observation)
         assert a.reward == b.reward
+
+
+def test_a_robotics_env_resumes_with_its_goal():
+    """FetchReach rebuilds fresh from its constructor's arguments (EzPickle); its goal, an
+    attribute outside the MuJoCo simulation, must come back with the simulation."""
+    robotics = pytest.importorskip("gymnasium_robotics")
+    gym.register_envs(robotics)
+    env = GymAdapter(gym.make("FetchReach-v4"), seed=0)
+    env.reset()
+    action = np.full(4, 0.5, np.float32)
+    env.step(action)
+    restored = GymAdapter(gym.make("FetchReach-v4"), seed=1)
+    restored.set_state(env.get_state())
+    for _ in range(3):
+        a, b = env.step(action), restored.step(action)
+        for key in a.observation:
+            np.testing.assert_array_equal(a.observation[key], b.observation[key])
+        assert a.reward == b.reward
