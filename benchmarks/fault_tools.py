@@ -26,7 +26,7 @@ from cadence.trainer.metrics import read_metrics
 
 # What a run directory holds besides checkpoints and durable replay: never damaged.
 _LOG_FILES = {"config.yaml", "config_changes.jsonl", "snapshot.tar.gz", "metrics.jsonl", "COMPLETE"}
-_LOG_DIRS = {"tb"}
+_LOG_DIRS = {"tb", "videos"}  # outputs a run never reads back
 _RESUMED = re.compile(r"resumed from \S+ \(iteration (\d+)\)")
 
 
@@ -62,7 +62,8 @@ def corruptible_files(run_dir: Path) -> dict[str, list[Path]]:
     """The files of ``run_dir`` a fault may corrupt, by `file_kind`.
 
     Those of the checkpoint ``LATEST`` names, ``LATEST`` itself, and every other file
-    outside ``checkpoints/`` that is not a log (`_LOG_FILES`, ``tb/``): durable replay.
+    outside ``checkpoints/`` that is not a log (`_LOG_FILES`, ``tb/``, ``videos/``): durable
+    replay.
     """
     run_dir = Path(run_dir)
     found: list[Path] = []

@@ -89,6 +89,8 @@ def test_file_kinds_come_from_listing_the_run(tools, tmp_path):
         (tmp_path / log).write_bytes(b"l")
     (tmp_path / "tb").mkdir()
     (tmp_path / "tb" / "events.out").write_bytes(b"t")
+    (tmp_path / "videos").mkdir()  # a model-based run's imagination videos: outputs too
+    (tmp_path / "videos" / "video_model-64.mp4").write_bytes(b"v")
     kinds = tools.corruptible_files(tmp_path)
     assert sorted(kinds) == [
         "checkpoints/LATEST",
