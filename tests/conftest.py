@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from cadence.algorithms import compiled
+from cadence.config import loading
 from cadence.networks import matmul
 from cadence.trainer.run import torch_settings_restored
 
@@ -63,6 +64,25 @@ def restore_process_settings():
         os.environ.pop(matmul.ENV_VAR, None)
     else:
         os.environ[matmul.ENV_VAR] = inherited
+
+
+@pytest.fixture(autouse=True)
+def eager_named_configs(monkeypatch):
+    """Named configs that compile by default (``algorithm.compile: auto``, e.g.
+    ``sac_pendulum``) train eager in tests that do not name a mode themselves: from each
+    test's empty ``compile: auto`` record the first updates would compile, seconds to a
+    minute a test, and only the tests of compilation (which name their mode) need it."""
+    compose_tree = loading.compose_tree
+
+    def eager(name, overrides=()):
+        tree = compose_tree(name, overrides)
+        named = any(o.split("=")[0].lstrip("+~") in ("algorithm", "algorithm.compile") for o in overrides)  # fmt: skip
+        algorithm = tree.get("algorithm")
+        if not named and isinstance(algorithm, dict) and algorithm.get("compile") == "auto":
+            algorithm["compile"] = "off"
+        return tree
+
+    monkeypatch.setattr(loading, "compose_tree", eager)
 
 
 @pytest.fixture(autouse=True)
