@@ -1,13 +1,14 @@
 """Shared by all tests.
 
-``CADENCE_TEST_NUM_THREADS=N python -m pytest ...`` runs the session at ``N`` torch
-threads: this process's (``torch.set_num_threads``, before any test; each test starts from
+``CADENCE_TEST_NUM_THREADS=N python -m pytest ...`` gives torch ``N`` threads for the
+session: this process's (``torch.set_num_threads``, before any test; each test starts from
 it, see `restore_process_settings`) and the processes the tests start (``OMP_NUM_THREADS``,
-which a fresh torch takes as its count). So every run a test trains without setting
-``trainer.num_threads`` (0: torch's own count) trains at ``N``, in this process or in a
-``cadence train`` of its own, and the suite can be checked at another thread count than
-the machine's cores. With ``MKL_ENABLE_INSTRUCTIONS=AVX2`` beside it, MKL takes the code
-path of a processor without AVX-512. The header of pytest's report names both.
+which a fresh torch takes as its count), as a machine with ``N`` cores would. A run a test
+trains without setting ``trainer.num_threads`` chooses its threads per role within those
+``N``, in this process or in a ``cadence train`` of its own: with ``N=1`` every role runs
+on one thread, as ``trainer.num_threads=1`` would. With ``MKL_ENABLE_INSTRUCTIONS=AVX2``
+beside it, MKL takes the code path of a processor without AVX-512. The header of pytest's
+report names both.
 """
 
 from __future__ import annotations
