@@ -345,10 +345,10 @@ def _default_sigint() -> None:
 def cpu_sized_overrides(config_name: str, iterations: int = 4) -> list[str]:
     """Overrides that make any named config a run of seconds on a CPU, deterministic on
     one machine: ``iterations`` iterations of 2 envs x 4 steps (serial back end, one torch
-    thread, aten matmuls, no compiling), a one-episode evaluation and a checkpoint each
-    iteration, off-policy updates from the second iteration on small minibatches, a
-    world model of a few units. The env, algorithm, network kind and data transformers
-    are the config's own.
+    thread, aten matmuls, no compiling), a one-episode evaluation every second iteration
+    and a checkpoint every iteration, off-policy updates from the second iteration on
+    small minibatches, a world model of a few units. The env, algorithm, network kind and
+    data transformers are the config's own.
     """
     config = load_config(config_name)
     budget = iterations * 8 * config.env.action_repeat
@@ -359,7 +359,7 @@ def cpu_sized_overrides(config_name: str, iterations: int = 4) -> list[str]:
         "trainer.unroll_length=4",
         f"trainer.num_env_steps={budget}",
         "trainer.summary_interval=1",
-        "trainer.eval_interval=1",
+        "trainer.eval_interval=2",  # each evaluation builds its env: seconds for DMC's
         "trainer.num_eval_episodes=1",
         "trainer.checkpoint_interval=1",
         "trainer.progress_bar=off",
