@@ -240,8 +240,8 @@ Torch's intra-op threads wait for each other at the end of every parallel operat
 spinning: when another process holds a core (a second run, a test suite, a browser), the
 scheduler takes a core from one thread for a time slice of milliseconds while its
 siblings spin waiting for it. An operation that takes microseconds then takes
-milliseconds (``benchmarks/shared_machine.py`` measures it: on a loaded 2-core Xeon, SAC's
-update on [64, 64] networks ran at a tenth of its one-thread rate or less on two threads).
+milliseconds: on a 2-core Xeon that other jobs kept busy, SAC's update on [64, 64]
+networks took 11 ms on one thread and 74-264 ms on two (``benchmarks/shared_machine.py``).
 A gigaflop is 10-20 ms of one core's multiplies, split over the tens of layers of one
 update: each operation is then about a time slice, so a descheduled sibling costs at most
 about what the second thread gains, and a network that large (a CNN over a minibatch of
