@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import gymnasium as gym
 import pytest
 
 from cadence.cli import main
@@ -41,6 +42,9 @@ def test_an_atari_and_a_robotics_id_give_their_hints_alike(without_robotics, mon
     with pytest.raises(EnvBuildError, match=r"cadence\[robotics\]"):
         check_env_id("gymnasium_robotics:FetchReach-v4")
     monkeypatch.setitem(sys.modules, "ale_py", None)
+    # An earlier test in this process may have imported ale_py, which registered its ids.
+    for env_id in [i for i in gym.registry if i.startswith("ALE/")]:
+        monkeypatch.delitem(gym.registry, env_id)
     with pytest.raises(EnvBuildError, match="'atari' extra"):
         check_env_id("ALE/Pong-v5")
 
