@@ -61,6 +61,7 @@ from cadence.data.dict_tensor import DictTensor
 from cadence.data.trajectories import Trajectories
 from cadence.envs.environment import PyEnvironment
 from cadence.envs.main_module import MainFree
+from cadence.envs.make import env_registrations
 from cadence.envs.parallel_worker import start_resource_tracker
 from cadence.envs.worker_pool import RestartBudget, WorkerPool
 
@@ -191,6 +192,7 @@ class Batcher:
             seed=seed,
             agent_info=example,
             episodic=mode == "episodic",
+            registrations=env_registrations((env_args or {}).values()),
         )
         # Pickled once, by value: what the user's script defines travels too (see
         # `cadence.envs.main_module`), and no tensor of agent_args is moved to shared

@@ -27,6 +27,7 @@ from collections.abc import Callable, Mapping
 from multiprocessing.connection import Connection
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import torch
 from tensordict import TensorDict
@@ -40,6 +41,7 @@ from cadence.envs.buffer import TimeStepBuffer, action_row, action_to_numpy
 from cadence.envs.channel import Channel
 from cadence.envs.environment import PyEnvironment
 from cadence.envs.main_module import MainFree
+from cadence.envs.make import register_missing
 
 _FIRST, _LAST = int(StepType.FIRST), int(StepType.LAST)
 _CPU = torch.device("cpu")
@@ -61,6 +63,8 @@ class WorkerRecipe:
     seed: int
     agent_info: dict[str, torch.Tensor]  # the example, any number of rows
     episodic: bool
+    # The parent's registrations of the env ids env_args names (`env_registrations`).
+    registrations: tuple[gym.envs.registration.EnvSpec, ...] = ()
 
 
 def worker_main(
@@ -116,6 +120,7 @@ class Acquirer:
         n = recipe.n_envs
         seed = recipe.seed + seed_offset
         self.envs: list[PyEnvironment] = []
+        register_missing(recipe.registrations)  # ids the user's script registered
         for k in range(n):
             self.envs.append(recipe.create_env(seed=seed + start + k, **recipe.env_args))
         # Every worker builds the same agent, whatever its process had drawn before (a

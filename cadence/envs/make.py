@@ -9,7 +9,7 @@ import importlib
 import os
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Literal
 
 import cloudpickle
@@ -107,15 +107,11 @@ class GymEnvFactory:
         return env
 
     def _register(self) -> None:
-        """Makes sure this process knows the id: a worker process starts with Gymnasium's
-        registry only; `check_env_id` registers cadence's own ids (cadence/...) and those
-        of the packages it knows, and the parent's registration covers the user's."""
-        try:
+        """Makes sure this process knows the id (see `register_missing`)."""
+        if self.spec is None:
             check_env_id(self.name)
-        except UnknownEnvironmentError:
-            if self.spec is None:
-                raise
-            gym.registry[self.spec.id] = self.spec
+        else:
+            register_missing([self.spec])
 
     def __call__(self) -> PyEnvironment:
         env: PyEnvironment = GymAdapter(
@@ -132,7 +128,25 @@ class GymEnvFactory:
         return clone
 
 
-def _user_spec(name: str | Callable[..., gym.Env]) -> gym.envs.registration.EnvSpec | None:
+def env_registrations(values: Iterable[object]) -> tuple[gym.envs.registration.EnvSpec, ...]:
+    """This process's registrations of the env ids among ``values`` (a `Batcher`'s
+    ``env_args``: each string that is a registered id), for worker processes, which never
+    run the user's script and so lack the ids it registered (see `register_missing`)."""
+    return tuple(spec for value in values if (spec := _user_spec(value)) is not None)
+
+
+def register_missing(specs: Iterable[gym.envs.registration.EnvSpec]) -> None:
+    """Makes sure this process knows each id of ``specs``: a worker process starts with
+    Gymnasium's registry only; `check_env_id` registers cadence's own ids (cadence/...)
+    and those of the packages it knows, and the parent's registration covers the user's."""
+    for spec in specs:
+        try:
+            check_env_id(spec.id)
+        except UnknownEnvironmentError:
+            gym.registry[spec.id] = spec
+
+
+def _user_spec(name: object) -> gym.envs.registration.EnvSpec | None:
     """This process's registration of id ``name``, for a worker that lacks it; None for a
     callable, a ``"module:Id"`` (the worker imports the module, which registers it) or an
     id not registered (yet: `check_env_id` then reports it or finds its package)."""

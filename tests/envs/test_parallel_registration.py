@@ -102,3 +102,56 @@ def test_a_module_id_and_a_callable_carry_no_registration():
     assert GymEnvFactory("CartPole-v1", 0, 0).spec is gym.registry["CartPole-v1"]
     assert GymEnvFactory("gymnasium.envs:CartPole-v1", 0, 0).spec is None
     assert GymEnvFactory(_make_counting, 0, 0).spec is None
+
+
+# The same script's ids in a `Batcher`'s workers, local and Ray alike: `make_gym_env`
+# builds the env there from the id alone, so the id's registration travels with the recipe.
+BATCHER_SCRIPT = """
+import gymnasium as gym
+import numpy as np
+import torch
+
+from cadence.agents import Agent, Batcher, make_gym_env
+from cadence.data import DictTensor
+
+
+class CountingEnv(gym.Env):
+    observation_space = gym.spaces.Box(-100.0, 100.0, (1,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.count = 0.0
+        return np.array([5.0], np.float32), {}
+
+    def step(self, action):
+        self.count += 1.0
+        return np.array([5.0 + self.count], np.float32), 1.0, False, False, {}
+
+
+class ZeroAgent(Agent):
+    def __call__(self, state, observation, agent_info, history=None):
+        return DictTensor({"action": torch.zeros(observation.n_elems(), dtype=torch.long)}), state
+
+
+gym.register("BatcherCounting-v0", entry_point=CountingEnv)
+batcher = Batcher(
+    n_timesteps=3, n_processes=2, n_envs=1, create_env=make_gym_env,
+    env_args={"name": "BatcherCounting-v0"}, create_agent=ZeroAgent, agent_args={},
+)
+batcher.reset()
+batcher.execute()
+trajectories, _ = batcher.get()
+print("frames", trajectories.trajectories["observation/frame"][:, :, 0].tolist())
+batcher.close()
+"""
+
+
+@pytest.mark.timeout(300)
+def test_ids_a_script_registers_reach_a_batchers_workers(tmp_path):
+    (tmp_path / "script.py").write_text(textwrap.dedent(BATCHER_SCRIPT))
+    done = subprocess.run(
+        [sys.executable, "script.py"], cwd=tmp_path, capture_output=True, text=True, timeout=240
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "frames [[5.0, 6.0, 7.0], [5.0, 6.0, 7.0]]" in done.stdout
