@@ -21,13 +21,9 @@ from cadence.envs.make import GymEnvFactory
 # A plain script, no ``if __name__ == "__main__":`` guard, registering ids whose entry
 # points it defines itself (a class, a lambda), then stepping them in worker processes
 # started by forkserver (make_env's default) and by spawn.
-SCRIPT = """
+COUNTING_ENV = """
 import gymnasium as gym
 import numpy as np
-
-import cadence
-from cadence.envs.make import GymEnvFactory
-from cadence.envs.parallel import ParallelEnvironment
 
 
 class CountingEnv(gym.Env):
@@ -45,7 +41,14 @@ class CountingEnv(gym.Env):
     def step(self, action):
         self.count += 1.0
         return np.array([self.offset + self.count], np.float32), 1.0, False, False, {}
+"""
 
+SCRIPT = (
+    COUNTING_ENV
+    + """
+import cadence
+from cadence.envs.make import GymEnvFactory
+from cadence.envs.parallel import ParallelEnvironment
 
 gym.register("Counting-v0", entry_point=CountingEnv, kwargs={"offset": 3.0})
 gym.register("CountingLambda-v0", entry_point=lambda **kwargs: CountingEnv(offset=7.0))
@@ -58,17 +61,24 @@ with ParallelEnvironment(factories, num_workers=2, start_method="spawn") as env:
     env.reset()
     print("spawn", env.step(env.action_spec.sample((2,))).observation.flatten().tolist())
 """
+)
 
 
 @pytest.mark.timeout(300)
 def test_ids_a_script_registers_reach_the_workers_under_forkserver_and_spawn(tmp_path):
-    (tmp_path / "script.py").write_text(textwrap.dedent(SCRIPT))
+    out = _run_plain_script(tmp_path, SCRIPT)
+    assert "forkserver [4.0, 4.0]" in out
+    assert "spawn [8.0, 8.0]" in out
+
+
+def _run_plain_script(directory, source: str) -> str:
+    """Runs ``source`` as ``python script.py`` in ``directory``; returns its stdout."""
+    (directory / "script.py").write_text(textwrap.dedent(source))
     done = subprocess.run(
-        [sys.executable, "script.py"], cwd=tmp_path, capture_output=True, text=True, timeout=240
+        [sys.executable, "script.py"], cwd=directory, capture_output=True, text=True, timeout=240
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "forkserver [4.0, 4.0]" in done.stdout
-    assert "spawn [8.0, 8.0]" in done.stdout
+    return done.stdout
 
 
 def test_an_id_registered_in_this_process_alone_reaches_the_workers():
@@ -106,27 +116,13 @@ def test_a_module_id_and_a_callable_carry_no_registration():
 
 # The same script's ids in a `Batcher`'s workers, local and Ray alike: `make_gym_env`
 # builds the env there from the id alone, so the id's registration travels with the recipe.
-BATCHER_SCRIPT = """
-import gymnasium as gym
-import numpy as np
+BATCHER_SCRIPT = (
+    COUNTING_ENV
+    + """
 import torch
 
 from cadence.agents import Agent, Batcher, make_gym_env
 from cadence.data import DictTensor
-
-
-class CountingEnv(gym.Env):
-    observation_space = gym.spaces.Box(-100.0, 100.0, (1,), np.float32)
-    action_space = gym.spaces.Discrete(2)
-
-    def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
-        self.count = 0.0
-        return np.array([5.0], np.float32), {}
-
-    def step(self, action):
-        self.count += 1.0
-        return np.array([5.0 + self.count], np.float32), 1.0, False, False, {}
 
 
 class ZeroAgent(Agent):
@@ -134,7 +130,7 @@ class ZeroAgent(Agent):
         return DictTensor({"action": torch.zeros(observation.n_elems(), dtype=torch.long)}), state
 
 
-gym.register("BatcherCounting-v0", entry_point=CountingEnv)
+gym.register("BatcherCounting-v0", entry_point=CountingEnv, kwargs={"offset": 5.0})
 batcher = Batcher(
     n_timesteps=3, n_processes=2, n_envs=1, create_env=make_gym_env,
     env_args={"name": "BatcherCounting-v0"}, create_agent=ZeroAgent, agent_args={},
@@ -145,13 +141,10 @@ trajectories, _ = batcher.get()
 print("frames", trajectories.trajectories["observation/frame"][:, :, 0].tolist())
 batcher.close()
 """
+)
 
 
 @pytest.mark.timeout(300)
 def test_ids_a_script_registers_reach_a_batchers_workers(tmp_path):
-    (tmp_path / "script.py").write_text(textwrap.dedent(BATCHER_SCRIPT))
-    done = subprocess.run(
-        [sys.executable, "script.py"], cwd=tmp_path, capture_output=True, text=True, timeout=240
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "frames [[5.0, 6.0, 7.0], [5.0, 6.0, 7.0]]" in done.stdout
+    out = _run_plain_script(tmp_path, BATCHER_SCRIPT)
+    assert "frames [[5.0, 6.0, 7.0], [5.0, 6.0, 7.0]]" in out
