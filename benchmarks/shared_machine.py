@@ -24,7 +24,7 @@ that exceeds ``--timeout`` seconds, or twice the fastest variant's time for it s
 (`time_cap`), is stopped and counts as that long (marked ``>``; a rate as ``<``).
 
     python benchmarks/shared_machine.py
-    python benchmarks/shared_machine.py --quick   # a smoke run: tiny sizes, one round
+    python benchmarks/shared_machine.py --quick   # a smoke run: tiny sizes, one round, bar not enforced
 """
 
 from __future__ import annotations
@@ -218,7 +218,11 @@ def main(argv: list[str] | None = None) -> int:
             busy.kill()
             busy.wait()
     print(f"end: {load_note()}")
-    return report(todo, results)
+    status = report(todo, results)
+    if args.quick:  # one round of tiny sizes measures noise as much as threads
+        print("smoke run (--quick, one round): the bar is reported, not enforced")
+        return 0
+    return status
 
 
 def report(todo: list[dict], results: dict[str, dict[str, list[dict]]]) -> int:

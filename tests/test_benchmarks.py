@@ -161,3 +161,4 @@ def test_shared_machine_measures_every_row_with_a_busy_core():
     for label in ("sac_pendulum updates/s", "dreamer_pendulum updates/s", "sac_pendulum 150-step run", "dreamer_pendulum 300-step run"):  # fmt: skip
         assert label in out
     assert "busy loop: one process" in out and "bar: default <= 1.25x" in out
+    assert "the bar is reported, not enforced" in out  # one round of tiny sizes is noise
