@@ -237,7 +237,8 @@ class Reference:
     run_dir: Path
     command: list[str]
     wall_s: float
-    first_row_s: float
+    first_row_s: float  # the startup: from the start to the first metrics row
+    last_row_s: float  # from the start to the last row; after it, the final save and exit
     iterations: list[int]
     metrics: list[dict[str, Any]]
     state: dict[str, Any]
@@ -433,14 +434,22 @@ def draw_signal_fault(
     sig = {"sigkill": signal.SIGKILL, "sigterm": signal.SIGTERM, "sigusr1": signal.SIGUSR1}[kind]
     # A position in [-1, final): before 0, a moment of the startup and first iteration;
     # else a fraction of an iteration's time after the row of iteration position + 1 (after
-    # the last row: the final save and exit). Counted from rows rather than seconds, the
-    # moments land alike on a busy or an idle machine.
+    # the last row: a fraction of the final save and exit). Counted from rows rather than
+    # seconds, the moments land alike on a busy or an idle machine. An iteration's time is
+    # the span between the first and the last row, not the whole run's after the first: that
+    # counts the final save and the interpreter's exit too, which on a short run outlast its
+    # iterations and sent most faults past the end.
     final = reference.iterations[-1]
     position = rng.uniform(-1, final)
     if position < 0:
         return Fault(sig, at_s=(1 + position) * reference.first_row_s)
-    per_iteration = max(reference.wall_s - reference.first_row_s, 0.0) / final
-    return Fault(sig, after_row=int(position) + 1, delay_s=(position % 1) * per_iteration)
+    after_row = int(position) + 1
+    if after_row >= final:
+        span = max(reference.wall_s - reference.last_row_s, 0.0)
+    else:
+        rows = max(1, final - reference.iterations[0])
+        span = max(reference.last_row_s - reference.first_row_s, 0.0) / rows
+    return Fault(sig, after_row=after_row, delay_s=(position % 1) * span)
 
 
 def file_attempt(campaign: Campaign, config: str, kind: str, index: int) -> list[Result]:
@@ -595,7 +604,7 @@ def run_reference(
     run_dir.parent.mkdir(parents=True)
     spec = CONFIGS[config]
     command = cli_train_command(spec.named, run_dir, [*spec.overrides, *extra, f"seed={seed}"])
-    done = invoke(command, run_dir, run_dir.parent / "run.log", 1800, watch_first_row=True)
+    done = invoke(command, run_dir, run_dir.parent / "run.log", 1800, watch_rows=True)
     if done.returncode != 0 or not (run_dir / "COMPLETE").exists():
         raise RuntimeError(
             f"{shlex.join(command)} failed ({done.returncode}):\n{done.output[-3000:]}"
@@ -604,7 +613,10 @@ def run_reference(
     state = CheckpointManager(run_dir / "checkpoints").load_verified()[1]
     iterations = [int(r["iteration"]) for r in records]
     first_row_s = done.first_row_s if done.first_row_s is not None else 0.0
-    return Reference(run_dir, command, done.wall_s, first_row_s, iterations, records, state)
+    last_row_s = done.last_row_s if done.last_row_s is not None else first_row_s
+    return Reference(
+        run_dir, command, done.wall_s, first_row_s, last_row_s, iterations, records, state
+    )
 
 
 def worker_reference(campaign: Campaign, config: str) -> Reference:

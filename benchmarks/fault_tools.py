@@ -175,6 +175,7 @@ class Invocation:
     detail: str = ""
     logged_iteration: int = 0  # the last iteration in metrics.jsonl when it exited
     first_row_s: float | None = None  # when metrics.jsonl got its first row (if watched)
+    last_row_s: float | None = None  # when it got its last row (if watched)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -207,11 +208,12 @@ def invoke(
     log: Path,
     timeout_s: float,
     fault: Fault | None = None,
-    watch_first_row: bool = False,
+    watch_rows: bool = False,
 ) -> Invocation:
     """Runs ``command`` to its end, sending ``fault`` if given; its output goes to ``log``.
 
-    With ``watch_first_row``, notes when training logged its first row (the end of startup).
+    With ``watch_rows``, notes when training logged its first row (the end of startup) and
+    its last one (the start of the final save and exit).
     """
     start = time.monotonic()
     with open(log, "wb") as out:
@@ -222,10 +224,10 @@ def invoke(
             preexec_fn=_default_sigint,
             env=_child_environment(),
         )
-        landed, detail, first_row_s = False, "", None
+        landed, detail, row_times = False, "", (None, None)
         try:
-            if watch_first_row:
-                first_row_s = _first_row_time(process, run_dir, start, start + timeout_s)
+            if watch_rows:
+                row_times = _row_times(process, run_dir, start, start + timeout_s)
             if fault is not None:
                 landed, detail = _send_when_due(process, run_dir, fault, start + timeout_s)
             process.wait(timeout=max(1.0, start + timeout_s - time.monotonic()))
@@ -241,19 +243,25 @@ def invoke(
         landed,
         detail,
         max((int(r["iteration"]) for r in records), default=0),
-        first_row_s,
+        *row_times,
     )
 
 
-def _first_row_time(
+def _row_times(
     process: subprocess.Popen, run_dir: Path, start: float, deadline: float
-) -> float | None:
+) -> tuple[float | None, float | None]:
+    """When ``metrics.jsonl`` first and last grew, in seconds after ``start``, watched
+    until the process exits (None: it never grew)."""
     metrics = run_dir / "metrics.jsonl"
+    first = last = None
+    size = 0
     while process.poll() is None and time.monotonic() < deadline:
-        if metrics.exists() and metrics.stat().st_size > 0:
-            return time.monotonic() - start
+        grown = metrics.stat().st_size if metrics.exists() else 0
+        if grown > size:
+            size, last = grown, time.monotonic() - start
+            first = last if first is None else first
         time.sleep(0.005)
-    return None
+    return first, last
 
 
 def _send_when_due(

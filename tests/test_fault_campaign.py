@@ -154,7 +154,7 @@ def test_summary_counts_and_marks_what_does_not_apply(campaign):
 
 
 def test_the_attempts_choices_depend_on_the_seed_alone(campaign):
-    reference = campaign.Reference(Path("r"), [], 10.0, 4.0, list(range(1, 33)), [], {})
+    reference = campaign.Reference(Path("r"), [], 10.0, 4.0, 8.0, list(range(1, 33)), [], {})
     faults = [
         campaign.draw_signal_fault(kind, campaign.Campaign(Path("w"), 0, {}).rng("c", kind, 3),
                                    reference, 3)
@@ -168,11 +168,24 @@ def test_the_attempts_choices_depend_on_the_seed_alone(campaign):
     assert during_startup and all(0 <= f.at_s <= 4.0 for f in during_startup)
     rows = {f.after_row for f in moments if f.after_row is not None}
     assert rows <= set(range(1, 33)) and {1, 31, 32} <= rows
-    assert all(0 <= f.delay_s <= 6.0 / 32 for f in moments)
+    between_rows = [f for f in moments if f.after_row is not None and f.after_row < 32]
+    assert all(0 <= f.delay_s <= (8.0 - 4.0) / 31 for f in between_rows)  # the rows' pace
+    assert all(0 <= f.delay_s <= 10.0 - 8.0 for f in moments if f.after_row == 32)  # the exit
     staged = campaign.draw_signal_fault(
         "sigkill-checkpoint", campaign.Campaign(Path("w"), 0, {}).rng("c", "k", 0), reference, 3
     )
     assert 1 <= staged.staging <= 10 and 0 <= staged.delay_s <= 0.04
+
+
+def test_a_short_runs_long_exit_does_not_push_its_faults_past_the_end(campaign):
+    # 8 iterations in half a second, then 8 s of final save and interpreter exit: a moment
+    # between rows must be a fraction of the rows' pace, not of the whole tail's.
+    reference = campaign.Reference(Path("r"), [], 10.0, 1.5, 2.0, list(range(1, 9)), [], {})
+    moments = [
+        campaign.draw_signal_fault("sigkill", random.Random(i), reference, 2) for i in range(200)
+    ]
+    between_rows = [f for f in moments if f.after_row is not None and f.after_row < 8]
+    assert len(between_rows) > 100 and all(f.delay_s <= 0.5 / 7 for f in between_rows)
 
 
 @pytest.mark.slow
