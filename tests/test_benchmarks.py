@@ -9,6 +9,7 @@ Ray, a CNN) are `slow` and `ci_budget`: CI runs them, the default suite does not
 from __future__ import annotations
 
 import importlib.util
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -162,3 +163,23 @@ def test_shared_machine_measures_every_row_with_a_busy_core():
         assert label in out
     assert "busy loop: one process" in out and "bar: default <= 1.25x" in out
     assert "the bar is reported, not enforced" in out  # one round of tiny sizes is noise
+
+
+def test_numerics_harness_finds_one_differing_value(tmp_path, capsys):
+    spec = importlib.util.spec_from_file_location("numerics_harness", BENCHMARKS / "numerics_harness.py")  # fmt: skip
+    harness = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(harness)
+    import torch
+
+    weights = {"w": torch.tensor([1.0, 2.0]), "lr": 1e-3, "steps": [3, 4]}
+    run = {"metrics": [{"iteration": 1, "loss": 0.5}], "wall_s": 1.0}
+    same = {"ppo_cartpole compile=off": {**run, "state": harness.digest(weights)}}
+    nudged = {**weights, "w": torch.tensor([1.0, torch.nextafter(torch.tensor(2.0), torch.tensor(3.0)).item()])}  # fmt: skip
+    changed = {"ppo_cartpole compile=off": {**run, "state": harness.digest(nudged)}}
+    for name, content in (("a", same), ("b", same), ("c", changed)):
+        (tmp_path / f"{name}.json").write_text(json.dumps(content))
+    assert harness.main(["compare", str(tmp_path / "a.json"), str(tmp_path / "b.json")]) == 0
+    assert "0 differing values" in capsys.readouterr().out
+    assert harness.main(["compare", str(tmp_path / "a.json"), str(tmp_path / "c.json")]) == 1
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("ppo_cartpole"))  # fmt: skip
+    assert row.split()[-3:] == ["0", "1", "0"]  # metric values, state entries, one side only
