@@ -16,6 +16,7 @@ or the current directory, so a ``git worktree`` of the older commit serves), the
     python benchmarks/numerics_harness.py record --out /tmp/after.json --jobs 2
     python benchmarks/numerics_harness.py compare /tmp/before.json /tmp/after.json
 
+A ``record`` into a file that exists runs only what it lacks (an interrupted record resumes).
 ``compare`` prints one row per (config, compile mode): metric rows, metric values that
 differ, state entries that differ, entries present on one side only; it exits 1 when any
 value differs or a run failed on one side only.
@@ -45,9 +46,11 @@ def record(args: argparse.Namespace) -> int:
     from cadence.config.catalog import list_configs
 
     names = sorted(list_configs()) if "all" in args.configs else args.configs
-    jobs = [(name, mode) for name in names for mode in args.compile]
-    print(f"cadence from {Path(cadence.__file__).parent}, {len(jobs)} runs", flush=True)
-    results: dict[str, Any] = {}
+    out = Path(args.out)
+    results: dict[str, Any] = json.loads(out.read_text()) if out.exists() else {}
+    jobs = [(n, m) for n in names for m in args.compile if f"{n} compile={m}" not in results]
+    print(f"cadence from {Path(cadence.__file__).parent}: {len(jobs)} runs "
+          f"({len(results)} already in {out})", flush=True)  # fmt: skip
     with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
         futures = {pool.submit(run_one, name, mode, args.iterations): (name, mode) for name, mode in jobs}  # fmt: skip
         for future in concurrent.futures.as_completed(futures):
@@ -55,7 +58,7 @@ def record(args: argparse.Namespace) -> int:
             results[f"{name} compile={mode}"] = outcome = future.result()
             status = "failed" if "error" in outcome else f"{len(outcome['metrics'])} rows"
             print(f"  {name} compile={mode}: {status} ({outcome['wall_s']:.0f} s)", flush=True)
-    Path(args.out).write_text(json.dumps(dict(sorted(results.items())), indent=1))
+            out.write_text(json.dumps(dict(sorted(results.items())), indent=1))  # a rerun resumes
     return 0
 
 
