@@ -2,25 +2,25 @@
 
 import pytest
 
-from cadence.cli import _num_ranks
+from cadence.cli.train import resolve_num_ranks
 from cadence.config import ConfigError
 
 
 def test_outside_torchrun_nproc_or_the_config_gives_the_ranks(monkeypatch):
     monkeypatch.delenv("WORLD_SIZE", raising=False)
-    assert _num_ranks(1, None) == 1
-    assert _num_ranks(1, 3) == 3
-    assert _num_ranks(2, None) == 2
-    assert _num_ranks(2, 2) == 2
+    assert resolve_num_ranks(1, None) == 1
+    assert resolve_num_ranks(1, 3) == 3
+    assert resolve_num_ranks(2, None) == 2
+    assert resolve_num_ranks(2, 2) == 2
     with pytest.raises(ConfigError, match="--nproc 2 but trainer.num_ranks=3"):
-        _num_ranks(3, 2)
+        resolve_num_ranks(3, 2)
 
 
 def test_under_torchrun_the_config_takes_the_world_size_or_is_refused(monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "2")
-    assert _num_ranks(1, None) == 2
-    assert _num_ranks(2, None) == 2
+    assert resolve_num_ranks(1, None) == 2
+    assert resolve_num_ranks(2, None) == 2
     with pytest.raises(ConfigError, match="trainer.num_ranks=4 but torchrun started 2"):
-        _num_ranks(4, None)
+        resolve_num_ranks(4, None)
     with pytest.raises(ConfigError, match="under torchrun leave it out"):
-        _num_ranks(1, 2)
+        resolve_num_ranks(1, 2)

@@ -86,18 +86,18 @@ def train(
         RankFailedError: a rank started here exited with an error.
 
     With ``trainer.num_ranks`` > 1 outside ``torchrun`` this starts that many local ranks
-    (`cadence.launch.launch_ranks`, as ``cadence train`` does: new processes, so a script
+    (`cadence.trainer.launch.launch_ranks`, as ``cadence train`` does: new processes, so a script
     needs no ``if __name__ == "__main__":`` guard) and waits for them. Under ``torchrun``
-    (or `cadence.launch`) it runs one rank of the group (docs/ddp.md): rank 0 checks and
+    (or `cadence.cli.rank`) it runs one rank of the group (docs/ddp.md): rank 0 checks and
     prepares the run directory, then every rank trains.
     """
     trainer_config = config.trainer
     if trainer_config.num_ranks > 1 and "WORLD_SIZE" not in os.environ:
         if on_evaluation is not None:
             raise ValueError("on_evaluation pauses one process's run; it takes one rank")
-        from cadence.launch import launch_ranks
+        from cadence.trainer.launch import launch_ranks
 
-        return launch_ranks(config, resume_with_changes)
+        return launch_ranks(config) if prepare_run(config, resume_with_changes) else None
     with start_ranks(
         trainer_config.num_ranks,
         learner_device(trainer_config.device),

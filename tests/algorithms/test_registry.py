@@ -169,6 +169,6 @@ def test_an_unknown_name_in_a_config_says_how_to_register_one():
 
 
 def test_the_cli_looks_for_the_record_the_registry_writes():
-    from cadence import cli
+    from cadence.cli.run_dir import ALGORITHM_RECORD_FILE
 
-    assert cli.ALGORITHM_RECORD_FILE == registry.RECORD_FILE
+    assert ALGORITHM_RECORD_FILE == registry.RECORD_FILE

@@ -8,7 +8,7 @@ import sys
 import torch
 
 from cadence.data import distributed
-from cadence.launch import GroupStore
+from cadence.trainer.launch import GroupStore
 from cadence.transforms.running_stats import RunningMeanStd
 
 

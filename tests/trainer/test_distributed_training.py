@@ -13,7 +13,6 @@ import pytest
 import torch
 
 from cadence.config import load_config
-from cadence.launch import GroupStore
 from cadence.testing.resume import (
     assert_equal_nests,
     cli_train_command,
@@ -21,6 +20,7 @@ from cadence.testing.resume import (
     final_state,
 )
 from cadence.trainer.checkpoint import STATE_FILE, latest_iteration
+from cadence.trainer.launch import GroupStore
 from cadence.trainer.metrics import read_metrics
 
 # One rank of a group (or one process): trains the config in argv[1] with deterministic

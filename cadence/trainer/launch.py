@@ -1,14 +1,16 @@
-"""``cadence train NAME --nproc N``: starts the N ranks of a multi-process learner on this
-machine, as ``torchrun --standalone --nproc-per-node N`` would (docs/ddp.md).
+"""The local rank group: starts the N ranks of a multi-process learner on this machine
+(``cadence train NAME --nproc N``), as ``torchrun --standalone --nproc-per-node N`` would
+(docs/ddp.md), and keeps them.
 
-The ranks are ``python -m cadence.launch RUN_DIR`` processes with ``torchrun``'s
-environment (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``,
+The ranks are ``python -m cadence.cli.rank RUN_DIR`` processes with
+``torchrun``'s environment (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``,
 ``MASTER_ADDR``, ``MASTER_PORT``), and, as under ``torchrun``, the group's rendezvous
 store lives in this process rather than in rank 0's (`GroupStore`), so that no rank loses
-it while the others are still shutting down. Each reads the run's
-``config.yaml``, which this process checks and writes first (so a refused config or a
-finished run is reported here, before any rank starts), and trains its rank with
-`cadence.trainer.run.train`.
+it while the others are still shutting down. Each reads the run's ``config.yaml``, which
+the caller has checked and written first (`cadence.trainer.run.prepare_run`, so a refused
+config or a finished run is reported there, before any rank starts), and trains its rank
+with `cadence.trainer.run.train`. This module imports neither: `cadence.trainer.run` calls
+it.
 
 This process stays as the group's keeper: SIGTERM, SIGUSR1 and Ctrl-C are passed on to
 the ranks (each checkpoints the group at the same iteration and exits 0, as one process
@@ -41,23 +43,21 @@ class RankFailedError(RuntimeError):
     """A rank of the group exited with an error; the message names it and its status."""
 
 
-def launch_ranks(config: Any, resume_with_changes: bool = False) -> str | None:
+def launch_ranks(config: Any) -> str | None:
     """Trains ``config`` (whose ``trainer.num_ranks`` > 1) with that many local ranks.
 
+    The run directory must be prepared (`cadence.trainer.run.prepare_run` returned True):
+    the ranks read its ``config.yaml``.
+
     Returns:
-        How training ended (as `cadence.trainer.run.train` returns it), or None when the
-        run was already complete.
+        How training ended (as `cadence.trainer.run.train` returns it), or None when
+        rank 0 reported nothing.
 
     Raises:
-        RunConfigMismatchError, EnvBuildError: as `cadence.trainer.run.train`, before any
-            rank starts.
         RankFailedError: a rank exited with an error (its output says which).
     """
     from cadence.trainer.placement import resolve_cpu_matmul
-    from cadence.trainer.run import prepare_run
 
-    if not prepare_run(config, resume_with_changes):
-        return None
     # Decided once here, so that every rank multiplies on the same backend (they inherit it).
     resolve_cpu_matmul(config.trainer.cpu_matmul, Path(config.root_dir))
     num_ranks = config.trainer.num_ranks
@@ -66,7 +66,13 @@ def launch_ranks(config: Any, resume_with_changes: bool = False) -> str | None:
         GroupStore(num_ranks, config.trainer.collective_timeout_s) as store,
     ):
         outcome_file = Path(scratch) / "outcome"
-        command = [sys.executable, "-m", "cadence.launch", config.root_dir, str(outcome_file)]
+        command = [
+            sys.executable,
+            "-m",
+            "cadence.cli.rank",
+            config.root_dir,
+            str(outcome_file),
+        ]
         ranks = [
             subprocess.Popen(
                 command,
@@ -170,43 +176,3 @@ def _describe(code: int) -> str:
     if code < 0:
         return f"was killed by {signal.Signals(-code).name}"
     return f"exited with status {code}"
-
-
-def _run_rank(run_dir: str, outcome_file: str) -> int:
-    """One rank: trains the run in ``run_dir`` from its ``config.yaml``."""
-    import attrs
-
-    from cadence.config import ConfigError, from_yaml
-    from cadence.envs.errors import EnvBuildError
-    from cadence.trainer.errors import (
-        CheckpointError,
-        NonFiniteUpdateError,
-        RunConfigMismatchError,
-        RunStorageError,
-    )
-    from cadence.trainer.run import train
-
-    rank = int(os.environ["RANK"])
-    logging.basicConfig(
-        level=logging.WARNING,
-        format=f"%(asctime)s [rank {rank}] %(name)s: %(message)s",
-        datefmt="%H:%M:%S",
-    )
-    logging.getLogger("cadence").setLevel(logging.INFO if rank == 0 else logging.WARNING)
-    path = Path(run_dir) / "config.yaml"
-    try:
-        config = attrs.evolve(from_yaml(path.read_text(), source=f"'{path}'"), root_dir=run_dir)
-        outcome = train(config)
-    except (ConfigError, CheckpointError, RunConfigMismatchError, EnvBuildError) as error:
-        print(f"cadence train (rank {rank}): {error}", file=sys.stderr)
-        return 2
-    except (FileNotFoundError, NonFiniteUpdateError, RunStorageError) as error:
-        print(f"cadence train (rank {rank}): {error}", file=sys.stderr)
-        return 1
-    if rank == 0:
-        Path(outcome_file).write_text(f"{outcome}\n")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(_run_rank(*sys.argv[1:3]))
