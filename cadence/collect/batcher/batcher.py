@@ -2,10 +2,10 @@
 
 Follows the batchers of rlstructures (Denoyer et al., 2021,
 https://arxiv.org/abs/2102.01010): ``n_processes`` workers each run one agent over
-``n_envs`` environments (`cadence.agents.batcher_worker`); `execute` starts an
+``n_envs`` environments (`cadence.collect.batcher.worker`); `execute` starts an
 acquisition of ``n_timesteps`` steps in all of them and returns at once, `get`
 collects it. The workers write every step into one block of shared memory
-(`cadence.agents.shared`), so an acquisition costs one small message each way per
+(`cadence.collect.batcher.shared`), so an acquisition costs one small message each way per
 worker; new weights go through shared memory too, stamped with a version
 (`update`): nothing as large as a ``state_dict`` is pickled per update.
 
@@ -31,7 +31,7 @@ envs are seeded ``seed + i + restarts * N``. Past ``max_worker_restarts`` within
 unusable. An exception raised in env or agent code reaches the caller as a
 `BatcherWorkerError` with the worker's traceback; `reset` starts every slot again.
 
-With ``backend="ray"`` the workers are Ray actors (`cadence.agents.ray_backend`), which
+With ``backend="ray"`` the workers are Ray actors (`cadence.collect.batcher.ray_backend`), which
 may sit on other machines: the same protocol, seeds and fault policy, but each actor
 returns its rows with its answer and weights go through Ray's object store.
 """
@@ -47,16 +47,16 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from cadence.agents.acquisition import Acquisition, deadline, read_trajectories, write_rows
-from cadence.agents.agent import Agent
-from cadence.agents.batcher_worker import WorkerRecipe, worker_main
-from cadence.agents.shared import (
+from cadence.algorithms.agent import Agent
+from cadence.collect.batcher.acquisition import Acquisition, deadline, read_trajectories, write_rows
+from cadence.collect.batcher.shared import (
     Specs,
     TrajectoryBlock,
     WeightsBlock,
     row_fields,
     trajectory_fields,
 )
+from cadence.collect.batcher.worker import WorkerRecipe, worker_main
 from cadence.data.dict_tensor import DictTensor
 from cadence.data.trajectories import Trajectories
 from cadence.envs.environment import PyEnvironment
@@ -124,7 +124,7 @@ class Batcher:
         start_method: how workers start (``"forkserver"``: forked from a server that
             has imported torch once, without the parent's threads); local back end only.
         backend: ``"local"``: worker processes on this machine, writing into shared
-            memory. ``"ray"``: Ray actors (`cadence.agents.ray_backend`), which may sit
+            memory. ``"ray"``: Ray actors (`cadence.collect.batcher.ray_backend`), which may sit
             on any node of a Ray cluster: each returns its rows with its answer, and
             new weights go through Ray's object store. Same seeds, same random
             streams and trajectories as the local back end (floats within rounding
@@ -251,7 +251,7 @@ class Batcher:
     def processes(self) -> list[Any]:
         """The workers: worker ``w`` hosts slots ``w * n_envs`` to ``(w + 1) * n_envs - 1``.
 
-        Local processes; with Ray, `cadence.agents.ray_backend.RayActor` records (the
+        Local processes; with Ray, `cadence.collect.batcher.ray_backend.RayActor` records (the
         actor's handle, pid and host)."""
         return list(self._pool.processes)
 
@@ -642,11 +642,11 @@ def _make_pool(
             raise ImportError(
                 f"Batcher(backend='ray') needs Ray ({error}): pip install 'cadence[ray]'"
             ) from error
-        from cadence.agents.ray_backend import RayWorkerPool
+        from cadence.collect.batcher.ray_backend import RayWorkerPool
 
         return RayWorkerPool(n_processes, timeout_s, ray_actor_options)
     context = mp.get_context(start_method)
     if start_method == "forkserver":
-        context.set_forkserver_preload(["cadence.agents.batcher_worker"])
+        context.set_forkserver_preload(["cadence.collect.batcher.worker"])
     start_resource_tracker()  # the workers' own would unlink the blocks as they die
     return WorkerPool(context, n_processes, timeout_s)
