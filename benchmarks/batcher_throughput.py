@@ -6,7 +6,7 @@ side: an MLP ``obs -> 64 -> tanh -> 64 -> tanh -> actions`` built from the same 
 acting greedily (argmax for a discrete action, ``tanh`` of the output for a
 continuous one), torch on the CPU with one thread in every process. Columns:
 
-- ``batcher 1x16``, ``batcher 2x16``: `cadence.agents.Batcher` with 1 and 2 worker
+- ``batcher 1x16``, ``batcher 2x16``: `cadence.collect.Batcher` with 1 and 2 worker
   processes of 16 envs (``make_gym_env``), continuing mode; a round is
   ``execute()`` + ``get()``, and the steps counted are the segments' lengths;
 - ``ray 2x16``: the same with ``backend="ray"`` (2 Ray actors), where Ray is
@@ -60,9 +60,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from cadence.agents import Agent, Batcher, make_gym_env
 from cadence.algorithms.algorithm import AlgStep
-from cadence.collect import Collector
+from cadence.collect import Agent, Batcher, Collector, make_gym_env
 from cadence.data import DictTensor
 from cadence.envs import make_env
 

@@ -43,8 +43,9 @@ import torch
 
 from cadence.envs import GymEnvFactory, ParallelEnvironment, SerialEnvironment
 from cadence.envs.buffer import TimeStepBuffer, action_to_numpy
-from cadence.envs.parallel import _leaf, worker_cores
 from cadence.envs.parallel_worker import _all_envs_stepper, action_layout_for
+from cadence.envs.shared_batch import leaf
+from cadence.envs.worker_layout import worker_cores
 
 _STOP = -1
 # Control block: the parent's step number, each worker's answer (or step count), ready flags,
@@ -85,7 +86,7 @@ def _cadence_stepper(name: str, first: int, count: int, seed: int) -> Callable[[
     generator = torch.Generator().manual_seed(seed + first)
     sample = action_to_numpy(env.action_spec.sample((count,), generator))
     for path, array in actions.items():  # "" for a flat action, else each leaf's path
-        np.copyto(array, sample if path == "" else _leaf(sample, path))
+        np.copyto(array, sample if path == "" else leaf(sample, path))
     step = _all_envs_stepper(envs, 0, {"actions": actions, "buffer": buffer})
 
     def run() -> None:

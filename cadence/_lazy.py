@@ -26,7 +26,8 @@ def lazy_exports(
     Args:
         package: the package's ``__name__``.
         exports: each public name and the module that defines it, relative to ``package``
-            (``"time_step"`` for ``package.time_step``).
+            (``"time_step"`` for ``package.time_step``), or absolute (``"cadence.data.nest"``)
+            for a name that a lower layer defines.
 
     Returns:
         ``(__getattr__, __dir__)`` to assign at the package's top level.
@@ -36,7 +37,8 @@ def lazy_exports(
         module = exports.get(name)
         if module is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        return getattr(importlib.import_module(f"{package}.{module}"), name)
+        absolute = module.startswith("cadence.")
+        return getattr(importlib.import_module(module if absolute else f"{package}.{module}"), name)
 
     def __dir__() -> list[str]:
         return sorted({*exports, *vars(sys.modules[package])})

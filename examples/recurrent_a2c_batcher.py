@@ -32,7 +32,7 @@ import gymnasium as gym
 import torch
 from torch import nn
 
-from cadence.agents import Agent, Batcher, SlotRandom, make_gym_env, replay_agent, reset_where
+from cadence.collect import Agent, Batcher, SlotRandom, make_gym_env, replay_agent, reset_where
 from cadence.data import DictTensor
 from cadence.envs.wrappers import ObservationMask
 

@@ -20,7 +20,7 @@ import time
 import torch
 from torch import nn
 
-from cadence.agents import Agent, Batcher, SlotRandom, make_gym_env, replay_agent
+from cadence.collect import Agent, Batcher, SlotRandom, make_gym_env, replay_agent
 from cadence.data import DictTensor
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

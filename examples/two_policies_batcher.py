@@ -20,7 +20,7 @@ import argparse
 
 import torch
 
-from cadence.agents import Agent, Batcher, SlotRandom, make_gym_env
+from cadence.collect import Agent, Batcher, SlotRandom, make_gym_env
 from cadence.data import DictTensor
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

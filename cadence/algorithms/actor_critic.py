@@ -124,7 +124,7 @@ class ActorCriticAlgorithm(Algorithm):
         return AlgStep(output=self._to_env(action), state=state, info=info)
 
     def as_agent(self) -> AlgorithmAgent:
-        """This policy as an rlstructures `Agent`, for the `cadence.agents.Batcher`: each
+        """This policy as an rlstructures `Agent`, for the `cadence.collect.Batcher`: each
         step is a `rollout_step`, a recurrent state travels as ``agent_state``."""
         return AlgorithmAgent(self)
 

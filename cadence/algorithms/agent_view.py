@@ -1,7 +1,7 @@
 """`AlgorithmAgent`: an algorithm's policy as an rlstructures `Agent` (DESIGN §5).
 
 PPO, A2C and SAC offer it through ``as_agent()``, so that their policies collect
-through the `cadence.agents.Batcher`, in worker processes or on a Ray cluster. Each
+through the `cadence.collect.Batcher`, in worker processes or on a Ray cluster. Each
 step of the agent is one `rollout_step` of the algorithm on the Batcher's
 observation seen as a `TimeStep`: the same action for the same inputs (and, where
 the policy samples, the same draws of torch's generator). A recurrent algorithm's
@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from cadence.agents.agent import Agent, reset_where
+from cadence.algorithms.agent import Agent, reset_where
 from cadence.algorithms.algorithm import Algorithm
 from cadence.data.dict_tensor import DictTensor
 from cadence.data.nest import Nest, flatten, flatten_with_paths, pack_sequence_as

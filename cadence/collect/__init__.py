@@ -1,4 +1,5 @@
-"""Collection: `Collector` (in-process unrolls) and episode statistics."""
+"""Collection: `Collector` (in-process unrolls), episode statistics, and rlstructures'
+`Batcher`, which runs an `Agent` over environments in worker processes."""
 
 from cadence._lazy import lazy_exports
 
@@ -7,7 +8,24 @@ __getattr__, __dir__ = lazy_exports(
     {
         "EpisodeStats": "episode_stats",
         "Collector": "unroll",
+        "Agent": "cadence.algorithms.agent",
+        "replay_agent": "cadence.algorithms.agent",
+        "reset_where": "cadence.algorithms.agent",
+        "Batcher": "batcher.batcher",
+        "BatcherWorkerError": "batcher.batcher",
+        "make_gym_env": "batcher.gym_env",
+        "SlotRandom": "batcher.slot_random",
     },
 )
 
-__all__ = ["Collector", "EpisodeStats"]
+__all__ = [
+    "Agent",
+    "Batcher",
+    "BatcherWorkerError",
+    "Collector",
+    "EpisodeStats",
+    "SlotRandom",
+    "make_gym_env",
+    "replay_agent",
+    "reset_where",
+]

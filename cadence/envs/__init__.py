@@ -16,7 +16,7 @@ __getattr__, __dir__ = lazy_exports(
         "UnsavableEnvStateError": "env_state",
         "make_env": "make",
         "MujocoWarning": "mujoco_setup",
-        "EnvironmentWorkerError": "parallel",
+        "EnvironmentWorkerError": "worker_errors",
         "ParallelEnvironment": "parallel",
         "SerialEnvironment": "serial",
         "ThreadEnvironment": "thread",

@@ -11,13 +11,12 @@ waited for forever; and a deadline (the pool's ``timeout_s`` for a request, a
 caller's own for `gather`), so a worker that hangs (a simulator stuck in a loop, a
 deadlock in env code) is killed with ``SIGKILL`` and reported with the dead. The
 deadline costs the hot path nothing: the waits read the clock they read anyway,
-and only once the answers are late. `RestartBudget` bounds how often a worker may
-be replaced.
+and only once the answers are late. What then becomes of a lost worker is
+`cadence.envs.recovery`'s to decide.
 """
 
 from __future__ import annotations
 
-import collections
 import logging
 import math
 import multiprocessing
@@ -324,48 +323,6 @@ class WorkerPool:
                 del self._owners[fd]
         self._channels[worker].close()
         self._channels[worker] = None
-
-
-class RestartBudget:
-    """At most ``max_restarts`` restarts of each worker within any ``window_s`` seconds.
-
-    >>> budget = RestartBudget(max_restarts=1, window_s=60.0)
-    >>> budget.spend(0), budget.spend(0), budget.spend(1)
-    (True, False, True)
-    """
-
-    def __init__(
-        self, max_restarts: int, window_s: float, clock: Callable[[], float] = time.monotonic
-    ):
-        if max_restarts < 0 or window_s <= 0:
-            raise ValueError(
-                f"need max_restarts >= 0 and window_s > 0, got {max_restarts} and {window_s}"
-            )
-        self.max_restarts = max_restarts
-        self.window_s = window_s
-        self._clock = clock
-        self._times: dict[int, collections.deque[float]] = collections.defaultdict(
-            collections.deque
-        )
-
-    def spend(self, worker: int) -> bool:
-        """Records a restart of ``worker`` if the budget allows one; returns whether it did."""
-        now, times = self._clock(), self._times[worker]
-        while times and now - times[0] >= self.window_s:
-            times.popleft()
-        if len(times) >= self.max_restarts:
-            return False
-        times.append(now)
-        return True
-
-    def allows(self, worker: int) -> bool:
-        """Whether `spend` would record a restart of ``worker`` now (nothing is recorded)."""
-        now, times = self._clock(), self._times[worker]
-        return sum(now - t < self.window_s for t in times) < self.max_restarts
-
-    def recent(self, worker: int) -> int:
-        """The restarts of ``worker`` recorded within the window (as of the last `spend`)."""
-        return len(self._times[worker])
 
 
 def available_cores() -> int:

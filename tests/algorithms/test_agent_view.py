@@ -9,11 +9,11 @@ import copy
 import pytest
 import torch
 
-from cadence.agents import Batcher, make_gym_env
 from cadence.algorithms.a2c import A2CConfig, make_a2c
 from cadence.algorithms.algorithm import reset_state
 from cadence.algorithms.ppo import PPOConfig, make_ppo
 from cadence.algorithms.sac import SACConfig, make_sac
+from cadence.collect import Batcher, make_gym_env
 from cadence.data import DictTensor
 from cadence.data.nest import flatten_with_paths
 from cadence.data.specs import BoundedTensorSpec, DiscreteTensorSpec, TensorSpec

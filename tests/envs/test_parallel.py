@@ -21,8 +21,8 @@ from cadence.envs import (
     SerialEnvironment,
     make_env,
 )
-from cadence.envs.parallel import split_evenly, worker_cores
-from cadence.envs.worker_pool import RestartBudget
+from cadence.envs.recovery import RestartBudget
+from cadence.envs.worker_layout import split_evenly, worker_cores
 from cadence.testing import FailingEnv, ImageEnv
 
 
@@ -94,7 +94,7 @@ def test_a_killed_worker_is_restarted_and_its_episodes_end_with_last(caplog):
         steps = [env.reset()] + [env.step(_alternating(t)) for t in range(3)]
         old_pid = env.processes[1].pid
         _kill(env, 1)
-        with caplog.at_level(logging.WARNING, logger="cadence.envs.parallel"):
+        with caplog.at_level(logging.WARNING, logger="cadence.envs.recovery"):
             steps += [env.step(_alternating(t)) for t in range(3, 6)]
         assert env.restarts == [0, 1]
         assert env.processes[1].is_alive() and env.processes[1].pid != old_pid
@@ -204,7 +204,7 @@ def test_replacements_that_die_while_built_use_up_the_budget_then_fail(caplog):
     try:
         env.reset()
         _kill(env, 1)
-        with caplog.at_level(logging.WARNING, logger="cadence.envs.parallel"):
+        with caplog.at_level(logging.WARNING, logger="cadence.envs.recovery"):
             with pytest.raises(
                 EnvironmentWorkerError, match="its 3 restarts within 600 s are spent"
             ) as error:

@@ -121,7 +121,7 @@ BATCHER_SCRIPT = (
     + """
 import torch
 
-from cadence.agents import Agent, Batcher, make_gym_env
+from cadence.collect import Agent, Batcher, make_gym_env
 from cadence.data import DictTensor
 
 

@@ -11,7 +11,7 @@ import torch
 from countdown_vector_env import COUNTDOWN_ID, CountdownVectorEnv
 from gymnasium.vector import AutoresetMode
 
-from cadence.agents.gym_env import make_gym_env
+from cadence.collect.batcher.gym_env import make_gym_env
 from cadence.config import load_config
 from cadence.data.time_step import StepType
 from cadence.envs import make_env

@@ -52,7 +52,7 @@ def test_a_worker_that_dies_hangs_or_raises_mid_step_is_restarted_and_its_episod
     action = torch.zeros(4, dtype=torch.int64)
     # Step 1 is the adapter's probe when it builds the env: step 4 is the third of the run.
     with _faulty(tmp_path, fault, at_step=4) as env:
-        with caplog.at_level(logging.WARNING, logger="cadence.envs.parallel"):
+        with caplog.at_level(logging.WARNING, logger="cadence.envs.recovery"):
             steps = [env.reset()] + [env.step(action) for _ in range(5)]
         restarts = env.restarts
     assert (tmp_path / "fired").exists() and sorted(restarts) == [0, 1]
@@ -72,7 +72,7 @@ def test_a_worker_that_dies_hangs_or_raises_mid_step_is_restarted_and_its_episod
 
 @pytest.mark.timeout(60)
 def test_a_reset_that_hangs_is_killed_and_the_replacement_resets(tmp_path, caplog):
-    with caplog.at_level(logging.WARNING, logger="cadence.envs.parallel"):
+    with caplog.at_level(logging.WARNING, logger="cadence.envs.recovery"):
         with _faulty(tmp_path, "hang", at_step=None, at_reset=2) as env:
             start = time.monotonic()
             first = env.reset()
@@ -97,7 +97,7 @@ def test_an_env_that_keeps_raising_exhausts_the_restart_budget_and_names_what_it
         env_kwargs={"fault": "raise", "at_step": 3},  # no once_file: every env, every time
         max_worker_restarts=1,
     )
-    with env, caplog.at_level(logging.WARNING, logger="cadence.envs.parallel"):
+    with env, caplog.at_level(logging.WARNING, logger="cadence.envs"):
         env.reset()
         with pytest.raises(EnvironmentWorkerError) as error:
             for _ in range(10):

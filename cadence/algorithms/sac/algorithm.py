@@ -145,7 +145,7 @@ class SACAlgorithm(Algorithm):
         return AlgStep(output=action, state=state, info={})
 
     def as_agent(self) -> AlgorithmAgent:
-        """This policy as an rlstructures `Agent`, for the `cadence.agents.Batcher`."""
+        """This policy as an rlstructures `Agent`, for the `cadence.collect.Batcher`."""
         return AlgorithmAgent(self)
 
     # ---------------------------------------------------------------- training

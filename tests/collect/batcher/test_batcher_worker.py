@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from cadence.agents.batcher_worker import observation_of
+from cadence.collect.batcher.worker import observation_of
 from cadence.data import DictTensor
 from cadence.data.time_step import TimeStep
 

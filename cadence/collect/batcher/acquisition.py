@@ -1,6 +1,6 @@
 """An acquisition of the `Batcher`: what `execute` started, and reading it into `Trajectories`.
 
-The trajectory block (`cadence.agents.shared`) holds every slot's rows; an acquisition
+The trajectory block (`cadence.collect.batcher.shared`) holds every slot's rows; an acquisition
 reads those of the slots that ran, up to the longest segment, and adds the per-segment
 ``info``. A dead worker's slots end at the last step it wrote, marked as cut (LAST with
 discount 1, as `ParallelEnvironment` ends the episodes of a dead worker). The Ray back

@@ -7,7 +7,7 @@ import batcher_helpers as helpers
 import pytest
 import torch
 
-from cadence.agents import Agent, Batcher, SlotRandom, replay_agent, reset_where
+from cadence.collect import Agent, Batcher, SlotRandom, replay_agent, reset_where
 from cadence.data import DictTensor, TemporalDictTensor, Trajectories
 
 
@@ -120,16 +120,18 @@ def test_an_agent_must_define_call():
 
 
 def test_the_package_lists_its_names():
-    import cadence.agents
+    import cadence.collect
 
-    assert sorted(cadence.agents.__all__) == [
+    assert sorted(cadence.collect.__all__) == [
         "Agent",
         "Batcher",
         "BatcherWorkerError",
+        "Collector",
+        "EpisodeStats",
         "SlotRandom",
         "make_gym_env",
         "replay_agent",
         "reset_where",
     ]
-    for name in cadence.agents.__all__:
-        assert getattr(cadence.agents, name) is not None, name
+    for name in cadence.collect.__all__:
+        assert getattr(cadence.collect, name) is not None, name

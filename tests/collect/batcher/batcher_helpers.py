@@ -8,7 +8,7 @@ import time
 import torch
 from torch import nn
 
-from cadence.agents import Agent, SlotRandom, make_gym_env, reset_where
+from cadence.collect import Agent, SlotRandom, make_gym_env, reset_where
 from cadence.data import DictTensor
 from cadence.envs import PyEnvironment, PyEnvironmentWrapper
 

@@ -14,7 +14,7 @@ the parent: an actor may sit on another machine, so
 
 Each actor runs the local back end's `Acquirer` (the same envs, seeds and per-step
 logic), so both back ends acquire the same trajectories for the same seeds (split alike,
-bit for bit; split otherwise, as any two splits: see `cadence.agents.batcher`).
+bit for bit; split otherwise, as any two splits: see `cadence.collect.batcher.batcher`).
 A dead actor (its process gone, its node lost) is reported as a dead worker, and
 one silent past ``timeout_s`` is killed with ``ray.kill``; `get` polls with
 ``ray.wait(timeout=0)``. Ray is imported here only, when a Batcher asks for it.
@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from cadence.agents.batcher_worker import Acquirer, WorkerRecipe, _attempt, _unpack
+from cadence.collect.batcher.worker import Acquirer, WorkerRecipe, attempt, unpack_recipe
 from cadence.envs.main_module import MainFree
 
 Reply = tuple[str, Any]
@@ -50,8 +50,8 @@ class RayBatcherWorker:
     def __init__(self, worker: int, start: int, recipe: WorkerRecipe | MainFree, seed_offset: int):
         torch.set_num_threads(1)
         self.worker = worker
-        self.build_reply, self.acquirer = _attempt(
-            lambda: Acquirer(_unpack(recipe), start, seed_offset)
+        self.build_reply, self.acquirer = attempt(
+            lambda: Acquirer(unpack_recipe(recipe), start, seed_offset)
         )
         self.weights_version = -1
 
@@ -66,16 +66,16 @@ class RayBatcherWorker:
         running and the rows it wrote (`Acquirer.rows_written`)."""
         if command == "execute":
             agent_info, weights = arg
-            reply, _ = _attempt(functools.partial(self._load_weights, weights))
+            reply, _ = attempt(functools.partial(self._load_weights, weights))
             if reply[0] == "error":
                 return reply
-            reply, running = _attempt(
+            reply, running = attempt(
                 functools.partial(self.acquirer.handle, command, (agent_info, None))
             )
             if reply[0] == "error":
                 return reply
             return "ok", (running, self.acquirer.rows_written())
-        reply, _ = _attempt(functools.partial(self.acquirer.handle, command, arg))
+        reply, _ = attempt(functools.partial(self.acquirer.handle, command, arg))
         return reply
 
     def close(self) -> None:

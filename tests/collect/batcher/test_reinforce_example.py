@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "reinforce_batcher.py"
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "reinforce_batcher.py"
 
 
 @pytest.mark.timeout(180)

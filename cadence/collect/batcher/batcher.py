@@ -2,10 +2,10 @@
 
 Follows the batchers of rlstructures (Denoyer et al., 2021,
 https://arxiv.org/abs/2102.01010): ``n_processes`` workers each run one agent over
-``n_envs`` environments (`cadence.agents.batcher_worker`); `execute` starts an
+``n_envs`` environments (`cadence.collect.batcher.worker`); `execute` starts an
 acquisition of ``n_timesteps`` steps in all of them and returns at once, `get`
 collects it. The workers write every step into one block of shared memory
-(`cadence.agents.shared`), so an acquisition costs one small message each way per
+(`cadence.collect.batcher.shared`), so an acquisition costs one small message each way per
 worker; new weights go through shared memory too, stamped with a version
 (`update`): nothing as large as a ``state_dict`` is pickled per update.
 
@@ -24,21 +24,22 @@ Workers are started and watched with `cadence.envs.worker_pool` (the transport o
 defines (the agent's class, an env factory) travels to them by value.
 
 A worker that dies, or hangs past ``timeout_s`` and is killed, is restarted as
-`ParallelEnvironment` restarts one, with a warning: its slots' steps end at the
-last one written, marked as cut (``done``, LAST with discount 1), and its rebuilt
-envs are seeded ``seed + i + restarts * N``. Past ``max_worker_restarts`` within
-``restart_window_s`` seconds, `BatcherWorkerError` says so and the Batcher is
-unusable. An exception raised in env or agent code reaches the caller as a
-`BatcherWorkerError` with the worker's traceback; `reset` starts every slot again.
+`cadence.envs.recovery` says for every worker pool, `ParallelEnvironment`'s too: a
+warning names it; its slots' steps end at the last one written, marked as cut
+(``done``, LAST with discount 1), and its rebuilt envs are seeded ``seed + i +
+restarts * N``. Past ``max_worker_restarts`` within ``restart_window_s`` seconds,
+`BatcherWorkerError` says so and the Batcher is unusable. An exception raised in env
+or agent code reaches the caller as a `BatcherWorkerError` with the worker's
+traceback; `reset` starts every slot again.
 
-With ``backend="ray"`` the workers are Ray actors (`cadence.agents.ray_backend`), which
+With ``backend="ray"`` the workers are Ray actors (`cadence.collect.batcher.ray_backend`), which
 may sit on other machines: the same protocol, seeds and fault policy, but each actor
 returns its rows with its answer and weights go through Ray's object store.
 """
 
 from __future__ import annotations
 
-import logging
+import functools
 import multiprocessing as mp
 import time
 from collections.abc import Callable, Mapping
@@ -47,25 +48,23 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from cadence.agents.acquisition import Acquisition, deadline, read_trajectories, write_rows
-from cadence.agents.agent import Agent
-from cadence.agents.batcher_worker import WorkerRecipe, worker_main
-from cadence.agents.shared import (
+from cadence.algorithms.agent import Agent
+from cadence.collect.batcher.acquisition import Acquisition, deadline, read_trajectories, write_rows
+from cadence.collect.batcher.shared import (
     Specs,
     TrajectoryBlock,
-    WeightsBlock,
-    row_fields,
     trajectory_fields,
 )
+from cadence.collect.batcher.weights import WeightsPublisher, acting_weights
+from cadence.collect.batcher.worker import WorkerRecipe, worker_main
 from cadence.data.dict_tensor import DictTensor
 from cadence.data.trajectories import Trajectories
 from cadence.envs.environment import PyEnvironment
 from cadence.envs.main_module import MainFree
 from cadence.envs.make import env_registrations
 from cadence.envs.parallel_worker import start_resource_tracker
-from cadence.envs.worker_pool import RestartBudget, WorkerPool
-
-logger = logging.getLogger(__name__)
+from cadence.envs.recovery import RecoveryPolicy
+from cadence.envs.worker_pool import WorkerPool
 
 Mode = Literal["continuing", "episodic"]
 Backend = Literal["local", "ray"]
@@ -124,7 +123,7 @@ class Batcher:
         start_method: how workers start (``"forkserver"``: forked from a server that
             has imported torch once, without the parent's threads); local back end only.
         backend: ``"local"``: worker processes on this machine, writing into shared
-            memory. ``"ray"``: Ray actors (`cadence.agents.ray_backend`), which may sit
+            memory. ``"ray"``: Ray actors (`cadence.collect.batcher.ray_backend`), which may sit
             on any node of a Ray cluster: each returns its rows with its answer, and
             new weights go through Ray's object store. Same seeds, same random
             streams and trajectories as the local back end (floats within rounding
@@ -165,17 +164,8 @@ class Batcher:
         backend: Backend = "local",
         ray_actor_options: Mapping[str, Any] | None = None,
     ):
-        for name, value in (("n_timesteps", n_timesteps), ("n_processes", n_processes)):
-            if value < 1:
-                raise ValueError(f"{name} must be >= 1, got {value}")
-        if n_envs < 1:
-            raise ValueError(f"n_envs must be >= 1, got {n_envs}")
-        if mode not in ("continuing", "episodic"):
-            raise ValueError(f"mode must be 'continuing' or 'episodic', got {mode!r}")
-        if backend not in ("local", "ray"):
-            raise ValueError(f"backend must be 'local' or 'ray', got {backend!r}")
+        _check_arguments(n_timesteps, n_processes, n_envs, mode, backend)
         self._closed = False
-        self._broken: str | None = None
         self.n_timesteps, self.n_processes, self.n_envs = n_timesteps, n_processes, n_envs
         self.mode = mode
         self.backend = backend
@@ -199,36 +189,61 @@ class Batcher:
         # memory under the caller's model, as multiprocessing's own pickler would.
         self._packed_recipe = MainFree(self._recipe)
         self._examples = {"agent_info": agent_info, "env_info": env_info}
-        self._budget = RestartBudget(max_worker_restarts, restart_window_s)
-        self._restarts = [0] * n_processes
+        self._init_state()
+        try:
+            self._pool = _make_pool(
+                backend, n_processes, timeout_s, start_method, ray_actor_options
+            )
+            self._recovery = self._recovery_policy(max_worker_restarts, restart_window_s)
+            self._start_workers()
+        except BaseException:
+            self.close()
+            raise
+
+    def _init_state(self) -> None:
+        """The state of no acquisition yet: no blocks, no weights, every slot to reset."""
         self._block: TrajectoryBlock | None = None
-        self._weights: WeightsBlock | None = None
-        self._version = 0  # of the latest weights (0: those create_agent built)
-        self._copy_of: dict[int, int] = {}  # weights version -> the copy holding it
-        self._weights_ref: Any = None  # Ray: the object holding the latest version
-        self._weights_fields: list[Any] | None = None  # Ray: what every update must match
+        self._weights = WeightsPublisher(ray=self.backend == "ray")
         self._agent_info = DictTensor({}, batch_size=self._n_slots)
         self._env_info = DictTensor({}, batch_size=self._n_slots)
         self._running = np.zeros(self._n_slots, dtype=bool)  # slots that will act next
         self._needs_reset = True
         self._in_flight: Acquisition | None = None
-        try:
-            self._pool = _make_pool(
-                backend, n_processes, timeout_s, start_method, ray_actor_options
-            )
-            for worker in range(n_processes):
-                self._spawn(worker)
-            specs = self._gather_specs(range(n_processes))
-            fields = trajectory_fields(specs, self._n_slots, n_timesteps)
-            self._block = TrajectoryBlock(fields, shared=backend == "local")
-            self._worker_fields = trajectory_fields(specs, n_envs, n_timesteps)
-            replies, dead = self._pool.request({w: self._attach_message() for w in self._workers})
-            if dead:
-                raise self._unusable(min(dead), f"{self._pool.reap(min(dead))} while it was built")
-            self._raise_errors(replies, while_building=True)
-        except BaseException:
-            self.close()
-            raise
+
+    def _start_workers(self) -> None:
+        """Starts every worker, lays out the trajectory block from the specs they report,
+        and attaches them to it."""
+        for worker in self._workers:
+            self._spawn(worker)
+        specs = self._gather_specs(self._workers)
+        fields = trajectory_fields(specs, self._n_slots, self.n_timesteps)
+        self._block = TrajectoryBlock(fields, shared=self.backend == "local")
+        self._worker_fields = trajectory_fields(specs, self.n_envs, self.n_timesteps)
+        replies, dead = self._pool.request({w: self._attach_message() for w in self._workers})
+        if dead:
+            worker = min(dead)
+            raise self._recovery.lost_while_building(worker, self._pool.reap(worker))
+        self._raise_errors(replies, while_building=True)
+        self._recovery.built = True
+
+    def _recovery_policy(self, max_restarts: int, window_s: float) -> RecoveryPolicy:
+        """The shared worker-recovery policy (`cadence.envs.recovery`), worded for slots."""
+        return RecoveryPolicy(
+            self._pool,
+            owner="Batcher",
+            worker_kind="batcher worker",
+            batch_size=self._n_slots,
+            max_restarts=max_restarts,
+            window_s=window_s,
+            hosted=lambda w: f"hosting slots {self._ids(w)}",
+            cut="the steps of its slots end at the last one written, marked as cut (LAST, "
+            "discount 1)",
+            make_error=lambda message, w, hung: BatcherWorkerError(
+                message, w, self._env_ids(w), died=True
+            ),
+            building="while the Batcher was being built",
+            build_timeout="timeout_s",
+        )
 
     # -- the public protocol -------------------------------------------------------------------
 
@@ -240,18 +255,18 @@ class Batcher:
     @property
     def weights_version(self) -> int:
         """The version of the latest `update` (0 before any)."""
-        return self._version
+        return self._weights.version
 
     @property
     def restarts(self) -> list[int]:
         """How often each worker has been restarted after dying (or hanging)."""
-        return list(self._restarts)
+        return list(self._recovery.restarts)
 
     @property
     def processes(self) -> list[Any]:
         """The workers: worker ``w`` hosts slots ``w * n_envs`` to ``(w + 1) * n_envs - 1``.
 
-        Local processes; with Ray, `cadence.agents.ray_backend.RayActor` records (the
+        Local processes; with Ray, `cadence.collect.batcher.ray_backend.RayActor` records (the
         actor's handle, pid and host)."""
         return list(self._pool.processes)
 
@@ -308,7 +323,7 @@ class Batcher:
         send_info = agent_info is not None
         if send_info:
             self._agent_info = self._per_slot(agent_info, "agent_info")
-        weights = self._weights_message()
+        weights = self._weights.message()
         workers = [w for w in self._workers if self._running[self._slots(w)].any()]
         messages = {
             w: ("execute", (self._slice_of(self._agent_info, w) if send_info else None, weights))
@@ -317,7 +332,7 @@ class Batcher:
         self._in_flight = Acquisition(
             workers=workers,
             slots=np.flatnonzero(self._running),
-            version=self._version,
+            version=self._weights.version,
             agent_info=self._agent_info,
             deadline=deadline(self._pool.timeout_s),
         )
@@ -390,22 +405,8 @@ class Batcher:
             TypeError: ``weights`` holds no tensor.
         """
         self._check_usable()
-        weights = acting_weights(weights)
-        if self.backend == "ray":
-            return self._put_weights(weights)
-        if self._weights is None:
-            self._weights = WeightsBlock.for_weights(weights)
-        in_use = set()
-        if self._in_flight is not None and self._in_flight.version in self._copy_of:
-            in_use.add(self._copy_of[self._in_flight.version])
-        if self._version in self._copy_of and not in_use:
-            in_use.add(self._copy_of[self._version])
-        copy = 0 if 0 not in in_use else 1
-        self._weights.write(copy, weights, self._version + 1)
-        self._version += 1
-        self._copy_of = {v: c for v, c in self._copy_of.items() if c != copy}
-        self._copy_of[self._version] = copy
-        return self._version
+        in_flight = None if self._in_flight is None else self._in_flight.version
+        return self._weights.publish(acting_weights(weights), in_flight)
 
     def close(self) -> None:
         """Stops the workers and frees the shared memory; idempotent."""
@@ -414,10 +415,11 @@ class Batcher:
         self._closed = True
         if hasattr(self, "_pool"):
             self._pool.stop()
-        for block in (self._block, self._weights):
-            if block is not None:
-                block.close(unlink=True)
-        self._block = self._weights = None
+        if getattr(self, "_weights", None) is not None:
+            self._weights.close()
+        if getattr(self, "_block", None) is not None:
+            self._block.close(unlink=True)
+        self._block = None
 
     def __enter__(self) -> Batcher:
         return self
@@ -444,7 +446,7 @@ class Batcher:
         return {k: v.clone() for k, v in values[self._slots(worker)].to_dict().items()}
 
     def _spawn(self, worker: int) -> None:
-        offset = self._restarts[worker] * self._n_slots
+        offset = self._recovery.seed_offset(worker)
         args = (worker, worker * self.n_envs, self._packed_recipe, offset)
         if self.backend == "ray":
             self._pool.spawn(worker, args)
@@ -455,7 +457,7 @@ class Batcher:
         replies, dead = self._pool.gather(workers, self._pool.timeout_s)
         if dead:
             worker = min(dead)
-            raise self._unusable(worker, f"{self._pool.reap(worker)} while it was being built")
+            raise self._recovery.lost_while_building(worker, self._pool.reap(worker))
         self._raise_errors(replies, while_building=True)
         return next(payload for _, payload in replies.values())
 
@@ -477,7 +479,7 @@ class Batcher:
         return plain
 
     def _recover(self, worker: int, how: str, resume: bool) -> None:
-        """Replaces dead ``worker`` (within the restart budget, else raises); with ``resume``
+        """Replaces dead ``worker`` as the recovery policy says (else raises); with ``resume``
         its slots start new episodes, else they wait for the next reset.
 
         Args:
@@ -485,41 +487,26 @@ class Batcher:
             how: how it ended, `WorkerPool.reap`'s predicate (``"died (exit code 3)"``).
             resume: whether its slots run on (continuing mode) or wait for a reset.
         """
-        while True:
-            if not self._budget.spend(worker):
-                raise self._unusable(
-                    worker,
-                    f"{how}, after {self._budget.max_restarts} restarts within "
-                    f"{self._budget.window_s:g} s (max_worker_restarts="
-                    f"{self._budget.max_restarts})",
-                )
-            self._restarts[worker] += 1
-            logger.warning(
-                "%s; restarting it (restart %d of at most %d per %g s): the steps of its slots "
-                "end at the last one written, marked as cut (LAST, discount 1), and its rebuilt "
-                "envs are seeded seed + i + %d",
-                self._describe(worker, how),
-                self._budget.recent(worker),
-                self._budget.max_restarts,
-                self._budget.window_s,
-                self._restarts[worker] * self._n_slots,
-            )
-            self._spawn(worker)
-            replies, dead = self._pool.gather([worker], self._pool.timeout_s)
-            if not dead:
-                self._raise_errors(replies, while_building=True)
-                messages = [self._attach_message()]
-                if resume:
-                    messages.append(("reset", self._slice_of(self._agent_info, worker)))
-                for message in messages:
-                    replies, dead = self._pool.request({worker: message})
-                    if dead:
-                        break
-                    self._raise_errors(replies)
-            if not dead:
-                self._running[self._slots(worker)] = resume
-                return
-            how = self._pool.reap(worker)
+        ready = functools.partial(self._ready, resume=resume)
+        self._recovery.recover(worker, how, self._spawn, ready)
+
+    def _ready(self, worker: int, resume: bool) -> bool:
+        """Builds and attaches ``worker``'s replacement (and resets it with ``resume``);
+        False if it died meanwhile."""
+        replies, dead = self._pool.gather([worker], self._pool.timeout_s)
+        if not dead:
+            self._raise_errors(replies, while_building=True)
+            messages = [self._attach_message()]
+            if resume:
+                messages.append(("reset", self._slice_of(self._agent_info, worker)))
+            for message in messages:
+                replies, dead = self._pool.request({worker: message})
+                if dead:
+                    break
+                self._raise_errors(replies)
+        if not dead:
+            self._running[self._slots(worker)] = resume
+        return not dead
 
     def _raise_errors(self, replies: dict[int, Any], while_building: bool = False) -> None:
         for worker, (status, payload) in sorted(replies.items()):
@@ -532,23 +519,11 @@ class Batcher:
                 f"{where}\n\nWorker traceback:\n{tb}"
             )
             if while_building:
-                self._broken = message
+                self._recovery.broken = message
             else:
                 self._needs_reset = True
                 message += "\ncall reset() to start every slot again"
             raise BatcherWorkerError(message, worker, self._env_ids(worker), tb)
-
-    def _unusable(self, worker: int, how: str) -> BatcherWorkerError:
-        message = (
-            f"{self._describe(worker, how)}; this Batcher is unusable: close it and build a "
-            "new one (and find what kills the worker)"
-        )
-        self._broken = message
-        return BatcherWorkerError(message, worker, self._env_ids(worker), died=True)
-
-    def _describe(self, worker: int, how: str) -> str:
-        pid = self._pool.processes[worker].pid
-        return f"batcher worker {worker} (pid {pid}, hosting slots {self._ids(worker)}) {how}"
 
     def _env_ids(self, worker: int) -> list[int]:
         return list(range(self._slots(worker).start, self._slots(worker).stop))
@@ -556,31 +531,6 @@ class Batcher:
     def _ids(self, worker: int) -> str:
         ids = self._env_ids(worker)
         return f"{ids[0]}..{ids[-1]}" if len(ids) > 1 else str(ids[0])
-
-    def _put_weights(self, weights: dict[str, torch.Tensor]) -> int:
-        """Ray: puts the new version into the object store, once for every actor."""
-        import ray
-
-        weights = {k: v.detach().cpu().clone() for k, v in weights.items()}
-        fields = row_fields({k: v.unsqueeze(0) for k, v in weights.items()})
-        if self._weights_fields is not None and fields != self._weights_fields:
-            raise ValueError(
-                "Batcher.update takes tensors of the same names, shapes and dtypes every time; "
-                f"first {self._weights_fields}, now {fields}"
-            )
-        self._weights_fields = fields
-        self._weights_ref = ray.put(weights)
-        self._version += 1
-        return self._version
-
-    def _weights_message(self) -> tuple[Any, ...] | None:
-        if self.backend == "ray":
-            # In a list, so that Ray passes the reference rather than what it holds.
-            return None if self._weights_ref is None else ([self._weights_ref], self._version)
-        if self._weights is None:
-            return None
-        copy = self._copy_of[self._version]
-        return (self._weights.name, self._weights.fields, copy, self._version)
 
     def _per_slot(self, values: DictTensor | None, what: str) -> DictTensor:
         """``values`` checked to have a row per slot; ``None``: the example's first row in each."""
@@ -604,27 +554,23 @@ class Batcher:
     def _check_usable(self) -> None:
         if self._closed:
             raise RuntimeError("the Batcher is closed")
-        if self._broken is not None:
-            raise RuntimeError(f"the Batcher is unusable since a worker failed: {self._broken}")
+        broken = self._recovery.broken
+        if broken is not None:
+            raise RuntimeError(f"the Batcher is unusable since a worker failed: {broken}")
 
 
-def acting_weights(weights: Mapping[str, Any]) -> dict[str, torch.Tensor]:
-    """The tensor entries of ``weights``: what the workers' agents act with.
-
-    An algorithm's ``state_dict()`` also holds its optimizers' state (``optim/*``,
-    nested dicts) and what ``compile=auto`` chose; workers act, they never step an
-    optimizer, so these stay behind rather than be pickled at every update.
-
-    Raises:
-        TypeError: ``weights`` holds no tensor.
-    """
-    tensors = {k: v for k, v in weights.items() if isinstance(v, torch.Tensor)}
-    if not tensors:
-        raise TypeError(
-            "Batcher.update takes tensors by name (e.g. a state_dict()), got none among "
-            f"{sorted(weights)[:8]}"
-        )
-    return tensors
+def _check_arguments(
+    n_timesteps: int, n_processes: int, n_envs: int, mode: Mode, backend: Backend
+) -> None:
+    for name, value in (("n_timesteps", n_timesteps), ("n_processes", n_processes)):
+        if value < 1:
+            raise ValueError(f"{name} must be >= 1, got {value}")
+    if n_envs < 1:
+        raise ValueError(f"n_envs must be >= 1, got {n_envs}")
+    if mode not in ("continuing", "episodic"):
+        raise ValueError(f"mode must be 'continuing' or 'episodic', got {mode!r}")
+    if backend not in ("local", "ray"):
+        raise ValueError(f"backend must be 'local' or 'ray', got {backend!r}")
 
 
 def _make_pool(
@@ -642,11 +588,11 @@ def _make_pool(
             raise ImportError(
                 f"Batcher(backend='ray') needs Ray ({error}): pip install 'cadence[ray]'"
             ) from error
-        from cadence.agents.ray_backend import RayWorkerPool
+        from cadence.collect.batcher.ray_backend import RayWorkerPool
 
         return RayWorkerPool(n_processes, timeout_s, ray_actor_options)
     context = mp.get_context(start_method)
     if start_method == "forkserver":
-        context.set_forkserver_preload(["cadence.agents.batcher_worker"])
+        context.set_forkserver_preload(["cadence.collect.batcher.worker"])
     start_resource_tracker()  # the workers' own would unlink the blocks as they die
     return WorkerPool(context, n_processes, timeout_s)

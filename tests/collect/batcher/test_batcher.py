@@ -12,7 +12,7 @@ import batcher_helpers as helpers
 import pytest
 import torch
 
-from cadence.agents import Batcher
+from cadence.collect import Batcher
 from cadence.data import DictTensor, StepType
 
 pytestmark = pytest.mark.timeout(120)
@@ -231,7 +231,7 @@ def test_agent_info_and_env_info_have_a_row_per_slot_or_the_examples_first():
 
 
 def test_importing_cadence_and_the_batcher_leaves_ray_unimported():
-    code = "import sys, cadence, cadence.agents.batcher; print('ray' in sys.modules)"
+    code = "import sys, cadence, cadence.collect.batcher.batcher; print('ray' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "False"

@@ -12,7 +12,7 @@ import batcher_helpers as helpers
 import pytest
 import torch
 
-from cadence.agents import Batcher, BatcherWorkerError
+from cadence.collect import Batcher, BatcherWorkerError
 from cadence.data import DictTensor, StepType
 
 ray = pytest.importorskip("ray")
@@ -108,7 +108,7 @@ def test_a_non_blocking_get_on_ray_then_an_actors_exception_with_its_traceback()
 
 def test_a_dead_ray_actor_is_restarted_with_a_warning_and_its_slots_cut(tmp_path, caplog):
     env_args = {"flag_file": str(tmp_path / "fired"), "at_step": 8, "how": "exit"}
-    with caplog.at_level(logging.WARNING, logger="cadence.agents.batcher"):
+    with caplog.at_level(logging.WARNING, logger="cadence.envs.recovery"):
         with Batcher(
             10, 2, 2, helpers.dying_env, helpers.PolicyAgent, env_args=env_args, backend="ray"
         ) as batcher:
@@ -152,7 +152,7 @@ def test_past_the_restart_budget_a_dead_ray_actor_is_a_clear_error(tmp_path):
 @pytest.mark.slow  # the timeout must outlast an actor's start on a loaded machine
 def test_a_hung_ray_actor_is_killed_and_restarted(tmp_path, caplog):
     env_args = {"flag_file": str(tmp_path / "fired"), "at_step": 8, "how": "hang"}
-    with caplog.at_level(logging.WARNING, logger="cadence.agents.batcher"):
+    with caplog.at_level(logging.WARNING, logger="cadence.envs.recovery"):
         with Batcher(
             10,
             1,

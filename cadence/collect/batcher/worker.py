@@ -3,7 +3,7 @@
 A worker builds ``n_envs`` environments (env ``k`` seeded ``seed + start + k``) and
 one agent, runs the agent once on a blank observation to learn the shapes of its
 actions and state, and reports them; then it attaches to the trajectory block
-(see `cadence.agents.shared`) and serves the parent's requests until "close":
+(see `cadence.collect.batcher.shared`) and serves the parent's requests until "close":
 
 - ``("reset", agent_info)``: every env starts an episode, every slot the agent's
   initial state;
@@ -32,8 +32,8 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
-from cadence.agents.agent import Agent
-from cadence.agents.shared import Specs, TrajectoryBlock, WeightsBlock, row_fields
+from cadence.algorithms.agent import Agent
+from cadence.collect.batcher.shared import Specs, TrajectoryBlock, WeightsBlock, row_fields
 from cadence.data.dict_tensor import DictTensor
 from cadence.data.temporal_dict_tensor import TemporalDictTensor
 from cadence.data.time_step import StepType, TimeStep
@@ -89,7 +89,7 @@ def worker_main(
     channel = Channel(conn)
     acquirer: Acquirer | None = None
     try:
-        reply, acquirer = _attempt(lambda: Acquirer(_unpack(recipe), start, seed_offset))
+        reply, acquirer = attempt(lambda: Acquirer(unpack_recipe(recipe), start, seed_offset))
         channel.send(("ok", acquirer.specs) if acquirer is not None else reply)
         if acquirer is None:
             return
@@ -97,7 +97,7 @@ def worker_main(
             command, arg = channel.receive_message()
             if command == "close":
                 return
-            reply, _ = _attempt(functools.partial(acquirer.handle, command, arg))
+            reply, _ = attempt(functools.partial(acquirer.handle, command, arg))
             channel.send(reply)
     except (EOFError, OSError):
         pass  # the parent went away: nobody is left to report to
@@ -377,11 +377,12 @@ def _dict_tensor(values: dict[str, torch.Tensor] | None, n: int) -> DictTensor:
     return DictTensor(values or {}, batch_size=n)
 
 
-def _unpack(recipe: WorkerRecipe | MainFree) -> WorkerRecipe:
+def unpack_recipe(recipe: WorkerRecipe | MainFree) -> WorkerRecipe:
+    """The recipe a worker was sent (what the user's script defines travels by value)."""
     return recipe.unpack() if isinstance(recipe, MainFree) else recipe
 
 
-def _attempt(fn: Callable[[], Any]) -> tuple[Reply, Any]:
+def attempt(fn: Callable[[], Any]) -> tuple[Reply, Any]:
     """Runs ``fn``: ``(("ok", result), result)``, or ``(("error", (text, traceback)), None)``."""
     try:
         result = fn()

@@ -9,7 +9,7 @@ The uniforms (and so `bernoulli` and the draw behind `categorical`) are integer
 arithmetic, the same on every machine and in every batch; `normal` takes a log and a
 cosine of them, which rounded alike in batches of every size on the builds measured, but
 another processor or torch build may round in the last bit otherwise. What an agent
-computes from its network is another matter: see `cadence.agents.batcher`.
+computes from its network is another matter: see `cadence.collect.batcher.batcher`.
 
 Each stream is SplitMix64 (Steele, Lea and Flood, 2014,
 https://doi.org/10.1145/2714064.2660195): the n-th number of a stream is a mix of

@@ -14,7 +14,7 @@ import batcher_helpers as helpers
 import pytest
 import torch
 
-from cadence.agents import Batcher, BatcherWorkerError
+from cadence.collect import Batcher, BatcherWorkerError
 from cadence.data import StepType
 
 pytestmark = pytest.mark.timeout(60)
@@ -48,7 +48,7 @@ def _dying(tmp_path, how="exit", at_step=8, **kwargs):
 @pytest.mark.parametrize("how", ["exit", "hang"])
 def test_a_worker_that_dies_or_hangs_is_restarted_and_its_steps_are_cut(tmp_path, caplog, how):
     timeout_s = 2.0 if how == "hang" else 60.0
-    with caplog.at_level(logging.WARNING, logger="cadence.agents.batcher"):
+    with caplog.at_level(logging.WARNING, logger="cadence.envs.recovery"):
         with _dying(tmp_path, how, timeout_s=timeout_s) as b:
             b.reset()
             b.execute()  # env steps 1..7 (GymAdapter's probe took step 1): dies in step 7
@@ -81,7 +81,7 @@ def test_a_worker_killed_between_acquisitions_is_restarted_with_its_slots_empty(
         victim = b.processes[1]
         os.kill(victim.pid, signal.SIGKILL)
         victim.join(5)
-        with caplog.at_level(logging.WARNING, logger="cadence.agents.batcher"):
+        with caplog.at_level(logging.WARNING, logger="cadence.envs.recovery"):
             b.execute()
             trajectories, running = b.get()
         assert b.restarts == [0, 1] and running == 4
@@ -100,6 +100,8 @@ def test_past_the_restart_budget_a_dead_worker_is_a_clear_error(tmp_path):
         with pytest.raises(BatcherWorkerError, match=r"died \(exit code 3\).*unusable") as raised:
             b.get()
         assert raised.value.died
+        # The wording of ParallelEnvironment's, from the one recovery policy.
+        assert "and restarts are off (max_worker_restarts=0)" in str(raised.value)
         with pytest.raises(RuntimeError, match="unusable"):
             b.execute()
 
@@ -115,7 +117,7 @@ def test_an_env_that_cannot_be_built_fails_the_constructor_with_its_traceback():
 _FORKED_WORKER_KILLED = """
 import os, signal
 import batcher_helpers as helpers
-from cadence.agents import Batcher
+from cadence.collect import Batcher
 with Batcher(5, 2, 1, helpers.cartpole, helpers.PolicyAgent, start_method="fork") as b:
     b.reset(); b.execute(); b.get()
     victim = b.processes[0]
