@@ -124,7 +124,7 @@ def _launch(config: Any, resume_with_changes: bool) -> str | None:
 def _train_here(config: Any, resume_with_changes: bool) -> int:
     """Trains in this process and returns the exit code; an env that kept failing or a
     second Ctrl-C stops it with one message."""
-    from cadence.envs.parallel import EnvironmentWorkerError
+    from cadence.envs.worker_errors import EnvironmentWorkerError
     from cadence.trainer.preemption import interrupted_note
     from cadence.trainer.run import train  # torch: imported only to train
 
