@@ -5,7 +5,7 @@ For each config and seed it trains a run (``cadence train CONFIG seed=S``; runs 
 complete are reused), then reports
 
 - the final return: the mean of the run's last 3 evaluations;
-- a ridge-regression probe (`cadence.mbrl.probe.probe_noisy_pendulum`) from the x latent
+- a ridge-regression probe (`cadence.latent_probe.probe_noisy_pendulum`) from the x latent
   (posterior belief and state concatenated, the policy filtering) to each observed signal,
   fit on the steps of 8 evaluation episodes and scored on 4 held-out ones: R² of cos θ,
   sin θ and θ̇ of the pendulum, and the largest R² over the coordinates of the
@@ -75,7 +75,7 @@ def main() -> None:
     jobs = [(config, seed) for seed in args.seeds for config in args.configs]
     with ThreadPoolExecutor(args.parallel) as pool:
         runs = list(pool.map(lambda job: train(*job, args.root, args.overrides), jobs))
-    from cadence.mbrl.probe import probe_noisy_pendulum
+    from cadence.latent_probe import probe_noisy_pendulum
 
     rows = []
     for (config, seed), run_dir in zip(jobs, runs, strict=True):

@@ -1,5 +1,9 @@
 """The public surface: ``import cadence`` exposes a small, pinned set of names."""
 
+import importlib
+import re
+from pathlib import Path
+
 import cadence
 
 PUBLIC = {
@@ -38,9 +42,21 @@ def test_top_level_names_are_pinned():
     assert len(cadence.__all__) == len(PUBLIC), "no duplicates in __all__"
 
 
-def test_every_public_name_resolves():
+def test_every_public_name_is_the_object_defined_under_that_name():
     for name in cadence.__all__:
-        assert getattr(cadence, name) is not None, name
+        if name == "__version__":
+            continue
+        value = getattr(cadence, name)
+        # The class or function itself, defined in cadence under its own name: not an
+        # alias of another name, and the very object its module holds (isinstance agrees).
+        assert (value.__name__, value.__module__.split(".")[0]) == (name, "cadence"), name
+        assert getattr(importlib.import_module(value.__module__), name) is value, name
+
+
+def test_the_version_is_the_one_the_package_is_built_with():
+    pyproject = (Path(__file__).parents[1] / "pyproject.toml").read_text()
+    assert f'\nversion = "{cadence.__version__}"\n' in pyproject
+    assert re.fullmatch(r"\d+\.\d+\.\d+", cadence.__version__)
 
 
 def test_subpackages_list_their_names():

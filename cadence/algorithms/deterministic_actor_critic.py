@@ -276,7 +276,10 @@ class DeterministicActorCritic(Algorithm):
     def after_update(self) -> None:
         """Polyak-averages the online networks into the targets."""
         for online, target in ((self.actor, self.target_actor), (self.critic, self.target_critic)):
-            torch._foreach_lerp_(list(target.parameters()), list(online.parameters()), self.tau)
+            for target_param, online_param in zip(
+                target.parameters(), online.parameters(), strict=True
+            ):
+                target_param.lerp_(online_param, self.tau)
 
     def get_extra_state(self) -> dict[str, int]:
         """The update count, which decides when the delayed actor step comes."""

@@ -13,7 +13,7 @@ import attrs
 from attrs import field
 from attrs.validators import ge, gt, le, optional
 
-from cadence.config.typecheck import CHECKED_SETATTR
+from cadence.data.typed_fields import CHECKED_SETATTR
 
 
 @attrs.define(kw_only=True, on_setattr=CHECKED_SETATTR)

@@ -16,7 +16,7 @@ from cadence.algorithms.registry import (
     AlgorithmConfig,
     AlgorithmConfigClasses,
 )
-from cadence.config.typecheck import CHECKED_SETATTR
+from cadence.data.typed_fields import CHECKED_SETATTR
 from cadence.envs.config import EnvConfig
 from cadence.networks.config import NetworkConfig
 from cadence.trainer.config import TrainerConfig

@@ -13,7 +13,7 @@ from hydra.errors import HydraException
 
 from cadence.config.experiment import ALGORITHM_CONFIGS
 from cadence.config.loading import compose_config, register_defaults
-from cadence.config.typecheck import type_name
+from cadence.data.typed_fields import type_name
 
 
 def config_help(name: str, overrides: Sequence[str] = ()) -> str:

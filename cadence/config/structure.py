@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 import attrs
 
 from cadence.config.errors import ConfigError, Problem, unknown_key_problem
-from cadence.config.typecheck import Mismatch, coerce
+from cadence.data.typed_fields import Mismatch, coerce
 
 T = TypeVar("T")
 

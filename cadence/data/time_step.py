@@ -172,4 +172,4 @@ def _cat(xs: list[Any], dim: int) -> Any:
 
 # A pytree node for torch (its leaves are the fields' tensors), so that a compiled
 # function can take and return time steps (`cadence.collect.Collector`'s compiled step).
-torch.utils._pytree.register_dataclass(TimeStep)
+torch.export.register_dataclass(TimeStep)

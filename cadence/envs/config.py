@@ -8,7 +8,7 @@ import attrs
 from attrs import field
 from attrs.validators import deep_mapping, ge, gt, in_, instance_of, min_len, optional
 
-from cadence.config.typecheck import CHECKED_SETATTR
+from cadence.data.typed_fields import CHECKED_SETATTR
 from cadence.envs.wrapper_config import check_wrappers
 
 

@@ -18,8 +18,8 @@ __all__ = [
     "WorldModel",
     "WorldModelConfig",
     "make_model_based",
-    "probe_noisy_pendulum",
-    "probe_run",
+    "noisy_pendulum_signals",
+    "probe_policy",
     "ridge_r2",
 ]
 
@@ -37,8 +37,8 @@ __getattr__, __dir__ = lazy_exports(
         "ModelBasedAlgorithm": "algorithm",
         "WorldModel": "world_model",
         "make_model_based": "build",
-        "probe_noisy_pendulum": "probe",
-        "probe_run": "probe",
+        "noisy_pendulum_signals": "probe",
+        "probe_policy": "probe",
         "ridge_r2": "probe",
     },
 )

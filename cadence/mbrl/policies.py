@@ -260,7 +260,8 @@ class LatentSAC(nn.Module):
         with torch.no_grad():
             online = list(self.critics.parameters())
             target_params = list(self.target_critics.parameters())
-            torch._foreach_lerp_(target_params, online, config.tau)
+            for target, source in zip(target_params, online, strict=True):
+                target.lerp_(source, config.tau)
         metrics = {
             "loss/critic": critic_loss.detach(),
             "loss/actor": actor_loss.detach(),

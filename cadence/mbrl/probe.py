@@ -4,14 +4,14 @@ Denoised MDP's claim, measured: the x latent (the policy's input) should recover
 controllable state (R² near 1) and not the distractors (R² near 0), while a Dreamer latent
 holds both. `collect_latents` runs a trained policy and records the filtered latent and
 the observation of every step; `ridge_r2` fits a probe on some episodes and scores it on
-held-out ones; `probe_run` does both for a run directory's checkpoint, and
-`probe_noisy_pendulum` reads the result by the signals of ``cadence/NoisyPendulum-v0``.
+held-out ones; `probe_policy` does both for a policy in an env, and `noisy_pendulum_signals`
+reads the result by the signals of ``cadence/NoisyPendulum-v0``. Probing a run directory's
+checkpoint loads a policy through the trainer, one layer up: `cadence.latent_probe`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -81,44 +81,29 @@ def ridge_r2(
 
 
 PROBE_EPISODES, PROBE_HELD_OUT = 12, 4
-"""`probe_run`'s defaults: episodes of evaluation, of which the last are held out."""
+"""`probe_policy`'s defaults: episodes of evaluation, of which the last are held out."""
 
 
-def probe_run(
-    run_dir: Path,
-    checkpoint: str = "latest",
-    episodes: int = PROBE_EPISODES,
+def probe_policy(
+    algorithm: ModelBasedAlgorithm,
+    env: Environment,
     held_out: int = PROBE_HELD_OUT,
     groups: Sequence[str] = ("x",),
-    seed: int = 2024,
 ) -> torch.Tensor:
-    """R² of a ridge probe from a model-based run's latent to each observed coordinate.
+    """R² of a ridge probe from ``algorithm``'s latent to each observed coordinate.
 
-    Loads ``checkpoint`` of the run, runs its deterministic policy for one episode in each
-    of ``episodes`` envs (seeded from ``seed``, so every checkpoint and run starts from the
-    same initial states), fits `ridge_r2` from the features of ``groups`` (posterior belief and
-    state) to the observation on the first ``episodes - held_out`` and scores it on the
-    rest.
+    Runs the deterministic policy for one episode in each env of ``env`` (torch's global
+    generator seeded 0 inside, and restored after), fits `ridge_r2` from the features of
+    ``groups`` (posterior belief and state) to the observation on the first
+    ``env.batch_size - held_out`` episodes and scores it on the rest.
 
     Returns:
         ``[D]``: the held-out R² of every coordinate of the (flat) observation.
     """
-    from cadence.config.serialize import from_yaml
-    from cadence.trainer.play import load_policy
-    from cadence.trainer.run import make_training_env
-
-    if not 0 < held_out < episodes:
-        raise ValueError(f"held_out must be in 1 .. episodes - 1, got {held_out} of {episodes}")
-    config = from_yaml((Path(run_dir) / "config.yaml").read_text())
-    env = make_training_env(config, episodes, seed=seed, backend="serial")
-    try:
-        algorithm, _ = load_policy(config, run_dir, env, checkpoint)
-        with torch.random.fork_rng():
-            torch.manual_seed(0)
-            features, observations = collect_latents(algorithm, env, groups)
-    finally:
-        env.close()
-    fit = episodes - held_out
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        features, observations = collect_latents(algorithm, env, groups)
+    fit = env.batch_size - held_out
     return ridge_r2(
         features[:fit].flatten(0, 1),
         observations[:fit].flatten(0, 1).flatten(1),
@@ -127,21 +112,22 @@ def probe_run(
     )
 
 
-def probe_noisy_pendulum(run_dir: Path, checkpoint: str = "latest") -> dict[str, Any]:
-    """`probe_run` from x, read by NoisyPendulum's signals: ``cos``, ``sin`` and
-    ``velocity`` (the pendulum's R²), and ``y_max`` / ``z_max``, the largest R² over the
-    coordinates of the reward-relevant and of the other distractors (absent without
-    them). On plain Pendulum only the first three."""
-    from cadence.config.serialize import from_yaml
+def noisy_pendulum_signals(r2: torch.Tensor, env_kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``r2`` (one R² per observed coordinate) read by NoisyPendulum's signals: ``cos``,
+    ``sin`` and ``velocity`` (the pendulum's R²), and ``y_max`` / ``z_max``, the largest R²
+    over the coordinates of the reward-relevant and of the other distractors (absent
+    without them). On plain Pendulum only the first three.
+
+    Args:
+        r2: ``[D]``, from `probe_policy`.
+        env_kwargs: the env's ``env_kwargs`` (its distractor counts).
+    """
     from cadence.envs.suites.noisy_pendulum import NoisyPendulumEnv
 
-    r2 = probe_run(run_dir, checkpoint)
     result: dict[str, Any] = {"cos": float(r2[0]), "sin": float(r2[1]), "velocity": float(r2[2])}
     if r2.shape[0] > 3:
-        config = from_yaml((Path(run_dir) / "config.yaml").read_text())
-        kwargs = dict(config.env.env_kwargs or {})
         slices = NoisyPendulumEnv.signal_slices(
-            kwargs.get("num_reward_distractors", 2), kwargs.get("num_noise_distractors", 4)
+            env_kwargs.get("num_reward_distractors", 2), env_kwargs.get("num_noise_distractors", 4)
         )
         for name, key in (("y", "reward_distractors"), ("z", "noise_distractors")):
             part = r2[slices[key]]

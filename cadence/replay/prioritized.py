@@ -74,6 +74,12 @@ class PrioritizedSampler:
         """The current importance-sampling exponent."""
         return float(self._beta(self._step))
 
+    @property
+    def max_priority(self) -> float:
+        """The largest priority given so far (before ``alpha``), 1.0 before any: the one
+        newly added slots get."""
+        return self._max_priority
+
     def advance(self, num_steps: int = 1) -> None:
         """Moves the beta schedule on (e.g. once per training iteration)."""
         self._step += num_steps

@@ -10,7 +10,7 @@ from attrs import field
 from attrs.validators import ge, gt, in_, le
 
 from cadence.algorithms.compile_config import DEFAULT_UPDATES_PER_GRAPH, MAX_UPDATES_PER_GRAPH
-from cadence.config.typecheck import CHECKED_SETATTR
+from cadence.data.typed_fields import CHECKED_SETATTR
 
 DEFAULT_EVAL_MAX_EPISODE_STEPS = 10_000
 """An evaluation episode's steps at most unless told (``trainer.eval_max_episode_steps``): an

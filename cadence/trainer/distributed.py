@@ -181,7 +181,7 @@ def _import_group_capturing_modules() -> None:
 
     Imported while a group is up (as anything that imports inductor does:
     ``torch.use_deterministic_algorithms``, ``torch.compile``, tensordict through
-    ``torch._dynamo``), they would hold that group for the life of the process:
+    torch's compiler), they would hold that group for the life of the process:
     ``destroy_process_group`` could not free it, and its gloo worker threads, still
     running when the interpreter shuts down, abort the process ("terminate called without
     an active exception") once in a few dozen runs. Imported now, they capture None.

@@ -15,8 +15,6 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-import cadence
-
 logger = logging.getLogger(__name__)
 
 SNAPSHOT_FILE = "snapshot.tar.gz"
@@ -28,7 +26,7 @@ class SnapshotError(ValueError):
 
 def write_snapshot(path: Path) -> None:
     """Writes ``cadence/`` (sources only) to the tar.gz ``path``."""
-    package_dir = Path(cadence.__file__).parent
+    package_dir = Path(__file__).parent.parent  # cadence/ (this is cadence/trainer/snapshot.py)
     temporary = path.with_suffix(".tmp")
     with tarfile.open(temporary, "w:gz") as tar:
         tar.add(package_dir, arcname="cadence", filter=_sources_only)

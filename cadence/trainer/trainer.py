@@ -262,7 +262,7 @@ class Trainer:
         parameters = dict(self.algorithm.named_parameters())
         if not parameters:
             return
-        norms = torch.stack(torch._foreach_norm(list(parameters.values())))
+        norms = torch.stack([torch.linalg.vector_norm(p) for p in parameters.values()])
         if bool(torch.isfinite(norms).all()):
             return
         bad = [

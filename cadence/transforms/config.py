@@ -19,7 +19,7 @@ from attrs import field
 from attrs.validators import ge, gt, instance_of, le
 
 # Names and order groups only: this module imports no transformer (nor torch).
-from cadence.config.typecheck import CHECKED_SETATTR
+from cadence.data.typed_fields import CHECKED_SETATTR
 from cadence.transforms.names import TRANSFORMER_ORDER_GROUPS, TransformerName
 from cadence.transforms.order import check_order
 

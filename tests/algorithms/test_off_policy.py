@@ -117,7 +117,7 @@ def test_prioritized_replay_receives_the_algorithm_priorities():
     sampler = scheme.replay_buffer.sampler
     beta_before = sampler.beta
     scheme.train_iter()
-    assert sampler._max_priority >= 5.0
+    assert sampler.max_priority >= 5.0
     assert sampler.beta > beta_before, "beta anneals towards 1 as env steps are taken"
 
 

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import select
 import threading
 import time
 
 import pytest
 
+from cadence.envs import doorbell
 from cadence.envs.channel import OK, Channel
 from cadence.envs.doorbell import (
     ParentDoorbell,
@@ -145,17 +147,54 @@ def test_step_all_reports_a_worker_that_dies_instead_of_answering(spin_s):
     assert link.parent.step_all([link.parent_channel], [link.death_r]) == ({}, {0}, set())
 
 
+class _VirtualTime:
+    """The doorbell's clock and ``select`` without the waiting: each poll is real but
+    instant, and moves the clock on by the timeout it was given (each clock read by 1 us,
+    so that a spin ends). It records the sleeps the parent asked for."""
+
+    POLLIN = select.POLLIN
+
+    def __init__(self):
+        self.now = 0.0
+        self.sleeps_ms: list[int] = []
+
+    def perf_counter(self) -> float:
+        self.now += 1e-6
+        return self.now
+
+    def poll(self) -> _VirtualTime._Poller:
+        return self._Poller(self)
+
+    class _Poller:
+        def __init__(self, clock: _VirtualTime):
+            self.clock, self.poller = clock, select.poll()
+
+        def register(self, fd: int, events: int) -> None:
+            self.poller.register(fd, events)
+
+        def poll(self, timeout_ms: int) -> list[tuple[int, int]]:
+            self.clock.sleeps_ms.append(timeout_ms)
+            self.clock.now += timeout_ms / 1000
+            return self.poller.poll(0)
+
+
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("spin_s", [0.0, 1e-3], ids=["sleeping", "spinning"])
-def test_a_worker_silent_past_the_deadline_is_reported_late(spin_s):
+def test_a_worker_silent_past_the_deadline_is_reported_late_at_the_deadline(spin_s, monkeypatch):
     link = _Link(spin_s)
-    start = time.perf_counter()
+    clock = _VirtualTime()
+    monkeypatch.setattr(doorbell, "time", clock)
+    monkeypatch.setattr(doorbell, "select", clock)
     outcome = link.parent.step_all([link.parent_channel], [link.death_r], timeout_s=0.3)
-    waited = time.perf_counter() - start
     assert outcome == ({}, set(), {0})
-    assert 0.3 <= waited < 1.0  # the sleeps are cut at the deadline, not the 1 s ones
+    # The sleeps grow 1, 10, 100 ms; the next (1 s) is cut to what is left of the 300 ms.
+    assert clock.sleeps_ms[:3] == [1, 10, 100]
+    assert len(clock.sleeps_ms) == 4 and 185 <= clock.sleeps_ms[3] <= 190
+    assert 0.3 <= clock.now < 0.301  # reported once the deadline passed, not a sleep later
     link.parent.ring(0, link.parent_channel)
+    start = clock.now
     assert link.parent.wait([0], [link.parent_channel], [link.death_r], 0.05) == ({}, set(), {0})
+    assert 0.05 <= clock.now - start < 0.051
 
 
 @pytest.mark.timeout(60)

@@ -314,19 +314,43 @@ def test_wrapped_envs_pickle_mid_episode_and_continue_identically():
         assert actual[1:4] == expected[1:4]
 
 
+def _image_env() -> ImageEnv:
+    return ImageEnv(size=8)
+
+
+def _box_actions_env() -> CountingEnv:
+    return _box_env([0.0, -3.0], [1.0, 1.0])
+
+
+BOX_ACTION = np.array([3.0, -0.5], np.float32)  # the first out of [-1, 1]
+
+
 @pytest.mark.parametrize(
-    "wrapper",
+    ("wrapper", "make_inner", "action"),
     [
-        functools.partial(EnvFrameStack, num_stack=2),
-        functools.partial(FrameSkip, skip=3),
-        NormalizedAction,
-        ContinuousActionClip,
-        ImageChannelFirst,
-        functools.partial(ObservationMask, keep=[0]),
+        (functools.partial(EnvFrameStack, num_stack=2), _box_actions_env, BOX_ACTION),
+        (functools.partial(FrameSkip, skip=3), _box_actions_env, BOX_ACTION),
+        (NormalizedAction, _box_actions_env, BOX_ACTION),
+        (ContinuousActionClip, _box_actions_env, BOX_ACTION),
+        (ImageChannelFirst, _image_env, 4),
+        (functools.partial(ObservationMask, keep=[0]), _box_actions_env, BOX_ACTION),
     ],
 )
-def test_wrapper_recipes_pickle(wrapper):
-    assert pickle.loads(pickle.dumps(wrapper)) is not None
+def test_wrapper_recipes_pickle_into_wrappers_that_behave_the_same(wrapper, make_inner, action):
+    copied = pickle.loads(pickle.dumps(wrapper))
+    envs = wrapper(make_inner()), copied(make_inner())
+    assert type(envs[1]) is type(envs[0])
+    assert envs[1].observation_space == envs[0].observation_space
+    assert envs[1].action_space == envs[0].action_space
+    expected, actual = (env.reset(seed=3)[0] for env in envs)
+    np.testing.assert_array_equal(actual, expected)
+    for _ in range(3):
+        expected, actual = (env.step(action) for env in envs)
+        np.testing.assert_array_equal(actual[0], expected[0])
+        assert actual[1:4] == expected[1:4]
+    # what reached the inner env (rescaled, clipped, repeated) is the same too
+    inner_actions = [np.array(getattr(env.unwrapped, "actions", [])) for env in envs]
+    np.testing.assert_array_equal(inner_actions[1], inner_actions[0])
 
 
 def test_wrappers_reach_parallel_workers_through_make_env():

@@ -58,7 +58,7 @@ def _median_final(study, config: str) -> float:
 @pytest.mark.timeout(1800)  # trains one run (about 8 minutes) unless an earlier test did
 @pytest.mark.parametrize("seed", SEEDS)
 def test_denoising_x_keeps_the_pendulum_and_leaves_out_every_distractor(study, seed):
-    from cadence.mbrl.probe import probe_noisy_pendulum
+    from cadence.latent_probe import probe_noisy_pendulum
 
     r2 = probe_noisy_pendulum(study("denoised_mdp_pendulum_noisy", seed)[0])
     assert min(r2["cos"], r2["sin"], r2["velocity"]) >= 0.9, r2
@@ -69,7 +69,7 @@ def test_denoising_x_keeps_the_pendulum_and_leaves_out_every_distractor(study, s
 @pytest.mark.parametrize("seed", SEEDS)
 def test_denoising_dreamers_x_holds_the_distractors(study, seed):
     """The contrast that makes the probe mean something: it finds distractors in x."""
-    from cadence.mbrl.probe import probe_noisy_pendulum
+    from cadence.latent_probe import probe_noisy_pendulum
 
     r2 = probe_noisy_pendulum(study("dreamer_pendulum_noisy", seed)[0])
     assert min(r2["cos"], r2["sin"], r2["velocity"]) >= 0.9, r2

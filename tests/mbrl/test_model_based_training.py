@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from cadence.cli import main as cli_main
-from cadence.mbrl.probe import probe_noisy_pendulum, probe_run
+from cadence.latent_probe import probe_noisy_pendulum, probe_run
 from cadence.testing.resume import (
     TINY_DREAMER_PENDULUM,
     assert_equal_nests,

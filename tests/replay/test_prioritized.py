@@ -78,11 +78,15 @@ def test_new_steps_get_the_largest_priority_seen_so_far():
     alpha = 0.5
     sampler = PrioritizedSampler(alpha=alpha)
     storage = _filled(sampler, num_envs=2, capacity=4, steps=2)
+    assert sampler.max_priority == 1.0  # before any priority is given
     assert torch.equal(
         sampler.state_dict()["values"][[0, 1, 4, 5]], torch.ones(4, dtype=torch.float64)
     )
     sampler.update_priorities(torch.tensor([0, 1, 4]), torch.tensor([9.0, 0.25, 4.0]))
     sampler.update_priorities(torch.tensor([5]), torch.tensor([1.0]))  # a lower one keeps the max
+    assert sampler.max_priority == 9.0  # before alpha
+    with pytest.raises(AttributeError):
+        sampler.max_priority = 2.0  # read-only: set by the priorities given
     storage.add_sequence({"x": torch.zeros(3, 2)})
     sampler.on_add(storage, torch.arange(2), 3)
     values = sampler.state_dict()["values"]
@@ -130,6 +134,7 @@ def test_clear_forgets_priorities_and_the_maximum():
     storage.clear()
     assert sampler.state_dict()["values"].sum() == 0
     assert sampler.state_dict()["max_priority"] == 1.0
+    assert sampler.max_priority == 1.0
 
 
 def test_bad_priorities_are_refused():

@@ -9,7 +9,7 @@ from attrs import field
 from attrs.validators import ge, gt, in_, le
 
 from cadence.algorithms.compile_config import CompileMode, compile_field
-from cadence.config.typecheck import CHECKED_SETATTR
+from cadence.data.typed_fields import CHECKED_SETATTR
 
 
 @attrs.define(kw_only=True, on_setattr=CHECKED_SETATTR)

@@ -8,7 +8,7 @@ from attrs.validators import ge, gt, in_, le, optional
 
 from cadence.algorithms.compile_config import CompileMode, compile_field
 from cadence.algorithms.off_policy_config import OffPolicyConfig, check_off_policy_config
-from cadence.config.typecheck import CHECKED_SETATTR
+from cadence.data.typed_fields import CHECKED_SETATTR
 
 
 @attrs.define(kw_only=True, on_setattr=CHECKED_SETATTR)

@@ -10,7 +10,7 @@ from attrs.validators import ge, gt, in_, instance_of, le
 
 from cadence.algorithms.compile_config import CompileMode, compile_field
 from cadence.algorithms.off_policy_config import OffPolicyConfig
-from cadence.config.typecheck import CHECKED_SETATTR
+from cadence.data.typed_fields import CHECKED_SETATTR
 
 
 def _window_fits_n_step(instance: Any, attribute: attrs.Attribute, value: OffPolicyConfig) -> None:

@@ -13,8 +13,8 @@ because their gradients never mix:
 
 The critics are one batched ensemble (`CriticEnsemble`) whose replayed-action and
 policy-action passes share their observation work (`CriticEnsemble.with_policy_actions`),
-the three fused Adams step as one kernel call (`JointAdamStep`), the target update is one
-``_foreach_lerp_``, nothing syncs with ``.item()``, and only the replay fields SAC reads
+the three fused Adams step as one kernel call (`JointAdamStep`), the target update is an
+in-place lerp per tensor, nothing syncs with ``.item()``, and only the replay fields SAC reads
 are gathered (`replay_fields`); the whole update can additionally run as one compiled
 graph (`Algorithm.set_compile`).
 """
@@ -218,8 +218,10 @@ class SACAlgorithm(Algorithm):
 
     @torch.no_grad()
     def after_update(self) -> None:
-        """Moves the target critics ``tau`` of the way to the online ones (one fused op)."""
-        torch._foreach_lerp_(self._target, self._online, self.tau)
+        """Moves the target critics ``tau`` of the way to the online ones (a lerp per tensor:
+        bit for bit what torch's fused foreach lerp computes, eager and compiled)."""
+        for target, online in zip(self._target, self._online, strict=True):
+            target.lerp_(online, self.tau)
 
     # --------------------------------------------------------------- internals
     def _next_value(self, next_observation: Nest, alpha: torch.Tensor) -> torch.Tensor:

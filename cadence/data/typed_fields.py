@@ -16,7 +16,7 @@ from typing import Any, Literal, Union
 
 import attrs
 
-from cadence.config.errors import similar_names
+from cadence.data.names import similar_names
 
 
 class Mismatch(Exception):

@@ -4,7 +4,7 @@ from typing import Any, Literal
 
 import pytest
 
-from cadence.config.typecheck import Mismatch, coerce, type_name
+from cadence.data.typed_fields import Mismatch, coerce, type_name
 
 
 @pytest.mark.parametrize(
