@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from cadence.algorithms.returns import td_lambda_return
+from cadence.algorithms.sac import loss as sac_loss
 from cadence.data.time_step import StepType
 from cadence.mbrl.config import ActorCriticConfig, LatentSACConfig
 from cadence.mbrl.world_model import WorldModel
@@ -241,7 +242,8 @@ class LatentSAC(nn.Module):
         with torch.no_grad():
             next_action, next_log_prob = self.actor(next_state).rsample_with_log_prob()
             next_q = self._q(self.target_critics, next_state, next_action).min(0).values
-            target = reward + config.gamma * discount * (next_q - alpha * next_log_prob)
+            next_value = sac_loss.soft_value(next_q, next_log_prob, alpha)
+            target = sac_loss.soft_td_target(reward, discount, next_value, config.gamma)
         q = self._q(self.critics, state, action)
         critic_loss = ((0.5 * (q - target).square()).sum(0) * weight).sum() / count
         critic_norm = minimize(critic_loss, [self.critic_optimizer])
@@ -251,7 +253,7 @@ class LatentSAC(nn.Module):
             q_new = self._q(self.critics, state, new_action).min(0).values
         finally:
             _thaw(frozen)
-        actor_loss = ((alpha * log_prob - q_new) * weight).sum() / count
+        actor_loss = sac_loss.actor_loss(log_prob, q_new, alpha, weight, count)
         actor_norm = minimize(actor_loss, [self.actor_optimizer])
         alpha_loss = (
             -(self.log_alpha * ((log_prob.detach() + self.target_entropy) * weight)).sum() / count
