@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from cadence.algorithms.optimizers import make_adam
 from cadence.algorithms.returns import td_lambda_return
 from cadence.algorithms.sac import loss as sac_loss
 from cadence.data.time_step import StepType
@@ -97,11 +98,11 @@ class ImaginedActorCritic(nn.Module):
         self.config = config
         self.actor = Actor(feature_size, action_size, config.hidden_size, config.num_layers)
         self.value = MLP(feature_size, [config.hidden_size] * 3, 1, "elu", orthogonal_init=False)
-        self.actor_optimizer = torch.optim.Adam(
-            self.actor.parameters(), config.actor_learning_rate, eps=adam_eps
+        self.actor_optimizer = make_adam(
+            self.actor.parameters(), config.actor_learning_rate, eps=adam_eps, fused=False
         )
-        self.value_optimizer = torch.optim.Adam(
-            self.value.parameters(), config.value_learning_rate, eps=adam_eps
+        self.value_optimizer = make_adam(
+            self.value.parameters(), config.value_learning_rate, eps=adam_eps, fused=False
         )
 
     @property
@@ -198,14 +199,14 @@ class LatentSAC(nn.Module):
         self.target_critics = copy.deepcopy(self.critics).requires_grad_(False)
         self.log_alpha = nn.Parameter(torch.tensor(math.log(config.initial_alpha)))
         self.target_entropy = -float(action_size)
-        self.actor_optimizer = torch.optim.Adam(
-            self.actor.parameters(), config.actor_learning_rate, eps=adam_eps
+        self.actor_optimizer = make_adam(
+            self.actor.parameters(), config.actor_learning_rate, eps=adam_eps, fused=False
         )
-        self.critic_optimizer = torch.optim.Adam(
-            self.critics.parameters(), config.critic_learning_rate, eps=adam_eps
+        self.critic_optimizer = make_adam(
+            self.critics.parameters(), config.critic_learning_rate, eps=adam_eps, fused=False
         )
-        self.alpha_optimizer = torch.optim.Adam(
-            [self.log_alpha], config.alpha_learning_rate, eps=adam_eps
+        self.alpha_optimizer = make_adam(
+            [self.log_alpha], config.alpha_learning_rate, eps=adam_eps, fused=False
         )
 
     def act(self, features: torch.Tensor, deterministic: bool) -> torch.Tensor:
