@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import torch
@@ -30,6 +30,7 @@ from torch import nn
 from torch.func import functional_call
 
 from cadence.algorithms.algorithm import Algorithm, AlgStep, LossInfo, UpdateResult
+from cadence.algorithms.optimizers import make_adam
 from cadence.algorithms.returns import n_step_return
 from cadence.data.errors import UnsupportedSpaceError
 from cadence.data.nest import Nest, map_structure
@@ -401,8 +402,3 @@ def action_bounds(action_spec: Spec) -> tuple[torch.Tensor, torch.Tensor]:
             f"[{low.tolist()}, {high.tolist()}]; wrap the env to rescale unbounded actions"
         )
     return low, high
-
-
-def make_adam(parameters: Iterable[nn.Parameter], learning_rate: float) -> torch.optim.Adam:
-    """Adam with the fused kernel (one kernel for all parameters, no per-tensor Python loop)."""
-    return torch.optim.Adam(parameters, lr=learning_rate, fused=True)

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from cadence.algorithms.algorithm import Algorithm, AlgStep, Batch, UpdateResult
+from cadence.algorithms.optimizers import make_adam
 from cadence.data.nest import Nest
 from cadence.data.time_step import StepType, TimeStep
 from cadence.mbrl.policies import ImaginedActorCritic, LatentSAC
@@ -56,8 +57,8 @@ class ModelBasedAlgorithm(Algorithm):
         self.exploration_noise = exploration_noise
         self.max_grad_norm = world_model.config.max_grad_norm
         config = world_model.config
-        self.model_optimizer = torch.optim.Adam(
-            world_model.parameters(), config.learning_rate, eps=config.adam_eps
+        self.model_optimizer = make_adam(
+            world_model.parameters(), config.learning_rate, eps=config.adam_eps, fused=False
         )
         self._summary_batch: Batch | None = None
 

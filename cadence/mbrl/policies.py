@@ -16,7 +16,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from cadence.algorithms.optimizers import make_adam
 from cadence.algorithms.returns import td_lambda_return
+from cadence.algorithms.sac import loss as sac_loss
 from cadence.data.time_step import StepType
 from cadence.mbrl.config import ActorCriticConfig, LatentSACConfig
 from cadence.mbrl.world_model import WorldModel
@@ -96,11 +98,11 @@ class ImaginedActorCritic(nn.Module):
         self.config = config
         self.actor = Actor(feature_size, action_size, config.hidden_size, config.num_layers)
         self.value = MLP(feature_size, [config.hidden_size] * 3, 1, "elu", orthogonal_init=False)
-        self.actor_optimizer = torch.optim.Adam(
-            self.actor.parameters(), config.actor_learning_rate, eps=adam_eps
+        self.actor_optimizer = make_adam(
+            self.actor.parameters(), config.actor_learning_rate, eps=adam_eps, fused=False
         )
-        self.value_optimizer = torch.optim.Adam(
-            self.value.parameters(), config.value_learning_rate, eps=adam_eps
+        self.value_optimizer = make_adam(
+            self.value.parameters(), config.value_learning_rate, eps=adam_eps, fused=False
         )
 
     @property
@@ -197,14 +199,14 @@ class LatentSAC(nn.Module):
         self.target_critics = copy.deepcopy(self.critics).requires_grad_(False)
         self.log_alpha = nn.Parameter(torch.tensor(math.log(config.initial_alpha)))
         self.target_entropy = -float(action_size)
-        self.actor_optimizer = torch.optim.Adam(
-            self.actor.parameters(), config.actor_learning_rate, eps=adam_eps
+        self.actor_optimizer = make_adam(
+            self.actor.parameters(), config.actor_learning_rate, eps=adam_eps, fused=False
         )
-        self.critic_optimizer = torch.optim.Adam(
-            self.critics.parameters(), config.critic_learning_rate, eps=adam_eps
+        self.critic_optimizer = make_adam(
+            self.critics.parameters(), config.critic_learning_rate, eps=adam_eps, fused=False
         )
-        self.alpha_optimizer = torch.optim.Adam(
-            [self.log_alpha], config.alpha_learning_rate, eps=adam_eps
+        self.alpha_optimizer = make_adam(
+            [self.log_alpha], config.alpha_learning_rate, eps=adam_eps, fused=False
         )
 
     def act(self, features: torch.Tensor, deterministic: bool) -> torch.Tensor:
@@ -241,7 +243,8 @@ class LatentSAC(nn.Module):
         with torch.no_grad():
             next_action, next_log_prob = self.actor(next_state).rsample_with_log_prob()
             next_q = self._q(self.target_critics, next_state, next_action).min(0).values
-            target = reward + config.gamma * discount * (next_q - alpha * next_log_prob)
+            next_value = sac_loss.soft_value(next_q, next_log_prob, alpha)
+            target = sac_loss.soft_td_target(reward, discount, next_value, config.gamma)
         q = self._q(self.critics, state, action)
         critic_loss = ((0.5 * (q - target).square()).sum(0) * weight).sum() / count
         critic_norm = minimize(critic_loss, [self.critic_optimizer])
@@ -251,7 +254,7 @@ class LatentSAC(nn.Module):
             q_new = self._q(self.critics, state, new_action).min(0).values
         finally:
             _thaw(frozen)
-        actor_loss = ((alpha * log_prob - q_new) * weight).sum() / count
+        actor_loss = sac_loss.actor_loss(log_prob, q_new, alpha, weight, count)
         actor_norm = minimize(actor_loss, [self.actor_optimizer])
         alpha_loss = (
             -(self.log_alpha * ((log_prob.detach() + self.target_entropy) * weight)).sum() / count

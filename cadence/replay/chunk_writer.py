@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from cadence.data.durable import sha256_of_bytes, sha256_of_file, write_atomic
 from cadence.replay.buffer import ReplayBuffer
 from cadence.replay.persistence import (
     CHUNK_PATTERN,
@@ -30,10 +31,7 @@ from cadence.replay.persistence import (
     chunk_name,
     encode,
     read_snapshot,
-    save_checkpoint,
-    sha256,
     stored_chunks,
-    write_durable,
     write_snapshot,
 )
 from cadence.replay.storage import RingStorage
@@ -70,9 +68,10 @@ class ChunkWriter:
     >>> with tempfile.TemporaryDirectory() as tmp, ChunkWriter(f"{tmp}/live", 2) as writer:
     ...     buffer = ReplayBuffer(num_envs=1, capacity=4, observer=writer)
     ...     buffer.add_sequence({"x": torch.arange(3.0).view(3, 1)})
-    ...     snapshot = writer.checkpoint(buffer, f"{tmp}/ckpt")
-    ...     sorted(p.name for p in snapshot.iterdir())
-    ['env00000-chunk00000.pt', 'env00000-chunk00001.pt', 'manifest.json', 'meta.pt']
+    ...     snapshot = Path(tmp, "snapshot")
+    ...     snapshot.mkdir()
+    ...     sorted(writer.write_snapshot(buffer, snapshot))
+    ['env00000-chunk00000.pt', 'env00000-chunk00001.pt', 'meta.pt']
     """
 
     def __init__(
@@ -140,13 +139,6 @@ class ChunkWriter:
         self._queue.join()
         self._raise_writer_error()
 
-    def checkpoint(self, buffer: ReplayBuffer, directory: str | os.PathLike) -> Path:
-        """Waits for the writer, then publishes a snapshot atomically (see `save_checkpoint`)."""
-        self.wait()
-        return save_checkpoint(
-            buffer, directory, self._chunk_length(buffer.storage), self._flushed_now()
-        )
-
     def write_snapshot(self, buffer: ReplayBuffer, directory: Path) -> dict[str, str]:
         """Waits for the writer, then writes the buffer into ``directory`` (see
         `cadence.replay.persistence.write_snapshot`): chunks on disk are hard-linked.
@@ -183,7 +175,7 @@ class ChunkWriter:
             except OSError:
                 continue  # no hard links here: the next snapshot writes it again
             os.replace(staging, target)
-            digest = files[name] if files is not None else sha256(target.read_bytes())
+            digest = files[name] if files is not None else sha256_of_file(target)
             with self._lock:
                 self._flushed[(env, slot)] = FlushedChunk(start_time, target, digest)
 
@@ -226,12 +218,12 @@ class ChunkWriter:
         for row, (env, slot, start_time) in enumerate(chunks):
             blob = encode({key: value[row].clone() for key, value in data.items()})
             path = self.directory / chunk_name(env, slot)
-            staging = path.with_suffix(".tmp")
-            write_durable(staging, blob)
             # A new inode per flush: snapshots that hard-linked the old file keep it intact.
-            os.replace(staging, path)
+            # The live directory is not synced: a checkpoint links its files into a staging
+            # directory that the checkpoint syncs itself.
+            write_atomic(path, blob, temporary=path.with_suffix(".tmp"), sync_directory=False)
             with self._lock:
-                self._flushed[(env, slot)] = FlushedChunk(start_time, path, sha256(blob))
+                self._flushed[(env, slot)] = FlushedChunk(start_time, path, sha256_of_bytes(blob))
 
     def _raise_writer_error(self) -> None:
         error = self._error

@@ -1,44 +1,40 @@
-"""Replay checkpoints on disk: chunk files with checksums, published atomically.
+"""Replay snapshots on disk: the buffer as chunk files and a ``meta.pt``, each with a checksum.
 
 Each env's ring is cut into *chunks* of ``chunk_length`` positions (ring slot
-``c`` holds positions ``[c * chunk_length, (c + 1) * chunk_length)``). A
-checkpoint directory looks like::
+``c`` holds positions ``[c * chunk_length, (c + 1) * chunk_length)``). A snapshot
+directory looks like::
 
-    directory/
-      CURRENT                 "<snapshot name> <sha256 of its manifest.json>"
-      snapshot-000007/
-        manifest.json         {"format": 1, "files": {name: sha256, ...}}
-        meta.pt               counts, fields, row structure, sampler state
-        env00000-chunk00000.pt ...
+    snapshot/
+      meta.pt                 counts, fields, row structure, sampler state
+      env00000-chunk00000.pt  one chunk of one env's ring: {key: [chunk_length, *shape]}
+      ...
 
-Publishing writes a complete ``snapshot-N.tmp``, fsyncs it, renames it to
-``snapshot-N`` and only then replaces ``CURRENT`` (write, fsync, ``os.replace``):
-a checkpoint interrupted at any point leaves ``CURRENT`` naming the previous,
-complete snapshot. Loading verifies every checksum before touching the buffer
-and refuses, naming the file, anything that does not verify. Every file is read
-with ``torch.load(weights_only=True)``, so loading never runs code.
+`write_snapshot` writes and fsyncs every file and returns ``{file name: sha256}``;
+publishing the directory is its caller's job: the trainer writes it as the ``data/``
+part of a checkpoint, whose manifest records those digests and whose publish is atomic
+(`cadence.trainer.checkpoint`). `read_snapshot` verifies every checksum it is given
+before touching the buffer and refuses, naming the file, anything that does not
+verify. Every file is read with ``torch.load(weights_only=True)``, so loading never
+runs code. Writing, fsyncing and hashing go through `cadence.data.durable`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import io
-import json
 import os
 import re
-import shutil
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from cadence.data.durable import sha256_of_bytes, write_durable
 from cadence.replay.buffer import ReplayBuffer
 from cadence.replay.storage import RingStorage, lazy_zeros
 
 FORMAT_VERSION = 1
-_SNAPSHOT = re.compile(r"snapshot-(\d+)")
 CHUNK_PATTERN = re.compile(r"env(\d+)-chunk(\d+)\.pt")
 """The name of a chunk file (its env and ring slot)."""
 
@@ -82,18 +78,6 @@ def encode(value: Any) -> bytes:
     return buffer.getvalue()
 
 
-def sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def write_durable(path: Path, data: bytes) -> None:
-    """Writes ``data`` to ``path`` and fsyncs it."""
-    with open(path, "wb") as file:
-        file.write(data)
-        file.flush()
-        os.fsync(file.fileno())
-
-
 def chunk_fields(
     storage: RingStorage, env: int, slot: int, chunk_length: int
 ) -> dict[str, torch.Tensor]:
@@ -110,53 +94,6 @@ def check_chunk_length(capacity: int, chunk_length: int) -> None:
     """
     if chunk_length < 1 or capacity % chunk_length:
         raise ValueError(f"chunk_length {chunk_length} must divide the capacity {capacity}")
-
-
-def save_checkpoint(
-    buffer: ReplayBuffer,
-    directory: str | os.PathLike,
-    chunk_length: int = 4096,
-    flushed: Mapping[tuple[int, int], FlushedChunk] | None = None,
-) -> Path:
-    """Publishes the buffer's contents as a new snapshot in ``directory``.
-
-    Args:
-        buffer: what to save (storage and sampler state).
-        directory: the checkpoint directory (created if missing).
-        chunk_length: positions per chunk file; must divide the capacity.
-        flushed: chunk files already written by a `ChunkWriter`, by ``(env, slot)``;
-            those still matching the ring are hard-linked instead of rewritten.
-
-    Returns:
-        the published snapshot directory.
-    """
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    name = f"snapshot-{_latest_number(directory) + 1:06d}"
-    staging = directory / f"{name}.tmp"
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir()
-    files = write_snapshot(buffer, staging, chunk_length, flushed)
-    manifest = json.dumps({"format": FORMAT_VERSION, "files": files}, sort_keys=True).encode()
-    write_durable(staging / "manifest.json", manifest)
-    _fsync_directory(staging)
-    os.rename(staging, directory / name)
-    _fsync_directory(directory)
-    _point_current(directory, name, sha256(manifest))
-    _remove_other_snapshots(directory, keep=name)
-    return directory / name
-
-
-def load_checkpoint(buffer: ReplayBuffer, directory: str | os.PathLike) -> None:
-    """Loads the snapshot ``directory/CURRENT`` names into ``buffer``, after verifying it all.
-
-    Raises:
-        ChecksumError: a file is missing or does not match its checksum (named);
-            ``buffer`` is then left unchanged.
-        ValueError: the snapshot was saved from a buffer of another size.
-    """
-    snapshot, files = _read_manifest(Path(directory))
-    read_snapshot(buffer, snapshot, files)
 
 
 def write_snapshot(
@@ -180,7 +117,7 @@ def write_snapshot(
     files = _write_chunks(storage, directory, chunk_length, flushed or {})
     meta = encode(_meta(buffer, chunk_length))
     write_durable(directory / "meta.pt", meta)
-    files["meta.pt"] = sha256(meta)
+    files["meta.pt"] = sha256_of_bytes(meta)
     return files
 
 
@@ -269,7 +206,7 @@ def _write_chunks(
             continue
         data = encode(chunk_fields(storage, env, slot, chunk_length))
         write_durable(staging / name, data)
-        files[name] = sha256(data)
+        files[name] = sha256_of_bytes(data)
     return files
 
 
@@ -329,34 +266,6 @@ def _link(source: Path, target: Path) -> bool:
     return True
 
 
-def _point_current(directory: Path, name: str, manifest_digest: str) -> None:
-    pointer = directory / "CURRENT.tmp"
-    write_durable(pointer, f"{name} {manifest_digest}\n".encode())
-    os.replace(pointer, directory / "CURRENT")
-    _fsync_directory(directory)
-
-
-def _latest_number(directory: Path) -> int:
-    numbers = [int(m.group(1)) for p in directory.iterdir() if (m := _SNAPSHOT.fullmatch(p.name))]
-    return max(numbers, default=0)
-
-
-def _remove_other_snapshots(directory: Path, keep: str) -> None:
-    for path in directory.iterdir():
-        stale = _SNAPSHOT.fullmatch(path.name) or path.name.endswith(".tmp")
-        if path.is_dir() and stale and path.name != keep:
-            shutil.rmtree(path, ignore_errors=True)
-
-
-def _fsync_directory(directory: Path) -> None:
-    # A rename is durable only once the directory holding it is synced.
-    descriptor = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
-
-
 def _to_cpu(value: Any) -> Any:
     if isinstance(value, torch.Tensor):
         return value.cpu()
@@ -368,26 +277,12 @@ def _to_cpu(value: Any) -> Any:
 # ------------------------------------------------------------------- reading
 
 
-def _read_manifest(directory: Path) -> tuple[Path, dict[str, str]]:
-    """The published snapshot and its ``{file name: sha256}``, after checking the manifest."""
-    pointer = directory / "CURRENT"
-    try:
-        name, digest = pointer.read_text().split()
-    except (OSError, ValueError) as error:
-        raise ChecksumError(pointer, f"no readable checkpoint pointer ({error})") from error
-    snapshot = directory / name
-    manifest = json.loads(_verified(snapshot / "manifest.json", digest))
-    if manifest.get("format") != FORMAT_VERSION:
-        raise ValueError(f"{snapshot}: format {manifest.get('format')}, expected {FORMAT_VERSION}")
-    return snapshot, manifest["files"]
-
-
 def _verified(path: Path, digest: str) -> bytes:
     try:
         data = path.read_bytes()
     except OSError as error:
         raise ChecksumError(path, f"cannot be read ({error})") from error
-    if sha256(data) != digest:
+    if sha256_of_bytes(data) != digest:
         raise ChecksumError(path, "checksum mismatch")
     return data
 

@@ -21,7 +21,6 @@ older checkpoint that verifies, with a warning naming the one used (and the one
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import math
@@ -33,6 +32,15 @@ from typing import Any
 
 import torch
 
+from cadence.data.durable import (
+    fsync_directory,
+    fsync_file,
+    replace_durably,
+    sha256_of_bytes,
+    sha256_of_file,
+    write_atomic,
+    write_durable,
+)
 from cadence.trainer.errors import CheckpointError, CorruptCheckpointError
 
 logger = logging.getLogger(__name__)
@@ -111,7 +119,7 @@ class CheckpointManager:
         part.mkdir(parents=True, exist_ok=True)
         known = dict(write_files(part)) if write_files is not None else {}
         torch.save(state, part / STATE_FILE)
-        _fsync_file(part / STATE_FILE)
+        fsync_file(part / STATE_FILE)
         return known
 
     def discard_staging(self, staging: Path) -> None:
@@ -138,8 +146,7 @@ class CheckpointManager:
         shutil.rmtree(replaced, ignore_errors=True)
         if final.exists():
             os.replace(final, replaced)
-        os.replace(staging, final)
-        _fsync_dir(self.directory)
+        replace_durably(staging, final)
         self._write_latest(final.name, digest)
         shutil.rmtree(replaced, ignore_errors=True)
         self._prune(keep=final)
@@ -182,7 +189,7 @@ class CheckpointManager:
         if not manifest_path.is_file():
             raise CorruptCheckpointError(f"{manifest_path} is missing")
         raw = manifest_path.read_bytes()
-        if manifest_digest is not None and hashlib.sha256(raw).hexdigest() != manifest_digest:
+        if manifest_digest is not None and sha256_of_bytes(raw) != manifest_digest:
             raise CorruptCheckpointError(f"{manifest_path} does not match the digest in LATEST")
         try:
             manifest = json.loads(raw)
@@ -206,7 +213,7 @@ class CheckpointManager:
                 raise CorruptCheckpointError(
                     f"{file} has {size} bytes, the manifest says {expected['size']} (truncated?)"
                 )
-            if _sha256(file) != expected["sha256"]:
+            if sha256_of_file(file) != expected["sha256"]:
                 raise CorruptCheckpointError(f"{file} does not match its checksum (corrupted)")
         return digests
 
@@ -373,11 +380,7 @@ class CheckpointManager:
         return parts[0], parts[1] if len(parts) > 1 else None
 
     def _write_latest(self, name: str, manifest_digest: str) -> None:
-        temporary = self.directory / f".{_LATEST_FILE}.tmp"
-        temporary.write_text(f"{name} {manifest_digest}\n")
-        _fsync_file(temporary)
-        os.replace(temporary, self.directory / _LATEST_FILE)
-        _fsync_dir(self.directory)
+        write_atomic(self.directory / _LATEST_FILE, f"{name} {manifest_digest}\n".encode())
 
     def _prune(self, keep: Path) -> None:
         """Removes all but the ``keep`` newest checkpoints, ``keep`` itself and the best
@@ -404,21 +407,20 @@ def _write_manifest(
     files = {}
     for path in sorted(directory.rglob("*")):
         if path.is_dir():
-            _fsync_dir(path)
+            fsync_directory(path)
             continue
         name = path.relative_to(directory).as_posix()
         if name == MANIFEST_FILE:
             continue
-        digest = (known or {}).get(name) or _sha256(path)
+        digest = (known or {}).get(name) or sha256_of_file(path)
         files[name] = {"size": path.stat().st_size, "sha256": digest}
     manifest: dict[str, Any] = {"files": files, "digest": _files_digest(files)}
     if eval_return is not None and math.isfinite(eval_return):
         manifest["eval_return"] = eval_return
     raw = json.dumps(manifest, indent=1).encode()
-    (directory / MANIFEST_FILE).write_bytes(raw)
-    _fsync_file(directory / MANIFEST_FILE)
-    _fsync_dir(directory)
-    return hashlib.sha256(raw).hexdigest()
+    write_durable(directory / MANIFEST_FILE, raw)
+    fsync_directory(directory)
+    return sha256_of_bytes(raw)
 
 
 def _is_inside(name: str) -> bool:
@@ -428,31 +430,4 @@ def _is_inside(name: str) -> bool:
 
 
 def _files_digest(files: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def _fsync_file(path: Path) -> None:
-    with open(path, "rb") as f:
-        os.fsync(f.fileno())
-
-
-def _fsync_dir(path: Path) -> None:
-    """Makes renames and new entries in ``path`` durable (a no-op where unsupported)."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+    return sha256_of_bytes(json.dumps(files, sort_keys=True).encode())

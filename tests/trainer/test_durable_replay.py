@@ -182,7 +182,7 @@ def _no_space(*args, **kwargs):
 
 
 @pytest.mark.parametrize(
-    "where", ["cadence.trainer.checkpoint.torch.save", "cadence.replay.chunk_writer.write_durable"]
+    "where", ["cadence.trainer.checkpoint.torch.save", "cadence.replay.chunk_writer.write_atomic"]
 )
 def test_a_full_disk_stops_the_run_with_a_message_and_the_same_command_resumes(
     tmp_path, monkeypatch, capsys, where

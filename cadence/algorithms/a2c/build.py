@@ -10,6 +10,7 @@ from cadence.algorithms.a2c.config import A2CConfig
 from cadence.algorithms.a2c.loss import A2CLoss
 from cadence.algorithms.actor_critic import ActorCriticAlgorithm
 from cadence.algorithms.actor_critic_network import make_actor_critic_network
+from cadence.algorithms.optimizers import make_adam
 from cadence.data.specs import Spec
 
 
@@ -36,9 +37,7 @@ def make_a2c(
 
 def _optimizer(config: A2CConfig, params: Any) -> torch.optim.Optimizer:
     if config.optimizer == "adam":
-        return torch.optim.Adam(
-            params, lr=config.learning_rate, eps=config.optimizer_eps, fused=True
-        )
+        return make_adam(params, config.learning_rate, eps=config.optimizer_eps)
     # RMSprop with alpha 0.99 as in the paper and Stable-Baselines3.
     # foreach: all parameters at once; per-tensor updates dominate small networks' steps.
     return torch.optim.RMSprop(

@@ -28,6 +28,7 @@ from cadence.algorithms.dqn.loss import (
     first_step_is_transition,
     n_step_targets,
 )
+from cadence.algorithms.optimizers import make_adam
 from cadence.data.nest import Nest, map_structure
 from cadence.data.time_step import TimeStep
 from cadence.replay.buffer import ReplaySample
@@ -66,9 +67,8 @@ class DQNAlgorithm(Algorithm):
         self.q_network = q_network
         self.target_network = copy.deepcopy(q_network).requires_grad_(False)
         self.loss = DQNLoss(config)
-        # The fused kernel is several times faster than the per-tensor loop on CPU too.
-        self._optimizer = torch.optim.Adam(
-            q_network.parameters(), lr=config.learning_rate, eps=config.adam_eps, fused=True
+        self._optimizer = make_adam(
+            q_network.parameters(), config.learning_rate, eps=config.adam_eps
         )
         self._num_updates = 0
         # The rate the rollout reads, as a tensor: a compiled unroll would bake a Python

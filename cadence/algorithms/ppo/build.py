@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-
 from cadence.algorithms.actor_critic import ActorCriticAlgorithm
 from cadence.algorithms.actor_critic_network import make_actor_critic_network
+from cadence.algorithms.optimizers import make_adam
 from cadence.algorithms.ppo.config import PPOConfig
 from cadence.algorithms.ppo.loss import PPOLoss
 from cadence.data.specs import Spec
@@ -20,10 +19,7 @@ def make_ppo(
     ppo = ActorCriticAlgorithm(
         make_actor_critic_network(observation_spec, action_spec, network_config),
         PPOLoss(config),
-        # fused: one kernel for all parameters; per-tensor Adam dominates small networks' steps.
-        lambda params: torch.optim.Adam(
-            params, lr=config.learning_rate, eps=config.adam_eps, fused=True
-        ),
+        lambda params: make_adam(params, config.learning_rate, eps=config.adam_eps),
         action_spec,
         gamma=config.gamma,
         gae_lambda=config.gae_lambda,

@@ -30,6 +30,7 @@ from torch import nn
 
 from cadence.algorithms.agent_view import AlgorithmAgent
 from cadence.algorithms.algorithm import Algorithm, AlgStep, LossInfo, UpdateResult
+from cadence.algorithms.optimizers import make_adam
 from cadence.algorithms.sac import loss as sac_loss
 from cadence.algorithms.sac.joint_adam import JointAdamStep
 from cadence.data.nest import Nest, map_structure
@@ -113,10 +114,10 @@ class SACAlgorithm(Algorithm):
         # Attributes of their own rather than a dict: a saved unroll graph's guards pickle
         # the module's attributes, and an optimizer inside a plain dict would be pickled
         # without its state tensors, which it cannot load (`cadence.algorithms.precompiled`).
-        self._actor_optimizer = _adam(self.actor.parameters(), actor_learning_rate)
-        self._critic_optimizer = _adam(self.critic.parameters(), critic_learning_rate)
+        self._actor_optimizer = make_adam(self.actor.parameters(), actor_learning_rate)
+        self._critic_optimizer = make_adam(self.critic.parameters(), critic_learning_rate)
         self._alpha_optimizer = (
-            _adam([self.log_alpha], alpha_learning_rate) if autotune_alpha else None
+            make_adam([self.log_alpha], alpha_learning_rate) if autotune_alpha else None
         )
         self._joint_adam = JointAdamStep(list(self.optimizers().values()))
         self._online = list(self.critic.parameters())
@@ -277,12 +278,3 @@ class SACAlgorithm(Algorithm):
     def _losses(self, inputs: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor]:
         loss_info, priorities = self._loss_terms(self.train_step(inputs).info)
         return loss_info.loss, loss_info.extra, priorities.detach()
-
-
-def _adam(params: Any, learning_rate: float) -> torch.optim.Adam:
-    """Adam with the fused kernel (one call for all tensors), foreach where fused is unsupported."""
-    params = list(params)
-    try:
-        return torch.optim.Adam(params, lr=learning_rate, fused=True)
-    except (RuntimeError, ValueError):
-        return torch.optim.Adam(params, lr=learning_rate, foreach=True)

@@ -4,9 +4,16 @@ from __future__ import annotations
 
 import attrs
 from attrs import field
-from attrs.validators import ge, gt, in_, le, optional
+from attrs.validators import ge, in_
 
 from cadence.algorithms.compile_config import CompileMode, compile_field
+from cadence.algorithms.deterministic_config import (
+    exploration_noise_field,
+    gamma_field,
+    learning_rate_field,
+    max_grad_norm_field,
+    tau_field,
+)
 from cadence.algorithms.off_policy_config import OffPolicyConfig, check_off_policy_config
 from cadence.data.typed_fields import CHECKED_SETATTR
 
@@ -24,30 +31,16 @@ class TD3Config:
         validator=check_off_policy_config,
         metadata={"doc": "Replay buffer and minibatches (windows of L steps: L-1-step targets)."},
     )
-    actor_learning_rate: float = field(
-        default=1e-3, validator=gt(0), metadata={"doc": "Adam step size of the actor."}
-    )
-    critic_learning_rate: float = field(
-        default=1e-3, validator=gt(0), metadata={"doc": "Adam step size of the critics."}
-    )
-    gamma: float = field(
-        default=0.99, validator=[ge(0), le(1)], metadata={"doc": "Discount factor."}
-    )
-    tau: float = field(
-        default=0.005,
-        validator=[gt(0), le(1)],
-        metadata={"doc": "Polyak coefficient of the target networks (1: hard copy)."},
-    )
+    actor_learning_rate: float = learning_rate_field("the actor")
+    critic_learning_rate: float = learning_rate_field("the critics")
+    gamma: float = gamma_field()
+    tau: float = tau_field()
     num_critics: int = field(
         default=2,
         validator=ge(2),
         metadata={"doc": "Critics in the ensemble; targets bootstrap from their minimum."},
     )
-    exploration_noise: float = field(
-        default=0.1,
-        validator=ge(0),
-        metadata={"doc": "Std of the Gaussian noise added to rollout actions."},
-    )
+    exploration_noise: float = exploration_noise_field()
     target_policy_noise: float = field(
         default=0.2,
         validator=ge(0),
@@ -66,10 +59,4 @@ class TD3Config:
         metadata={"doc": "Critic updates per actor and target-network update."},
     )
     compile: CompileMode = compile_field()
-    max_grad_norm: float | None = field(
-        default=None,
-        validator=optional(gt(0)),
-        metadata={
-            "doc": "Clip each optimizer's gradients to this global norm (null: no clipping)."
-        },
-    )
+    max_grad_norm: float | None = max_grad_norm_field()
