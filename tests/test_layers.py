@@ -25,10 +25,8 @@ Where the modules outside DESIGN §1's table sit:
   importing nothing of cadence) is ground, beside data;
 - ``cadence.machine_record`` (the measured per-machine choices) is part of the
   acceleration layer (DESIGN §1: "measured per-machine choices");
-- ``cadence.agents`` is the rlstructures Batcher, which DESIGN §1 places in collect;
 - ``cadence.testing`` (the environment contract suite, fakes, the learning and resume
-  harnesses, which load named configs and train), ``cadence.launch`` (starts a run, one
-  process per rank, from the command line), ``cadence.latent_probe`` (probes a run
+  harnesses, which load named configs and train), ``cadence.latent_probe`` (probes a run
   directory's checkpoint) and ``cadence/__main__.py`` are top, with the command line;
 - ``cadence/__init__.py`` (``import cadence``: lazy names from every layer) is top too, so
   ``from cadence import X`` in the library is an upward import: import from the
@@ -68,7 +66,6 @@ LAYERS = {
     "cadence.algorithms": LEARNERS,
     "cadence.mbrl": LEARNERS,
     "cadence.collect": COLLECT,
-    "cadence.agents": COLLECT,
     "cadence.accel": ACCEL,
     "cadence.machine_record": ACCEL,
     "cadence.trainer": TRAINER,
@@ -77,7 +74,6 @@ LAYERS = {
     "cadence.plot": TOP,
     "cadence.export": TOP,
     "cadence.cli": TOP,
-    "cadence.launch": TOP,
     "cadence.latent_probe": TOP,
     "cadence.testing": TOP,
     "cadence.__main__": TOP,
@@ -91,9 +87,6 @@ LAYERS = {
 # that no longer exist: delete them, and this set ends empty. Nothing may be added.
 KNOWN_PENDING: frozenset[tuple[str, str]] = frozenset(
     {
-        # h54-collect: the Batcher's Agent moves into cadence.collect, below which
-        # algorithms/agent_view may not reach.
-        ("cadence.algorithms.agent_view", "cadence.agents.agent"),
         # h54-accel: the compile layer (algorithms/compiled, networks/native and matmul's
         # kernel choice, machine_record) moves into cadence.accel; nothing below it
         # imports it. envs/make reads machine_record for the measured "auto" backend.
@@ -102,9 +95,6 @@ KNOWN_PENDING: frozenset[tuple[str, str]] = frozenset(
         ("cadence.networks.matmul", "cadence.machine_record"),
         ("cadence.networks.native", "cadence.machine_record"),
         ("cadence.networks.native", "cadence.algorithms.compiled"),
-        # h54-cli: launch and trainer/run import each other; the trainer may not import
-        # launch (top).
-        ("cadence.trainer.run", "cadence.launch"),
     }
 )
 
