@@ -34,7 +34,6 @@ import importlib
 import inspect
 import logging
 import os
-import platform
 import re
 import uuid
 from collections.abc import Callable, Hashable
@@ -42,6 +41,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+from cadence.machine_record import machine
 
 logger = logging.getLogger(__name__)
 
@@ -158,17 +159,6 @@ def file_stem(fn: Callable[..., Any], signature: Hashable, compile_kwargs: dict)
 
 
 @functools.cache
-def machine() -> str:
-    """The processor's architecture and a digest of its instruction-set flags: a cache
-    folder shared by several machines keeps each one's kernels and records apart."""
-    try:
-        with open("/proc/cpuinfo") as cpuinfo:
-            flags = next((line for line in cpuinfo if line.startswith("flags")), "")
-    except OSError:
-        flags = ""
-    return f"{platform.machine()}:{hashlib.sha256(flags.encode()).hexdigest()[:16]}"
-
-
 def _mtime(path: Path) -> float:
     try:
         return path.stat().st_mtime

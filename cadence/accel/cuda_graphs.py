@@ -46,7 +46,7 @@ import torch
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 if TYPE_CHECKING:
-    from cadence.algorithms.compiled import CompiledWithFallback
+    from cadence.accel.compiled_function import CompiledWithFallback
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +56,7 @@ signatures, such as an on-policy minibatch of yet another size, run without one.
 
 WARMUP_CALLS = 3
 """Calls of a signature run without a graph before it is recorded: the compiled function's
-guards are skipped from its third call on (`cadence.algorithms.compiled.GUARDED_CALLS`),
+guards are skipped from its third call on (`cadence.accel.compiled_function.GUARDED_CALLS`),
 and the recording call must not compile."""
 
 
@@ -65,7 +65,7 @@ class CudaGraphReplay:
     docstring).
 
     Args:
-        fn: a compiled update (`cadence.algorithms.compiled.CompiledWithFallback`): a pure
+        fn: a compiled update (`cadence.accel.compiled_function.CompiledWithFallback`): a pure
             function of tensors on one CUDA device.
         signature: what of a call's inputs a graph depends on (shapes, dtypes, the values
             of non-tensor inputs, ...): calls of another signature record another graph.
