@@ -18,7 +18,10 @@ from typing import Any
 
 import torch
 
+from cadence.accel import torch_private as tp
 from cadence.machine_record import compile_cache_dir, machine
+
+INDUCTOR = tp.INDUCTOR_CONFIG
 
 
 def configure_inductor() -> Path:
@@ -26,31 +29,30 @@ def configure_inductor() -> Path:
     ``TORCHINDUCTOR_CACHE_DIR``) and turns them on, makes compiled random ops draw
     eager's numbers (``fallback_random``: a compiled SAC samples the actions an eager one
     would) and CPU kernels compute tanh from one exp; returns the cache folder in use."""
-    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
-
     # PyTorch writes its default into the variable once it has looked for one.
-    if os.environ.get("TORCHINDUCTOR_CACHE_DIR") in (None, default_cache_dir()):
+    if os.environ.get("TORCHINDUCTOR_CACHE_DIR") in (None, tp.default_inductor_cache_dir()):
         directory = compile_cache_dir()
         directory.mkdir(parents=True, exist_ok=True)
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(directory)
-    import torch._functorch.config as functorch_config
-    import torch._inductor.config as inductor_config
-
-    inductor_config.fx_graph_cache = True
-    inductor_config.fallback_random = True
-    # CPU kernels take tanh as 2 / (1 + exp(-2x)) - 1: within 2e-7 of torch.tanh (eager is
-    # within 6e-8), and a 64x64 tanh network's compiled PPO loop runs 13% faster.
-    inductor_config.cpp.use_decompose_tanh = True
-    # A compiled call checks every input's sizes and strides against the graph's
-    # (`assert_size_stride`, about 0.3 us each: 20 us of a 64-input update). Dynamo's
-    # guards check the same, and `CompiledWithFallback` skips those only for inputs of a
-    # signature already seen (contiguity included), so the checks would repeat them.
-    inductor_config.size_asserts = False
-    functorch_config.enable_autograd_cache = True
+    # cpp__use_decompose_tanh: CPU kernels take tanh as 2 / (1 + exp(-2x)) - 1: within 2e-7
+    # of torch.tanh (eager is within 6e-8), and a 64x64 tanh network's compiled PPO loop
+    # runs 13% faster. size_asserts: a compiled call checks every input's sizes and strides
+    # against the graph's (`assert_size_stride`, about 0.3 us each: 20 us of a 64-input
+    # update). Dynamo's guards check the same, and `CompiledWithFallback` skips those only
+    # for inputs of a signature already seen (contiguity included), so the checks would
+    # repeat them.
+    tp.configure(
+        INDUCTOR,
+        fx_graph_cache=True,
+        fallback_random=True,
+        cpp__use_decompose_tanh=True,
+        size_asserts=False,
+    )
+    tp.configure(tp.FUNCTORCH_CONFIG, enable_autograd_cache=True)
     directory = Path(os.environ["TORCHINDUCTOR_CACHE_DIR"])
     with contextlib.suppress(Exception):  # only a shortcut: inductor checks by itself
         if check_vec_isa(directory):
-            inductor_config.cpp.vec_isa_ok = True
+            tp.configure(INDUCTOR, cpp__vec_isa_ok=True)
     return directory
 
 
@@ -64,15 +66,12 @@ def check_vec_isa(directory: Path) -> bool:
     keeps one record per machine). Telling inductor so (``cpp.vec_isa_ok``) also enters
     its cache keys, so every run, the first included, must tell it alike.
     """
-    import torch._inductor.config as inductor_config
-    from torch._inductor import cpu_vec_isa
-
     marker = _vec_isa_marker(directory)
     if marker.exists():
         return True
-    if inductor_config.cpp.vec_isa_ok is not None:
+    if tp.config_value(INDUCTOR, "cpp__vec_isa_ok") is not None:
         return False
-    isa_list = cpu_vec_isa.valid_vec_isa_list()
+    isa_list = tp.valid_vec_isa_list()
     if not (isa_list and all(isa_list)):
         return False
     marker.parent.mkdir(parents=True, exist_ok=True)
@@ -81,18 +80,14 @@ def check_vec_isa(directory: Path) -> bool:
 
 
 def _vec_isa_marker(directory: Path) -> Path:
-    import torch._inductor.config as inductor_config
-
-    key = "|".join((torch.__version__, machine(), str(inductor_config.cpp.cxx)))
+    key = "|".join((torch.__version__, machine(), str(tp.config_value(INDUCTOR, "cpp__cxx"))))
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     return directory / "cadence" / f"vec-isa-ok-{digest}"
 
 
 def cpp_compiler_available() -> bool:
     """Whether inductor's CPU back end finds a C++ compiler."""
-    import torch._inductor.config as inductor_config
-
-    candidates = inductor_config.cpp.cxx
+    candidates = tp.config_value(INDUCTOR, "cpp__cxx")
     names = [c for c in (candidates if isinstance(candidates, tuple) else (candidates,)) if c]
     return any(shutil.which(name) for name in [*names, "g++", "clang++"])
 

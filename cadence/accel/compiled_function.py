@@ -18,14 +18,22 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch.utils._pytree import SUPPORTED_NODES
 
 from cadence.accel.cpu_matmul import cpu_matmul
 from cadence.accel.precompiled import Precompiled, load_or_compile, precompilable
+from cadence.accel.torch_private import (
+    mode_options,
+    own_size_symbols,
+    supported_nodes,
+    trace_autograd_ops,
+)
 from cadence.data.time_step import TimeStep
 from cadence.machine_record import compile_cache_dir
 
 logger = logging.getLogger(__name__)
+
+REGISTERED_NODES = supported_nodes()
+"""torch's registered pytree node types (one dict, which later registrations fill)."""
 
 GUARDED_CALLS = 2
 """Calls of a signature that evaluate all guards before later ones skip them."""
@@ -159,7 +167,7 @@ class CompiledWithFallback:
         run compiled it again, as only a signature's first graph is saved."""
         if not self.dynamic:
             return contextlib.nullcontext()
-        return torch.fx.experimental._config.patch(use_duck_shape=False)
+        return own_size_symbols()
 
     def _guarded_call_traced(self, key: Hashable, args: tuple[Any, ...]) -> Any:
         if self.precompile and key not in self._precompiled:
@@ -178,7 +186,7 @@ class CompiledWithFallback:
             if self.forbid_compile
             else contextlib.nullcontext()
         )
-        with stance, torch._dynamo.config.patch(trace_autograd_ops=True):
+        with stance, trace_autograd_ops():
             return self.compiled(*args)
 
     def _load_or_compile(self, key: Hashable, args: tuple[Any, ...]) -> Precompiled | None:
@@ -201,7 +209,7 @@ class CompiledWithFallback:
         if not self.options:
             return {"mode": self.mode, "dynamic": self.dynamic}
         # torch.compile takes a mode or options, not both: the mode as its options
-        options = {**torch._inductor.list_mode_options(self.mode, self.dynamic), **self.options}
+        options = {**mode_options(self.mode, self.dynamic), **self.options}
         return {"options": options, "dynamic": self.dynamic}
 
     def signature(self, args: tuple[Any, ...]) -> Hashable:
@@ -273,8 +281,8 @@ class CompiledWithFallback:
                 self._describe(child, described, sizes)
             if value.untransformed is not None:
                 self._describe(value.untransformed, described, sizes)
-        elif kind in SUPPORTED_NODES:  # e.g. another registered dataclass
-            children, context = SUPPORTED_NODES[kind].flatten_fn(value)
+        elif kind in REGISTERED_NODES:  # e.g. another registered dataclass
+            children, context = REGISTERED_NODES[kind].flatten_fn(value)
             described.append((kind, _frozen(context)))
             for child in children:
                 self._describe(child, described, sizes)

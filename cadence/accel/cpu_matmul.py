@@ -54,6 +54,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.flop_counter import register_flop_formula
 
+from cadence.accel.torch_private import onednn_linear, onednn_linear_available
 from cadence.machine_record import machine_key, record_directory, recorded
 from cadence.networks.linear import CPU_MATMUL_ENV_VAR, set_matmul_route
 
@@ -88,7 +89,7 @@ _backend: str | None = None
 
 def onednn_available() -> bool:
     """Whether this torch build has oneDNN's linear kernel."""
-    return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+    return onednn_linear_available()
 
 
 def set_cpu_matmul(name: str) -> str:
@@ -241,7 +242,7 @@ def _routed(x: torch.Tensor) -> str | None:
 def _onednn_2d(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     """``a @ b + bias`` for ``[N, K]``, ``[K, M]``, ``[M]`` by oneDNN (which takes the
     weight as ``[M, K]``; transposed views go in without a copy)."""
-    return torch.ops.mkldnn._linear_pointwise(a, b.t(), bias, "none", [], "")
+    return onednn_linear(a, b.t(), bias)
 
 
 @torch.library.custom_op("cadence::onednn_matmul", mutates_args=())

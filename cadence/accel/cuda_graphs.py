@@ -43,7 +43,8 @@ from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, Any
 
 import torch
-from torch.utils._pytree import tree_flatten, tree_unflatten
+
+from cadence.accel.torch_private import foreach_copy_, tree_flatten, tree_unflatten
 
 if TYPE_CHECKING:
     from cadence.accel.compiled_function import CompiledWithFallback
@@ -169,13 +170,13 @@ class _Recorded:
     def replay(self, args: tuple[Any, ...]) -> Any:
         leaves = tree_flatten(args)[0]
         if self.inputs:
-            torch._foreach_copy_(self.inputs, [leaves[i] for i in self.positions])
+            foreach_copy_(self.inputs, [leaves[i] for i in self.positions])
         self.graph.replay()
         outputs = list(self.outputs)
         kept = [outputs[i] for i in self.output_tensors]
         copies = [torch.empty_like(tensor) for tensor in kept]
         if copies:
-            torch._foreach_copy_(copies, kept)
+            foreach_copy_(copies, kept)
         for i, copy in zip(self.output_tensors, copies, strict=True):
             outputs[i] = copy
         return tree_unflatten(outputs, self.output_spec)

@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from cadence.accel import torch_private as tp
 from cadence.algorithms.compile_config import MAX_UPDATES_PER_GRAPH
 
 
@@ -159,7 +160,7 @@ class GraphOptimizer:
         ``apply`` is False nothing changes (a skipped non-finite update). ``update_index``:
         which of the call's steps this is (the row of `corrections` it reads).
 
-        Each group's parameters step together in ``torch._foreach_*`` ops: a dozen traced
+        Each group's parameters step together in foreach ops (`cadence.accel.torch_private`): a dozen traced
         calls per group instead of a dozen per parameter, which is most of what a warm
         start spends tracing an optimizer (compiled, the arithmetic fuses alike)."""
         if len(grads) != len(self.params):
@@ -209,7 +210,7 @@ class GraphOptimizer:
         states' arithmetic runs on the flat tensors, one list entry each, and the moments
         are split into per-parameter views for the parameters' changes."""
         if "weight_decay" in constants:
-            grads = torch._foreach_add(grads, torch._foreach_mul(params, constants["weight_decay"]))
+            grads = tp.foreach_add(grads, tp.foreach_mul(params, constants["weight_decay"]))
         if flat is None:
             state_grads = grads
             old_steps = [state["step"] for state in states]
@@ -225,44 +226,42 @@ class GraphOptimizer:
             pieces = values[0].split([param.numel() for param in params])
             return [piece.view(param.shape) for piece, param in zip(pieces, params, strict=True)]
 
-        steps = torch._foreach_add(old_steps, 1)
-        squares = torch._foreach_mul(state_grads, state_grads)
+        steps = tp.foreach_add(old_steps, 1)
+        squares = tp.foreach_mul(state_grads, state_grads)
         if self.rmsprop:
             alpha = constants["alpha"]
             old_square = olds["square_avg"]
-            square_avg = torch._foreach_mul(old_square, alpha)
-            torch._foreach_add_(square_avg, torch._foreach_mul(squares, 1 - alpha))
-            denom = torch._foreach_sqrt(per_parameter(square_avg))
-            torch._foreach_add_(denom, [constants["eps"]] * len(denom))
-            change = torch._foreach_div(torch._foreach_mul(grads, lr), denom)
+            square_avg = tp.foreach_mul(old_square, alpha)
+            tp.foreach_add_(square_avg, tp.foreach_mul(squares, 1 - alpha))
+            denom = tp.foreach_sqrt(per_parameter(square_avg))
+            tp.foreach_add_(denom, [constants["eps"]] * len(denom))
+            change = tp.foreach_div(tp.foreach_mul(grads, lr), denom)
             updates = [(old_square, square_avg)]
         else:
             beta1, beta2 = constants["beta1"], constants["beta2"]
             old_avg, old_square = olds["exp_avg"], olds["exp_avg_sq"]
             # lerp's arithmetic: exp_avg + (1 - beta1) * (grad - exp_avg)
-            exp_avg = torch._foreach_sub(state_grads, old_avg)
-            torch._foreach_mul_(exp_avg, 1 - beta1)
-            torch._foreach_add_(exp_avg, old_avg)
-            exp_avg_sq = torch._foreach_mul(old_square, beta2)
-            torch._foreach_add_(exp_avg_sq, torch._foreach_mul(squares, 1 - beta2))
+            exp_avg = tp.foreach_sub(state_grads, old_avg)
+            tp.foreach_mul_(exp_avg, 1 - beta1)
+            tp.foreach_add_(exp_avg, old_avg)
+            exp_avg_sq = tp.foreach_mul(old_square, beta2)
+            tp.foreach_add_(exp_avg_sq, tp.foreach_mul(squares, 1 - beta2))
             if corrections is not None:
                 step_sizes, roots = corrections
             else:
                 # 1 - beta ** step, per parameter's own step (on the steps' device)
                 counts = steps if flat is None else list(steps[0].unbind())
-                powers1 = torch._foreach_pow([constants["step_beta1"]] * len(counts), counts)
-                powers2 = torch._foreach_pow([constants["step_beta2"]] * len(counts), counts)
-                bias_correction1 = torch._foreach_neg(powers1)
-                bias_correction2 = torch._foreach_neg(powers2)
-                torch._foreach_add_(bias_correction1, 1)
-                torch._foreach_add_(bias_correction2, 1)
-                roots = torch._foreach_sqrt(bias_correction2)
-                step_sizes = torch._foreach_div([lr] * len(params), bias_correction1)
-            denom = torch._foreach_div(torch._foreach_sqrt(per_parameter(exp_avg_sq)), roots)
-            torch._foreach_add_(denom, [constants["eps"]] * len(denom))
-            change = torch._foreach_div(
-                torch._foreach_mul(per_parameter(exp_avg), step_sizes), denom
-            )
+                powers1 = tp.foreach_pow([constants["step_beta1"]] * len(counts), counts)
+                powers2 = tp.foreach_pow([constants["step_beta2"]] * len(counts), counts)
+                bias_correction1 = tp.foreach_neg(powers1)
+                bias_correction2 = tp.foreach_neg(powers2)
+                tp.foreach_add_(bias_correction1, 1)
+                tp.foreach_add_(bias_correction2, 1)
+                roots = tp.foreach_sqrt(bias_correction2)
+                step_sizes = tp.foreach_div([lr] * len(params), bias_correction1)
+            denom = tp.foreach_div(tp.foreach_sqrt(per_parameter(exp_avg_sq)), roots)
+            tp.foreach_add_(denom, [constants["eps"]] * len(denom))
+            change = tp.foreach_div(tp.foreach_mul(per_parameter(exp_avg), step_sizes), denom)
             updates = [(old_avg, exp_avg), (old_square, exp_avg_sq)]
         updates += [(old_steps, steps)]
 
@@ -270,7 +269,7 @@ class GraphOptimizer:
             if apply is not None:
                 values = [torch.where(apply, v, t) for v, t in zip(values, targets, strict=True)]
             if not each:
-                torch._foreach_copy_(targets, values)
+                tp.foreach_copy_(targets, values)
                 return
             for target, value in zip(targets, values, strict=True):
                 target.copy_(value)
@@ -282,7 +281,7 @@ class GraphOptimizer:
         # an A2C update reported were those of the stepped parameters (its steps themselves
         # were right); copied one by one, they were eager's, though in a graph then broken
         # elsewhere (docs/compile.md).
-        write(params, torch._foreach_sub(params, change), each=params[0].is_cuda)
+        write(params, tp.foreach_sub(params, change), each=params[0].is_cuda)
 
 
 def _flatten_states(states: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor] | None:

@@ -42,6 +42,7 @@ from typing import Any
 
 import torch
 
+from cadence.accel.torch_private import trace_autograd_ops
 from cadence.machine_record import machine
 
 logger = logging.getLogger(__name__)
@@ -108,7 +109,7 @@ def load_or_compile(
             return loaded
     try:
         compiled = torch.compile(fn, fullgraph=True, **compile_kwargs)
-        with torch._dynamo.config.patch(trace_autograd_ops=True):
+        with trace_autograd_ops():
             result = Precompiled(compiled.aot_compile((args, {})), fn.__self__)
     except Exception as error:  # noqa: BLE001 - torch.compile's own way follows
         logger.info("%s is not compiled whole (%s)", fn.__qualname__, error)

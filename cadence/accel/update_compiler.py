@@ -38,7 +38,6 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any
 
 import torch
-from torch.utils._pytree import tree_flatten
 
 from cadence.accel.compile_cache import configure_inductor, cpp_compiler_available, graph_options
 from cadence.accel.compiled_function import CompiledWithFallback, function_name
@@ -46,6 +45,7 @@ from cadence.accel.cuda_graphs import WARMUP_CALLS, CudaGraphReplay
 from cadence.accel.graph_optimizer import GraphOptimizer, clip_grads, total_norm
 from cadence.accel.joint_adam import JointAdamStep
 from cadence.accel.precompiled import file_stem
+from cadence.accel.torch_private import tree_flatten
 from cadence.algorithms.algorithm import Algorithm
 from cadence.algorithms.compile_config import COMPILE_MODES
 from cadence.machine_record import machine_key, recall, record_first

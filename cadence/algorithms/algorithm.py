@@ -412,11 +412,7 @@ class Algorithm(nn.Module, abc.ABC):
         parameters = [p for optimizer in optimizers for p in _parameters(optimizer)]
         if grad_norm is None:
             grads = [p.grad for p in parameters if p.grad is not None]
-            grad_norm = (
-                torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
-                if grads
-                else loss.new_zeros(())
-            )
+            grad_norm = torch.nn.utils.get_total_norm(grads) if grads else loss.new_zeros(())
         finite = bool(torch.isfinite(loss.detach()) & torch.isfinite(grad_norm))
         if not finite:
             for parameter in parameters:
