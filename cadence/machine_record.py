@@ -22,8 +22,8 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import os
 import logging
+import os
 import platform
 from collections.abc import Callable, Iterator
 from pathlib import Path

@@ -249,16 +249,8 @@ class GraphOptimizer:
             if corrections is not None:
                 step_sizes, roots = corrections
             else:
-                # 1 - beta ** step, per parameter's own step (on the steps' device)
                 counts = steps if flat is None else list(steps[0].unbind())
-                powers1 = tp.foreach_pow([constants["step_beta1"]] * len(counts), counts)
-                powers2 = tp.foreach_pow([constants["step_beta2"]] * len(counts), counts)
-                bias_correction1 = tp.foreach_neg(powers1)
-                bias_correction2 = tp.foreach_neg(powers2)
-                tp.foreach_add_(bias_correction1, 1)
-                tp.foreach_add_(bias_correction2, 1)
-                roots = tp.foreach_sqrt(bias_correction2)
-                step_sizes = tp.foreach_div([lr] * len(params), bias_correction1)
+                step_sizes, roots = _bias_corrections(counts, constants, lr)
             denom = tp.foreach_div(tp.foreach_sqrt(per_parameter(exp_avg_sq)), roots)
             tp.foreach_add_(denom, [constants["eps"]] * len(denom))
             change = tp.foreach_div(tp.foreach_mul(per_parameter(exp_avg), step_sizes), denom)
@@ -282,6 +274,23 @@ class GraphOptimizer:
         # were right); copied one by one, they were eager's, though in a graph then broken
         # elsewhere (docs/compile.md).
         write(params, tp.foreach_sub(params, change), each=params[0].is_cuda)
+
+
+def _bias_corrections(
+    counts: list[torch.Tensor], constants: dict[str, torch.Tensor], lr: torch.Tensor
+) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """Adam's step sizes (``lr`` over ``1 - beta1 ** step``) and second bias corrections'
+    roots (of ``1 - beta2 ** step``), per parameter's own step count (on its device), as
+    the graph computes them where no `GraphOptimizer.corrections` are given."""
+    powers1 = tp.foreach_pow([constants["step_beta1"]] * len(counts), counts)
+    powers2 = tp.foreach_pow([constants["step_beta2"]] * len(counts), counts)
+    bias_correction1 = tp.foreach_neg(powers1)
+    bias_correction2 = tp.foreach_neg(powers2)
+    tp.foreach_add_(bias_correction1, 1)
+    tp.foreach_add_(bias_correction2, 1)
+    roots = tp.foreach_sqrt(bias_correction2)
+    step_sizes = tp.foreach_div([lr] * len(counts), bias_correction1)
+    return step_sizes, roots
 
 
 def _flatten_states(states: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor] | None:
