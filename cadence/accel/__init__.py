@@ -5,7 +5,7 @@ Nothing below the trainer imports this package, and an eager run (``algorithm.co
 with ``trainer.cpu_matmul=aten``) never loads it. It reaches the core through one seam:
 
 - an algorithm's update: `compile_update` installs an `UpdateCompiler` as the algorithm's
-  `cadence.algorithms.algorithm.UpdateAccelerator`, which runs what the algorithm passes
+  `cadence.algorithms.accelerator.UpdateAccelerator`, which runs what the algorithm passes
   through ``in_graph`` as compiled graphs and steps its optimizers in them;
 - a collector's unrolls: `CompiledUnroll` is the `cadence.collect.unroll.UnrollStrategy` the
   trainer injects into the collector of a compiled run;

@@ -255,7 +255,9 @@ def test_the_trainer_unrolls_off_policy_one_step_per_graph(tmp_path):
     # and a warm start traces each step of the graph: 1. The key overrides both.
     assert unroll_graph_steps(compose_config("ppo_cartpole")) == MAX_STEPS_PER_GRAPH == 8
     assert unroll_graph_steps(compose_config("sac_pendulum")) == 1
-    chosen = compose_config("sac_pendulum", ["trainer.unroll_graph_steps=5"])
+    chosen = compose_config(
+        "sac_pendulum", ["trainer.unroll_graph_steps=5", "algorithm.compile=auto"]
+    )
     assert unroll_graph_steps(chosen) == 5
     trainer = build_trainer(chosen, tmp_path)  # what the CLI builds
     try:
