@@ -8,7 +8,7 @@ second can say what fraction of the machine's matmul peak it reaches::
 
 The peak is the best rate over a few square sizes (small ones fit the caches, large ones
 amortise the threading) and over the CPU backends cadence's layers can use
-(`cadence.networks.matmul`): ``torch.mm`` (MKL), oneDNN and cadence's own kernel, the last
+(`cadence.accel.cpu_matmul`): ``torch.mm`` (MKL), oneDNN and cadence's own kernel, the last
 two running AVX-512 code on AMD processors where MKL runs AVX2. Each size is timed as the fastest of ``repeats`` calls
 after one untimed call, with ``threads`` intra-op threads. Run it to print the peaks::
 
@@ -48,7 +48,7 @@ def matmul_peaks_gflops(
 ) -> dict[str, float]:
     """`matmul_peak_gflops` per backend: ``aten`` and, where they run, ``onednn`` and
     ``avx512``."""
-    from cadence.networks.matmul import (
+    from cadence.accel.cpu_matmul import (
         avx512_matmul,
         avx512_unavailable,
         onednn_available,

@@ -198,7 +198,7 @@ user's first run of any config has made already, none of them a compiled graph."
 
 def empty_compile_cache(parent: str) -> str:
     """A new compile cache folder under ``parent`` holding only `MACHINE_RECORDS`."""
-    from cadence.algorithms.compiled import compile_cache_dir
+    from cadence.machine_record import compile_cache_dir
 
     folder = tempfile.mkdtemp(dir=parent)
     for name in MACHINE_RECORDS:

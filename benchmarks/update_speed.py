@@ -22,7 +22,7 @@ multiplies (counted on one cadence update: forward and backward, about 0.6 GFLOP
 256x256, batch 256) over this machine's matmul peak at the same threads
 (`matmul_peak.py`, the faster of MKL and oneDNN), as the most updates/s any implementation
 could reach, and the fraction of that peak each side reaches. cadence's rows name the
-backend of its layers' multiplies (``--cpu-matmul``, `cadence.networks.matmul`): ``auto``
+backend of its layers' multiplies (``--cpu-matmul``, `cadence.accel.cpu_matmul`): ``auto``
 is what a training run picks on this machine; SB3 multiplies with ``torch.mm`` (MKL).
 """
 
@@ -39,7 +39,7 @@ import numpy as np
 import torch
 from matmul_peak import count_flops, matmul_peak_gflops
 
-from cadence.networks.matmul import set_cpu_matmul
+from cadence.accel.cpu_matmul import set_cpu_matmul
 
 SHAPES = {"pendulum": (3, 1), "halfcheetah": (17, 6)}
 BATCH_SIZE = 256
@@ -57,8 +57,10 @@ def make_cadence(
     algorithm: str = "sac",
 ) -> Callable[[int], None]:
     """A function running ``n`` cadence updates of ``algorithm`` on a pre-filled buffer, its
-    layers' multiplies on the ``cpu_matmul`` backend (`cadence.networks.matmul`), the
+    layers' multiplies on the ``cpu_matmul`` backend (`cadence.accel.cpu_matmul`), the
     networks and the buffer on ``device``."""
+    from cadence.accel import compile_update
+    from cadence.accel.cpu_matmul import using_cpu_matmul
     from cadence.algorithms.ddpg import DDPGConfig, make_ddpg
     from cadence.algorithms.off_policy import replay_minibatches
     from cadence.algorithms.off_policy_config import OffPolicyConfig
@@ -66,7 +68,6 @@ def make_cadence(
     from cadence.algorithms.td3 import TD3Config, make_td3
     from cadence.data.specs import BoundedTensorSpec, TensorSpec
     from cadence.networks import NetworkConfig
-    from cadence.networks.matmul import using_cpu_matmul
     from cadence.replay.buffer import ReplayBuffer
 
     backend = set_cpu_matmul(cpu_matmul)
@@ -78,6 +79,7 @@ def make_cadence(
         "ddpg": (make_ddpg, DDPGConfig),
     }[algorithm]
     learner = make(config(compile=compile_mode), TensorSpec((obs_dim,)), action_spec, network)
+    compile_update(learner, compile_mode)  # what the trainer does for `algorithm.compile`
     learner.to(device)
     buffer = ReplayBuffer(num_envs=1, capacity=BUFFER_SIZE, device=device)
     steps = BUFFER_SIZE

@@ -131,14 +131,16 @@ def cadence_updates(
         result["world_model_flops"] = count_flops(world_model_update)
         result["actor_critic_flops"] = count_flops(actor_critic_update)
     if compile_mode != "off":
-        algorithm.set_compile(compile_mode)
+        from cadence.accel import compile_update
+
+        compile_update(algorithm, compile_mode)
         for kind, update in (
             ("world_model", world_model_update),
             ("actor_critic", actor_critic_update),
         ):
-            before = algorithm.compiler.compile_seconds
+            before = algorithm.accelerator.compile_seconds
             update()  # compiles (or loads from the cache)
-            result[f"{kind}_compile_s"] = algorithm.compiler.compile_seconds - before
+            result[f"{kind}_compile_s"] = algorithm.accelerator.compile_seconds - before
             result[f"{kind}_compiled_updates_per_s"] = _rate(update, iters, warmup)
     return result
 

@@ -20,8 +20,10 @@ take them from their first call (`recall`).
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
+import os
 import platform
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -88,20 +90,39 @@ def record_first(file_name: str | Path, key: str, value: Any) -> None:
         logger.warning("cannot record a measurement in %s (%s)", path, error)
 
 
-def record_directory() -> Path:
-    """The compile cache folder (``$CADENCE_COMPILE_CACHE``, else
-    ``~/.cache/cadence/torch-compile``), which holds the records with the compiled code."""
-    from cadence.algorithms.compiled import compile_cache_dir
+def compile_cache_dir() -> Path:
+    """Where compiled artifacts and the machine's records persist: ``$CADENCE_COMPILE_CACHE``,
+    else ``$XDG_CACHE_HOME/cadence/torch-compile`` (``~/.cache/...``; PyTorch's own default
+    is under ``/tmp``, which a reboot empties). The caches key every entry by the torch
+    version, the code and the shapes, so one folder serves every config and version."""
+    explicit = os.environ.get("CADENCE_COMPILE_CACHE")
+    if explicit:
+        return Path(explicit)
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "cadence" / "torch-compile"
 
+
+def record_directory() -> Path:
+    """The compile cache folder (`compile_cache_dir`), which holds the records with the
+    compiled code."""
     return compile_cache_dir()
 
 
 def machine_key() -> str:
     """The machine as the records key it: the architecture, a digest of the instruction-set
     flags and the processor model (a cache folder may be shared by several machines)."""
-    from cadence.algorithms.precompiled import machine
-
     return f"{machine()} {_cpu_model()}"
+
+
+def machine() -> str:
+    """The processor's architecture and a digest of its instruction-set flags: a cache
+    folder shared by several machines keeps each one's kernels and records apart."""
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            flags = next((line for line in cpuinfo if line.startswith("flags")), "")
+    except OSError:
+        flags = ""
+    return f"{platform.machine()}:{hashlib.sha256(flags.encode()).hexdigest()[:16]}"
 
 
 def _cpu_model() -> str:

@@ -18,9 +18,10 @@ import os
 import pytest
 import torch
 
-from cadence.algorithms import compiled
+from cadence.accel import cpu_matmul as matmul
+from cadence.accel import update_compiler
 from cadence.config import loading
-from cadence.networks import matmul
+from cadence.networks import linear
 from cadence.trainer.run import torch_settings_restored
 
 TEST_THREADS_VAR = "CADENCE_TEST_NUM_THREADS"
@@ -57,10 +58,12 @@ def restore_process_settings():
     count: a learning test once ran at the thread count an earlier test's config set
     (``trainer.num_threads: 1``) and missed its bar."""
     backend = matmul.cpu_matmul()  # the first test decides, as a user's first network does
+    route = linear.matmul_route()
     inherited = os.environ.get(matmul.ENV_VAR)
     with torch_settings_restored():  # what `train` restores after a run, too
         yield
     matmul._backend = backend
+    linear.set_matmul_route(route)
     if inherited is None:
         os.environ.pop(matmul.ENV_VAR, None)
     else:
@@ -91,7 +94,7 @@ def own_compile_auto_record(monkeypatch, tmp_path):
     """Each test starts with no ``compile: auto`` choice recorded for the machine: a test
     that times both ways must time them whatever an earlier test (or session) chose, and
     one test's choice must not decide how another's first calls run."""
-    monkeypatch.setattr(compiled, "AUTO_RECORD", tmp_path / "compile_auto.json")
+    monkeypatch.setattr(update_compiler, "AUTO_RECORD", tmp_path / "compile_auto.json")
 
 
 @pytest.fixture
@@ -99,6 +102,7 @@ def unmeasured_machine(monkeypatch, tmp_path):
     """A process on a machine where `auto` has not yet chosen a matmul backend: no choice
     in the process, none inherited, none in the machine's record (a fresh compile cache)."""
     monkeypatch.setattr(matmul, "_backend", None)
+    monkeypatch.setattr(linear, "_route", None)
     monkeypatch.delenv(matmul.ENV_VAR, raising=False)
     monkeypatch.setenv("CADENCE_COMPILE_CACHE", str(tmp_path / "fresh-cache"))
 

@@ -18,11 +18,14 @@ An algorithm is an ``nn.Module`` with
   so one update has the shape of one compiled graph;
 - `optimizers`, checkpointed with the parameters.
 
-With ``set_compile`` the update runs as one compiled graph per minibatch shape
-(`cadence.algorithms.compiled`): an algorithm's `update` passes the pure part of its work
-(everything but Python bookkeeping such as counters) through `in_graph`, and `minimize`
-written once serves both: eager it calls ``backward`` and the optimizers, in a graph it
-takes ``torch.autograd.grad`` and steps the optimizer in the graph.
+The seam to the optional fast path: an algorithm's `update` passes the pure part of its
+work (everything but Python bookkeeping such as counters) through `in_graph`, and steps
+several optimizers through `optimizer_steps`. Eager, both simply run. An accelerator
+(`UpdateAccelerator`, installed with `set_accelerator`: `cadence.accel` when a run
+compiles) may run `in_graph`'s function as one compiled graph per minibatch shape, where
+`minimize`, written once, takes the gradients and steps the optimizers through the
+accelerator (`UpdateAccelerator.minimize`), and may step the optimizers together. The core
+never imports the accelerator; the trainer installs it.
 
 The default `update` is the minibatch pipeline ``train_step -> calc_loss -> minimize ->
 after_update``; an algorithm with several losses or optimizers writes its own from the
@@ -39,7 +42,11 @@ from typing import Any, NamedTuple
 import torch
 from torch import nn
 
-from cadence.algorithms.compiled import UpdateCompiler, clip_grads, total_norm
+from cadence.algorithms.accelerator import (
+    ACCELERATOR_STATE_KEY,
+    OptimizerSteps,
+    UpdateAccelerator,
+)
 from cadence.data.nest import Nest, map_structure
 from cadence.data.time_step import StepType, TimeStep
 
@@ -114,43 +121,43 @@ class Algorithm(nn.Module, abc.ABC):
     def __init__(self) -> None:
         super().__init__()
         self._gradient_sync: GradientSync | None = None
-        self._compiler: UpdateCompiler | None = None
+        self._accelerator: UpdateAccelerator | None = None
+        self._optimizer_steps: OptimizerSteps | None = None
 
-    # -------------------------------------------------------------- compiling
-    @property
-    def compile_mode(self) -> str:
-        """The update's compile mode (`set_compile`); ``"off"``: eager."""
-        return "off" if self._compiler is None else self._compiler.mode
-
-    def set_compile(self, mode: str) -> None:
-        """Runs the update compiled (`cadence.algorithms.compiled.COMPILE_MODES`)."""
-        if mode == "off":
-            self._compiler = None
-            return
-        choices = self._compiler.choices if self._compiler is not None else None
-        self._compiler = UpdateCompiler(
-            mode,
-            lambda: self.optimizers().values(),
-            lambda: self.training,
-            choices,
-            dynamic=self.variable_batch_size,
-        )
+    # ------------------------------------------------------------ the seam
+    def set_accelerator(self, accelerator: UpdateAccelerator | None) -> None:
+        """Installs the accelerator of the update (None: eager, the default)."""
+        self._accelerator = accelerator
+        self._optimizer_steps = None
 
     @property
-    def compiler(self) -> UpdateCompiler | None:
-        """The `UpdateCompiler` of a compiled update (None: eager)."""
-        return self._compiler
+    def accelerator(self) -> UpdateAccelerator | None:
+        """The update's accelerator (None: eager)."""
+        return self._accelerator
 
     def in_graph(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """``fn(*args)``: compiled when the update is (`set_compile`), else eagerly.
+        """``fn(*args)``: through the accelerator where one is installed, else eagerly.
 
         ``fn`` is the pure part of an update: tensors in, tensors out, every Python value
-        it reads fixed between calls (a non-tensor argument is part of the graph's key).
+        it reads fixed between calls (a non-tensor argument is part of a graph's key).
         Under a gradient-sync hook (several ranks) it runs eagerly.
         """
-        if self._compiler is None or self._gradient_sync is not None:
+        if self._accelerator is None or self._gradient_sync is not None:
             return fn(*args)
-        return self._compiler.run(fn, *args)
+        return self._accelerator.run(fn, *args)
+
+    def optimizer_steps(self) -> OptimizerSteps:
+        """Every optimizer of `optimizers`, stepped as one (by the accelerator's way where
+        one is installed)."""
+        if self._optimizer_steps is None:
+            optimizers = list(self.optimizers().values())
+            accelerator = self._accelerator
+            self._optimizer_steps = (
+                OptimizerSteps(optimizers)
+                if accelerator is None
+                else accelerator.optimizer_steps(optimizers)
+            )
+        return self._optimizer_steps
 
     # ------------------------------------------------------------------ acting
     def initial_state(self, batch_size: int) -> Nest:
@@ -200,12 +207,12 @@ class Algorithm(nn.Module, abc.ABC):
 
     @property
     def fuses_updates(self) -> bool:
-        """Whether `update_rows_many` runs its updates as one compiled call: the update is
-        compiled, in one process, the default pipeline (`update_step`) without replay
+        """Whether `update_rows_many` runs its updates as one accelerated call: the update is
+        accelerated, in one process, the default pipeline (`update_step`) without replay
         priorities, and no update may be skipped (`skip_nonfinite_updates`)."""
         return (
             _default_pipeline(type(self))
-            and self._compiler is not None
+            and self._accelerator is not None
             and self._gradient_sync is None
             and not self.skip_nonfinite_updates
         )
@@ -228,7 +235,7 @@ class Algorithm(nn.Module, abc.ABC):
             raise ValueError("update_rows_many needs at least one minibatch of indices")
         if self.fuses_updates:
             steps = len(indices)
-            return self._compiler.run(self._update_steps_on_rows, batch, indices, steps=steps)
+            return self._accelerator.run(self._update_steps_on_rows, batch, indices, steps=steps)
         return stack_results([self.update_rows(batch, rows) for rows in indices])
 
     def _update_steps_on_rows(self, batch: Batch, indices: list[torch.Tensor]) -> UpdateResult:
@@ -298,15 +305,18 @@ class Algorithm(nn.Module, abc.ABC):
         """One step of ``optimizers`` (default: all) on ``loss``.
 
         zero_grad, backward, `sync_gradients`, clip each optimizer's gradients to
-        `max_grad_norm`, step. ``update_index``: in a compiled call of several updates
-        (`update_rows_many`), which one this is (`GraphOptimizer.step`); eager, unused.
+        `max_grad_norm`, step. ``update_index``: in an accelerated call of several updates
+        (`update_rows_many`), which one this is (`UpdateAccelerator.minimize`); eager, unused.
 
         Returns:
             The largest gradient norm before clipping (0-d), or None without clipping.
         """
         optimizers = list(self.optimizers().values()) if optimizers is None else optimizers
         if torch.compiler.is_compiling():
-            return self._graph_minimize(loss, optimizers, update_index)
+            assert self._accelerator is not None, "a graph's minimize runs under an accelerator"
+            return self._accelerator.minimize(
+                loss, optimizers, self.max_grad_norm, self.skip_nonfinite_updates, update_index
+            )
         for optimizer in optimizers:
             optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -317,42 +327,6 @@ class Algorithm(nn.Module, abc.ABC):
                 return grad_norm
         for optimizer in optimizers:
             optimizer.step()
-        return grad_norm
-
-    def _graph_minimize(
-        self,
-        loss: torch.Tensor,
-        optimizers: Sequence[torch.optim.Optimizer],
-        update_index: int = 0,
-    ) -> torch.Tensor | None:
-        """`minimize` inside a compiled graph: the same arithmetic without ``.grad``.
-
-        A non-finite update (with `skip_nonfinite_updates`) leaves every parameter and
-        optimizer state as it was, selected in the graph rather than branched on.
-        """
-        compiler = self._compiler
-        assert compiler is not None, "a graph's minimize runs under set_compile"
-        steppers = [compiler.graph_optimizer(optimizer) for optimizer in optimizers]
-        params = [p for stepper in steppers for p in stepper.params]
-        # None for a parameter the loss does not reach: an eager optimizer skips it, and
-        # so does the graph's.
-        grads = list(torch.autograd.grad(loss, params, allow_unused=True))
-        clipped, norms, start = [], [], 0
-        for stepper in steppers:
-            end = start + len(stepper.params)
-            group_grads, norm = clip_grads(grads[start:end], self.max_grad_norm)
-            clipped.append(group_grads)
-            norms.append(norm)
-            start = end
-        grad_norm = None if self.max_grad_norm is None else torch.stack(norms).max()
-        apply = None
-        if self.skip_nonfinite_updates:
-            if grad_norm is None:
-                grad_norm = total_norm(grads)
-            apply = torch.isfinite(loss.detach()) & torch.isfinite(grad_norm)
-        with torch.no_grad():
-            for stepper, group_grads in zip(steppers, clipped, strict=True):
-                stepper.step(group_grads, apply, update_index)
         return grad_norm
 
     def finite_or_dropped(
@@ -373,11 +347,7 @@ class Algorithm(nn.Module, abc.ABC):
         parameters = [p for optimizer in optimizers for p in _parameters(optimizer)]
         if grad_norm is None:
             grads = [p.grad for p in parameters if p.grad is not None]
-            grad_norm = (
-                torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
-                if grads
-                else loss.new_zeros(())
-            )
+            grad_norm = torch.nn.utils.get_total_norm(grads) if grads else loss.new_zeros(())
         finite = bool(torch.isfinite(loss.detach()) & torch.isfinite(grad_norm))
         if not finite:
             for parameter in parameters:
@@ -417,12 +387,12 @@ class Algorithm(nn.Module, abc.ABC):
     # ------------------------------------------------------------------- state
     def state_dict(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
         """Network parameters and buffers, every optimizer's state under ``optim/``, and
-        under ``compile/choices`` what ``compile=auto`` chose (when it chose)."""
+        under `ACCELERATOR_STATE_KEY` what the accelerator chose (when it chose)."""
         state = super().state_dict(*args, **kwargs)
         for name, optimizer in self.optimizers().items():
             state[f"optim/{name}"] = optimizer.state_dict()
-        if self._compiler is not None and self._compiler.choices:
-            state["compile/choices"] = dict(self._compiler.choices)
+        if self._accelerator is not None and self._accelerator.choices:
+            state[ACCELERATOR_STATE_KEY] = dict(self._accelerator.choices)
         return state
 
     def load_state_dict(self, state_dict: dict[str, Any], strict: bool = True) -> Any:
@@ -432,14 +402,14 @@ class Algorithm(nn.Module, abc.ABC):
         tensors): an optimizer whose state is absent keeps its own.
         """
         state_dict = dict(state_dict)
-        choices = state_dict.pop("compile/choices", None)
-        if choices and self._compiler is not None and self._compiler.mode == "auto":
-            self._compiler.choices.update(choices)
+        choices = state_dict.pop(ACCELERATOR_STATE_KEY, None)
+        if choices and self._accelerator is not None:
+            self._accelerator.load_choices(choices)
         for name, optimizer in self.optimizers().items():
             if strict or f"optim/{name}" in state_dict:
                 optimizer.load_state_dict(state_dict.pop(f"optim/{name}"))
-        if self._compiler is not None:
-            self._compiler.reattach()
+        if self._accelerator is not None:
+            self._accelerator.reattach()
         return super().load_state_dict(state_dict, strict=strict)
 
 

@@ -1,4 +1,4 @@
-"""The ``compile`` key every algorithm config has (`cadence.algorithms.compiled` acts on it)."""
+"""The ``compile`` key every algorithm config has (`cadence.accel.update_compiler` acts on it)."""
 
 from __future__ import annotations
 

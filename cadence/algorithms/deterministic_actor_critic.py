@@ -372,7 +372,6 @@ def make_deterministic_actor_critic(
         max_grad_norm=config.max_grad_norm,
         **variant,
     )
-    algorithm.set_compile(config.compile)
     return algorithm
 
 

@@ -109,7 +109,7 @@ class ModelBasedAlgorithm(Algorithm):
 
     def update(self, batch: Batch) -> UpdateResult:
         """One world-model step, then one policy step on the latent it filtered; with a
-        compiled update (`set_compile`), each step is one graph."""
+        compiled update (`cadence.accel.compile_update`), each step is one graph."""
         if self.world_model.image:
             self._summary_batch = {k: v[:SUMMARY_SEQUENCES].detach() for k, v in batch.items()}
         metrics, latent, nonfinite = self.in_graph(self.model_step, batch)

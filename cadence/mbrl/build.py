@@ -40,5 +40,4 @@ def make_model_based(
     else:
         policy = ImaginedActorCritic(feature_size, action_size, config.actor_critic, eps)
     algorithm = ModelBasedAlgorithm(world_model, policy, config.exploration_noise)
-    algorithm.set_compile(config.compile)
     return algorithm

@@ -26,7 +26,7 @@ from torch import nn
 from cadence.data.errors import UnsupportedSpaceError
 from cadence.data.specs import BoundedTensorSpec, TensorSpec
 from cadence.mbrl.config import WorldModelConfig
-from cadence.networks.matmul import Linear
+from cadence.networks.linear import Linear
 from cadence.networks.mlp import MLP
 from cadence.networks.rssm import RSSM, Gaussian, GroupSizes, Latent, Observed, gaussian_kl
 

@@ -19,7 +19,7 @@ from cadence.data.errors import UnsupportedSpaceError
 from cadence.data.nest import Nest
 from cadence.data.specs import CompositeSpec, DiscreteTensorSpec, Spec, TensorSpec
 from cadence.networks.config import CNNKind, NetworkConfig
-from cadence.networks.matmul import Linear
+from cadence.networks.linear import Linear
 from cadence.networks.mlp import HIDDEN_GAIN
 
 MIN_IMAGE_SIZE: dict[str, int] = {"nature": 36, "small": 8}

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from cadence.networks.config import ActivationName
-from cadence.networks.matmul import batched_linear, cpu_matmul
+from cadence.networks.linear import batched_linear
 from cadence.networks.mlp import ACTIVATIONS, HIDDEN_GAIN
 
 
@@ -38,7 +38,6 @@ class EnsembleLinear(nn.Module):
 
     def __init__(self, in_dim: int, out_dim: int, ensemble_size: int, gain: float | None = None):
         super().__init__()
-        cpu_matmul()  # `auto` measures now, never inside a compiled graph's trace
         self.weight = nn.Parameter(torch.empty(ensemble_size, in_dim, out_dim))
         self.bias = nn.Parameter(torch.empty(ensemble_size, 1, out_dim))
         bound = 1 / math.sqrt(in_dim)

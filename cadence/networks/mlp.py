@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from cadence.networks.config import ActivationName
-from cadence.networks.matmul import Linear
+from cadence.networks.linear import Linear
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU}
 

@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from cadence.networks.matmul import GRUCell, Linear
+from cadence.networks.linear import GRUCell, Linear
 
 Latent = dict[str, torch.Tensor]
 """``{"<g>_belief": [B, belief_size], "<g>_state": [B, state_size]}`` for every group g."""

@@ -14,7 +14,8 @@ acts in the environments:
 - a device (``cpu``, ``cuda``, ``cuda:1``): acts there.
 
 ``trainer.cpu_matmul`` picks who multiplies the CPU layers' matrices (ATen's BLAS or
-oneDNN, `cadence.networks.matmul`); ``auto`` measures both.
+oneDNN or a kernel of the optional fast path, `cadence.accel.cpu_matmul`); ``auto`` measures
+them. ``aten`` loads none of that layer.
 
 When the collector's device differs from the learner's, the collector acts with a copy of
 the algorithm refreshed from the learner before every unroll, and its experience moves to
@@ -35,6 +36,7 @@ import copy
 import json
 import logging
 import os
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -47,7 +49,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from cadence.algorithms.algorithm import Algorithm
 from cadence.data.nest import map_structure
 from cadence.data.time_step import StepType, TimeStep
-from cadence.networks.matmul import inherit_cpu_matmul, set_cpu_matmul
+from cadence.networks.linear import CPU_MATMUL_ENV_VAR, set_matmul_route
 
 logger = logging.getLogger(__name__)
 
@@ -223,13 +225,21 @@ def resolve_cpu_matmul(setting: str, run_dir: Path) -> str:
     """Sets the CPU matmul backend for ``trainer.cpu_matmul`` and returns it. ``auto`` is
     the one this run recorded when it started (``run_dir/placement.json``), else the one
     this process or its parent decided (``CADENCE_CPU_MATMUL``: the ranks of a launch all
-    take the launcher's), else measured. Call before any network is built."""
+    take the launcher's), else measured. Call before any network is built.
+
+    ATen, where the fast path's backend choice is not loaded yet, is set here without it
+    (an eager run never imports `cadence.accel`); every other choice is that layer's."""
     if setting == "auto":
         recorded = Placement.load(run_dir, warn=False)  # `record_placement` names a damaged one
         if recorded is not None and recorded.cpu_matmul:
-            return set_cpu_matmul(recorded.cpu_matmul)
-        return inherit_cpu_matmul()
-    return set_cpu_matmul(setting)
+            setting = recorded.cpu_matmul
+    if setting == "aten" and "cadence.accel.cpu_matmul" not in sys.modules:
+        set_matmul_route(None)
+        os.environ[CPU_MATMUL_ENV_VAR] = "aten"  # children started afterwards inherit it
+        return "aten"
+    from cadence.accel.cpu_matmul import inherit_cpu_matmul, set_cpu_matmul
+
+    return inherit_cpu_matmul() if setting == "auto" else set_cpu_matmul(setting)
 
 
 PARALLEL_MIN_FLOPS = 1e9

@@ -20,7 +20,7 @@ from cadence.algorithms.off_policy_config import off_policy_config
 from cadence.algorithms.on_policy import OnPolicyScheme
 from cadence.algorithms.registry import record_registration
 from cadence.algorithms.scheme import TrainingScheme
-from cadence.collect.unroll import MAX_STEPS_PER_GRAPH, Collector
+from cadence.collect.unroll import Collector
 from cadence.data import distributed
 from cadence.envs.environment import Environment
 from cadence.envs.make import check_env, make_env, picks_tensor
@@ -267,6 +267,8 @@ def build_trainer(
         env.action_spec,
         config.network,
     )
+    if compile_mode(config) != "off":
+        compile_update(algorithm, config)
     algorithm.to(device)
     if transformer is not None:
         transformer.to(device)
@@ -307,9 +309,10 @@ def build_trainer(
         transformer,
         action_repeat=config.env.action_repeat,
         learner_device=learner,
-        steps_per_graph=unroll_graph_steps(config),
         acting_threads=acting_threads,
     )
+    if compile_mode(config) != "off":
+        compile_unroll(collector, config)
 
     def make_eval_env(seed: int) -> Environment:
         backend = "serial" if config.env.backend == "parallel" else config.env.backend
@@ -396,11 +399,34 @@ def _update_rows(config: Any) -> int:
     return unroll_rows
 
 
+def compile_mode(config: Any) -> str:
+    """``algorithm.compile`` (``"off"`` for an algorithm whose config has no such field)."""
+    return getattr(config.algorithm, "compile", "off")
+
+
+def compile_update(algorithm: Algorithm, config: Any) -> None:
+    """Compiles ``algorithm``'s update with ``algorithm.compile`` (before any acting copy
+    is made, which copies its compiler): with `compile_unroll`, where a run loads the
+    optional fast path (`cadence.accel`), which an eager run never imports."""
+    from cadence.accel import compile_update as install
+
+    install(algorithm, compile_mode(config))
+
+
+def compile_unroll(collector: Collector, config: Any) -> None:
+    """Injects the compiled unroll strategy into ``collector`` (`cadence.accel`)."""
+    from cadence.accel import CompiledUnroll
+
+    collector.set_unroll_strategy(CompiledUnroll(collector, unroll_graph_steps(config)))
+
+
 def unroll_graph_steps(config: Any) -> int:
-    """``trainer.unroll_graph_steps``, or for 0 the collector's `MAX_STEPS_PER_GRAPH` for an
+    """``trainer.unroll_graph_steps``, or for 0 the compiled unroll's `MAX_STEPS_PER_GRAPH` for an
     on-policy algorithm and 1 for an off-policy one: its updates, one per env step or so,
     dwarf a faster unroll, while every start traces each step of the graph (SAC on
     Pendulum: 0.3 s for one step, 0.9 s for five)."""
+    from cadence.accel import MAX_STEPS_PER_GRAPH
+
     if config.trainer.unroll_graph_steps:
         return config.trainer.unroll_graph_steps
     return MAX_STEPS_PER_GRAPH if off_policy_config(config.algorithm) is None else 1

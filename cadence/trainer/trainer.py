@@ -142,7 +142,7 @@ class Trainer:
                 self._bar = self.scheme.progress = bar
                 if resumed:
                     bar.update(self.counters["env_steps"], iteration=self.counters["iteration"])
-                compiler = self.algorithm.compiler
+                compiler = self.algorithm.accelerator
                 if compiler is not None:
                     compiler.on_compile = lambda started: bar.set_status(
                         "compiling" if started else None
@@ -303,7 +303,7 @@ class Trainer:
             elif values.numel():
                 metrics[key] = float(values.mean())
         metrics["rollout/num_episodes"] = float(self.counters["num_episodes"])
-        compiler = self.algorithm.compiler
+        compiler = self.algorithm.accelerator
         if compiler is not None:  # this session's seconds spent compiling (in train_time)
             metrics["perf/compile_s"] = compiler.compile_seconds
         metrics.update(self.last_eval if self._eval_iteration == self.counters["iteration"] else {})

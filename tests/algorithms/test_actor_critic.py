@@ -257,7 +257,9 @@ def test_a_compiled_scheme_runs_several_updates_per_call_with_the_eager_minibatc
     def run(compile_mode, **config):
         torch.manual_seed(4)
         algorithm = _ppo(num_updates_per_train_iter=2, mini_batch_size=12, **config)
-        algorithm.set_compile(compile_mode)
+        from cadence.accel import compile_update
+
+        compile_update(algorithm, compile_mode)
         calls = []
         one, many = algorithm.update_rows, algorithm.update_rows_many
 

@@ -2,7 +2,7 @@
 step and the policy step, each one graph, give the eager numbers, keep eager's state-dict
 keys, and their checkpoints load both ways.
 
-As for the model-free algorithms (tests/algorithms/test_compiled_update.py): two copies
+As for the model-free algorithms (tests/accel/test_update_compiler.py): two copies
 from the same parameters, the same minibatches and random draws, compared after every
 update. The models are tiny, and still compiling each one's two graphs takes most of a
 minute on a cold cache.
@@ -15,6 +15,7 @@ import copy
 import pytest
 import torch
 
+from cadence.accel import compile_update
 from cadence.algorithms.off_policy_config import OffPolicyConfig
 from cadence.data.specs import BoundedTensorSpec, TensorSpec
 from cadence.data.time_step import StepType
@@ -109,7 +110,7 @@ def test_a_compiled_model_based_update_gives_the_eager_numbers(name):
     torch._dynamo.utils.counters.clear()
     eager = _make(name)
     graph = copy.deepcopy(eager)
-    graph.set_compile("default")
+    compile_update(graph, "default")
     eager.train()
     graph.train()
     for index, batch in enumerate(_batches()):
@@ -124,9 +125,9 @@ def test_a_compiled_model_based_update_gives_the_eager_numbers(name):
         assert_close_states(eager, graph, atol=1e-5)
     # Both steps compiled whole (no graph break, none fell back to eager).
     assert not torch._dynamo.utils.counters["graph_break"]
-    steps = sorted(key.rsplit(".", 1)[-1] for key in graph.compiler._graphs)
+    steps = sorted(key.rsplit(".", 1)[-1] for key in graph.accelerator._graphs)
     assert steps == ["model_step", "policy_step"]
-    assert all(g.is_compiled for g in graph.compiler._graphs.values())
+    assert all(g.is_compiled for g in graph.accelerator._graphs.values())
     fresh = _make(name)
     fresh.load_state_dict(graph.state_dict())
     assert_close_states(eager, fresh, atol=1e-5)

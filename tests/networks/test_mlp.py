@@ -4,7 +4,7 @@ import pytest
 import torch
 from torch import nn
 
-from cadence.networks.matmul import Linear
+from cadence.networks.linear import Linear
 from cadence.networks.mlp import MLP
 
 

@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from cadence.algorithms import compiled
+from cadence.accel import update_compiler
 from cadence.testing.resume import (
     assert_equal_nests,
     comparable_metrics,
@@ -35,7 +35,7 @@ OVERRIDES = [
 @pytest.mark.slow  # three short runs, each loading or compiling its graphs
 def test_runs_after_the_first_take_its_choices_and_give_the_same_numbers(tmp_path, caplog):
     train_named("ppo_cartpole", tmp_path / "first", OVERRIDES)
-    choices = json.loads(compiled.AUTO_RECORD.read_text())
+    choices = json.loads(update_compiler.AUTO_RECORD.read_text())
     assert len(choices) >= 2 and set(choices.values()) <= {"eager", "compiled"}
     first = final_state(tmp_path / "first")
     assert first["algorithm"]["compile/choices"]  # the first run measured and chose
@@ -45,7 +45,7 @@ def test_runs_after_the_first_take_its_choices_and_give_the_same_numbers(tmp_pat
     assert caplog.text.count("as first measured on this machine") == len(choices)
     assert " ms per call" not in caplog.text and "ms, compiled" not in caplog.text  # no timing
     train_named("ppo_cartpole", tmp_path / "third", OVERRIDES)
-    assert json.loads(compiled.AUTO_RECORD.read_text()) == choices
+    assert json.loads(update_compiler.AUTO_RECORD.read_text()) == choices
     second, third = (read_metrics(tmp_path / name) for name in ("second", "third"))
     assert comparable_metrics(second) == comparable_metrics(third)
     states = [final_state(tmp_path / name) for name in ("second", "third")]

@@ -16,12 +16,12 @@ import logging
 import pytest
 import torch
 
+from cadence.accel import cpu_matmul as matmul
+from cadence.accel.cpu_matmul import CPU_MATMULS, cpu_matmul
 from cadence.algorithms.build import build_algorithm
 from cadence.collect.unroll import Collector
 from cadence.config import load_config
 from cadence.envs.make import make_env
-from cadence.networks import matmul
-from cadence.networks.matmul import CPU_MATMULS, cpu_matmul
 from cadence.testing.resume import (
     SimulatedCrash,
     assert_equal_nests,

@@ -31,7 +31,6 @@ def make_a2c(
         num_updates_per_train_iter=1,
         mini_batch_size=None,
     )
-    a2c.set_compile(config.compile)
     return a2c
 
 

@@ -76,7 +76,6 @@ class DQNAlgorithm(Algorithm):
         self.register_buffer("_epsilon", torch.tensor(0.0), persistent=False)
         self.epsilon = config.epsilon_start
         self.max_grad_norm = config.max_grad_norm
-        self.set_compile(config.compile)
 
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:
         return {"q": self._optimizer}

@@ -30,5 +30,4 @@ def make_ppo(
         mini_batch_size=config.mini_batch_size,
         target_kl=config.target_kl,
     )
-    ppo.set_compile(config.compile)
     return ppo

@@ -13,10 +13,10 @@ because their gradients never mix:
 
 The critics are one batched ensemble (`CriticEnsemble`) whose replayed-action and
 policy-action passes share their observation work (`CriticEnsemble.with_policy_actions`),
-the three fused Adams step as one kernel call (`JointAdamStep`), the target update is an
+the three fused Adams step as one (`Algorithm.optimizer_steps`), the target update is an
 in-place lerp per tensor, nothing syncs with ``.item()``, and only the replay fields SAC reads
 are gathered (`replay_fields`); the whole update can additionally run as one compiled
-graph (`Algorithm.set_compile`).
+graph (`cadence.accel.compile_update`).
 """
 
 from __future__ import annotations
@@ -32,7 +32,6 @@ from cadence.algorithms.agent_view import AlgorithmAgent
 from cadence.algorithms.algorithm import Algorithm, AlgStep, LossInfo, UpdateResult
 from cadence.algorithms.optimizers import make_adam
 from cadence.algorithms.sac import loss as sac_loss
-from cadence.algorithms.sac.joint_adam import JointAdamStep
 from cadence.data.nest import Nest, map_structure
 from cadence.data.specs import DiscreteTensorSpec, Spec
 from cadence.data.time_step import StepType, TimeStep
@@ -113,13 +112,12 @@ class SACAlgorithm(Algorithm):
         self.max_grad_norm = max_grad_norm
         # Attributes of their own rather than a dict: a saved unroll graph's guards pickle
         # the module's attributes, and an optimizer inside a plain dict would be pickled
-        # without its state tensors, which it cannot load (`cadence.algorithms.precompiled`).
+        # without its state tensors, which it cannot load (`cadence.accel.precompiled`).
         self._actor_optimizer = make_adam(self.actor.parameters(), actor_learning_rate)
         self._critic_optimizer = make_adam(self.critic.parameters(), critic_learning_rate)
         self._alpha_optimizer = (
             make_adam([self.log_alpha], alpha_learning_rate) if autotune_alpha else None
         )
-        self._joint_adam = JointAdamStep(list(self.optimizers().values()))
         self._online = list(self.critic.parameters())
         self._target = list(self.target_critic.parameters())
 
@@ -193,7 +191,7 @@ class SACAlgorithm(Algorithm):
 
     def update(self, batch: Batch) -> UpdateResult:
         """train_step -> calc_loss -> one backward -> sync and clip -> every optimizer steps
-        (jointly, see `JointAdamStep`) -> target update; one graph when compiled.
+        (as one, `Algorithm.optimizer_steps`) -> target update; one graph when compiled.
 
         Priorities are the mean |TD error| over the critics of each transition.
         """
@@ -206,14 +204,15 @@ class SACAlgorithm(Algorithm):
             grad_norm = self.minimize(loss)
             self.after_update()
             return self.update_result(LossInfo(loss, extra), grad_norm, priorities)
-        self._joint_adam.zero_grad()
+        optimizer_steps = self.optimizer_steps()
+        optimizer_steps.zero_grad()
         loss.backward()
         grad_norm = self.sync_and_clip(self.optimizers().values())
         finite = True
         if self.skip_nonfinite_updates:
             finite, grad_norm = self.finite_or_dropped(loss, self.optimizers().values(), grad_norm)
         if finite:
-            self._joint_adam.step()
+            optimizer_steps.step()
             self.after_update()
         return self.update_result(LossInfo(loss, extra), grad_norm, priorities)
 

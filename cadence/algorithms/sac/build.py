@@ -56,7 +56,6 @@ def make_sac(
         target_entropy=default_target_entropy(config, action_spec),
         max_grad_norm=config.max_grad_norm,
     )
-    sac.set_compile(config.compile)
     return sac
 
 

@@ -12,7 +12,7 @@
 // 4R fused multiply-adds. B must have unit column stride (it is copied into that layout
 // otherwise: a transposed weight, 16 KB at 64 x 64); A may have any strides, since only
 // its scalars are read, which serves both `x @ w.T` and the backward's `g.T @ x`.
-// Built at first use by cadence/networks/native.py, only on CPUs with AVX-512.
+// Built at first use by cadence/accel/native.py, only on CPUs with AVX-512.
 
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>

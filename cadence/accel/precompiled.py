@@ -34,7 +34,6 @@ import importlib
 import inspect
 import logging
 import os
-import platform
 import re
 import uuid
 from collections.abc import Callable, Hashable
@@ -42,6 +41,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+from cadence.accel.torch_private import trace_autograd_ops
+from cadence.machine_record import machine
 
 logger = logging.getLogger(__name__)
 
@@ -107,7 +109,7 @@ def load_or_compile(
             return loaded
     try:
         compiled = torch.compile(fn, fullgraph=True, **compile_kwargs)
-        with torch._dynamo.config.patch(trace_autograd_ops=True):
+        with trace_autograd_ops():
             result = Precompiled(compiled.aot_compile((args, {})), fn.__self__)
     except Exception as error:  # noqa: BLE001 - torch.compile's own way follows
         logger.info("%s is not compiled whole (%s)", fn.__qualname__, error)
@@ -158,17 +160,6 @@ def file_stem(fn: Callable[..., Any], signature: Hashable, compile_kwargs: dict)
 
 
 @functools.cache
-def machine() -> str:
-    """The processor's architecture and a digest of its instruction-set flags: a cache
-    folder shared by several machines keeps each one's kernels and records apart."""
-    try:
-        with open("/proc/cpuinfo") as cpuinfo:
-            flags = next((line for line in cpuinfo if line.startswith("flags")), "")
-    except OSError:
-        flags = ""
-    return f"{platform.machine()}:{hashlib.sha256(flags.encode()).hexdigest()[:16]}"
-
-
 def _mtime(path: Path) -> float:
     try:
         return path.stat().st_mtime

@@ -43,10 +43,11 @@ from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, Any
 
 import torch
-from torch.utils._pytree import tree_flatten, tree_unflatten
+
+from cadence.accel.torch_private import foreach_copy_, tree_flatten, tree_unflatten
 
 if TYPE_CHECKING:
-    from cadence.algorithms.compiled import CompiledWithFallback
+    from cadence.accel.compiled_function import CompiledWithFallback
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +57,7 @@ signatures, such as an on-policy minibatch of yet another size, run without one.
 
 WARMUP_CALLS = 3
 """Calls of a signature run without a graph before it is recorded: the compiled function's
-guards are skipped from its third call on (`cadence.algorithms.compiled.GUARDED_CALLS`),
+guards are skipped from its third call on (`cadence.accel.compiled_function.GUARDED_CALLS`),
 and the recording call must not compile."""
 
 
@@ -65,7 +66,7 @@ class CudaGraphReplay:
     docstring).
 
     Args:
-        fn: a compiled update (`cadence.algorithms.compiled.CompiledWithFallback`): a pure
+        fn: a compiled update (`cadence.accel.compiled_function.CompiledWithFallback`): a pure
             function of tensors on one CUDA device.
         signature: what of a call's inputs a graph depends on (shapes, dtypes, the values
             of non-tensor inputs, ...): calls of another signature record another graph.
@@ -169,13 +170,13 @@ class _Recorded:
     def replay(self, args: tuple[Any, ...]) -> Any:
         leaves = tree_flatten(args)[0]
         if self.inputs:
-            torch._foreach_copy_(self.inputs, [leaves[i] for i in self.positions])
+            foreach_copy_(self.inputs, [leaves[i] for i in self.positions])
         self.graph.replay()
         outputs = list(self.outputs)
         kept = [outputs[i] for i in self.output_tensors]
         copies = [torch.empty_like(tensor) for tensor in kept]
         if copies:
-            torch._foreach_copy_(copies, kept)
+            foreach_copy_(copies, kept)
         for i, copy in zip(self.output_tensors, copies, strict=True):
             outputs[i] = copy
         return tree_unflatten(outputs, self.output_spec)

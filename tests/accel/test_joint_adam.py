@@ -8,7 +8,7 @@ import io
 import torch
 from torch import nn
 
-from cadence.algorithms.sac.joint_adam import JointAdamStep
+from cadence.accel.joint_adam import JointAdamStep
 
 
 def _model_and_optimizers(seed: int, fused: bool = True):

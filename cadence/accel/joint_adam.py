@@ -4,8 +4,8 @@ SAC keeps three optimizers (actor, critics, temperature) so that each has its ow
 size and checkpoint entry. On a CPU each ``Optimizer.step`` spends 0.1-0.3 ms on Python
 bookkeeping (profiler scope, hooks, grouping tensors by device) around a ~60 us kernel,
 and ``zero_grad`` as much again: together ~0.6 ms of a ~10 ms SAC update. Stepped
-jointly, all parameters that share hyperparameters go through one ``torch._fused_adam_``
-call: the kernel ``torch.optim.Adam(fused=True)`` itself calls, on the same per-parameter
+jointly, all parameters that share hyperparameters go through one fused Adam kernel
+call (`cadence.accel.torch_private.fused_adam_`): the kernel ``torch.optim.Adam(fused=True)`` itself calls, on the same per-parameter
 state tensors, which stay in each optimizer's ``state``; so the result is bit for bit the
 optimizers' own step, and checkpoints and ``load_state_dict`` are untouched.
 """
@@ -16,7 +16,13 @@ from collections.abc import Hashable, Sequence
 from typing import Any
 
 import torch
-from torch.optim.optimizer import _global_optimizer_post_hooks, _global_optimizer_pre_hooks
+
+from cadence.accel.torch_private import (
+    foreach_add_,
+    fused_adam_,
+    fused_adam_available,
+    optimizer_hooks_registered,
+)
 
 _STATE_KEYS = ("exp_avg", "exp_avg_sq", "step")
 
@@ -27,7 +33,7 @@ class JointAdamStep:
     Falls back to each optimizer's own ``step`` whenever the joint step would not be
     exactly that: before a parameter has state (the first step creates it), for options the
     joint step does not cover (not fused, capturable, differentiable, a tensor step size,
-    AdamW), and while step hooks are registered or ``step`` is patched (an LR scheduler).
+    AdamW), where torch has no such kernel, and while step hooks are registered or ``step`` is patched (an LR scheduler).
 
     Args:
         optimizers: the optimizers, stepped in this order by the fallback.
@@ -69,8 +75,8 @@ class JointAdamStep:
             if base is not None and base is self._step_bases.get(key):
                 base.add_(1)  # every step of the group at once, see `_share_steps`
             else:
-                torch._foreach_add_(steps, 1)
-            torch._fused_adam_(
+                foreach_add_(steps, 1)
+            fused_adam_(
                 params,
                 grads,
                 exp_avgs,
@@ -95,7 +101,7 @@ class JointAdamStep:
         the groups of the last step are reused while `_fingerprint` is unchanged; only the
         gradients, new tensors after every backward, are read again.
         """
-        if _global_optimizer_pre_hooks or _global_optimizer_post_hooks:
+        if optimizer_hooks_registered() or not fused_adam_available():
             return None
         fingerprint = self._fingerprint()
         if fingerprint is None:

@@ -10,8 +10,8 @@ import pytest
 import torch
 from torch import nn
 
-from cadence.algorithms import compiled, precompiled
-from cadence.algorithms.compiled import CompiledWithFallback
+from cadence.accel import compile_cache, compiled_function, precompiled
+from cadence.accel.compiled_function import CompiledWithFallback
 
 pytestmark = pytest.mark.skipif(
     not precompiled.saves_whole(), reason="this torch does not save compiled graphs whole"
@@ -34,11 +34,13 @@ class Scaled(nn.Module):
 def cache(tmp_path, monkeypatch):
     """An empty compile cache of this test's own (restored afterwards)."""
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
-    compiled.configure_inductor()
+    compile_cache.configure_inductor()
     return tmp_path / "cadence" / "graphs"
 
 
-def _run(fn: CompiledWithFallback, x: torch.Tensor, calls: int = compiled.GUARDED_CALLS + 2):
+def _run(
+    fn: CompiledWithFallback, x: torch.Tensor, calls: int = compiled_function.GUARDED_CALLS + 2
+):
     for _ in range(calls):
         result = fn(x)
     return result
@@ -144,16 +146,16 @@ def test_steady_state_calls_check_guards_only_for_sizes_the_signature_hides(
     fn = CompiledWithFallback(Pairs().step, "default", dynamic=dynamic)
     fn(torch.arange(1.0, 6.0))  # compiles, saves, and checks that the file loads back
     checks.clear()
-    calls = compiled.GUARDED_CALLS + 3
+    calls = compiled_function.GUARDED_CALLS + 3
     for _ in range(calls):
         torch.testing.assert_close(fn(torch.arange(1.0, 6.0)), torch.tensor([6.0, 8.0, 10.0]))
-    assert len(checks) == compiled.GUARDED_CALLS - 1 + (1 if dynamic else 0)
+    assert len(checks) == compiled_function.GUARDED_CALLS - 1 + (1 if dynamic else 0)
     checks.clear()
     for _ in range(calls):
         torch.testing.assert_close(fn(torch.arange(1.0, 7.0)), torch.tensor([6.0, 8.0, 10.0, 12.0]))
     # Another size: a dynamic graph checks its guards once more; a static one compiles a
     # graph for it, checks that its file loads back, and checks it in its guarded calls.
-    assert len(checks) == (1 if dynamic else 1 + compiled.GUARDED_CALLS)
+    assert len(checks) == (1 if dynamic else 1 + compiled_function.GUARDED_CALLS)
     torch.testing.assert_close(fn(torch.arange(1.0, 4.0)), torch.tensor([6.0]))
     torch.testing.assert_close(fn(torch.arange(1.0, 6.0)), torch.tensor([6.0, 8.0, 10.0]))
     assert fn.is_compiled

@@ -2,14 +2,14 @@
 
 One kernel so far: ``torch.ops.cadence_native.mm`` (``kernels/matmul_avx512.cpp``), a
 float32 matrix multiply with AVX-512 for the mid-sized multiplies of small networks, which
-MKL runs with AVX2 on AMD processors (see `cadence.networks.matmul`).
+MKL runs with AVX2 on AMD processors (see `cadence.accel.cpu_matmul`).
 
 It is compiled with ``torch.utils.cpp_extension`` (the C++ compiler that ``torch.compile``
 also needs) into ``<compile cache>/native`` (``$CADENCE_COMPILE_CACHE``, else
 ``~/.cache/cadence/torch-compile``): about 13 s on two cores the first time on a machine
 (logged), then a library load. A lock among processes lets a sweep's runs share one build.
 Where the CPU lacks AVX-512, or nothing can build it, `load_native_kernels` says why and
-cadence keeps to ATen and oneDNN (`cadence.networks.matmul.avx512_unavailable`, which
+cadence keeps to ATen and oneDNN (`cadence.accel.cpu_matmul.avx512_unavailable`, which
 calls it once per process).
 """
 
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from cadence.machine_record import exclusive
+from cadence.machine_record import compile_cache_dir, exclusive
 
 logger = logging.getLogger(__name__)
 
@@ -41,8 +41,6 @@ FLAGS = ("-O3", "-mavx512f", "-mfma", "-fopenmp")  # OpenMP: at::parallel_for's 
 def build_directory() -> Path:
     """Where the kernels build and load from: ``<compile cache>/native/<key>``, keyed by
     the source, the torch version and `FLAGS`."""
-    from cadence.algorithms.compiled import compile_cache_dir
-
     key = [SOURCE.read_bytes(), torch.__version__.encode(), " ".join(FLAGS).encode()]
     return compile_cache_dir() / "native" / hashlib.sha256(b"\0".join(key)).hexdigest()[:16]
 

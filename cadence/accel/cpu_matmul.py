@@ -3,15 +3,16 @@ own AVX-512 kernel, whichever is fastest here.
 
 PyTorch's CPU builds multiply float32 matrices with Intel's MKL. On AMD processors MKL
 takes its AVX2 code path even where the core has AVX-512, so a network's matmuls run at
-half the arithmetic the machine has: on this project's 2-core AMD EPYC (Zen 5), 110
+half the arithmetic the machine has: on a 2-core AMD EPYC (Zen 5), 110
 GFLOP/s against 240 for oneDNN (the library torch ships for its CPU convolutions), and a
 256-wide SAC update's forward and backward multiplies take 1.9x as long. oneDNN costs
 about 10 us per call, though, as much as a 256 x 64 by 64 x 64 multiply (PPO's layers);
-cadence's own kernel (`cadence.networks.native`, ``torch.ops.cadence_native.mm``) runs that
+cadence's own kernel (`cadence.accel.native`, ``torch.ops.cadence_native.mm``) runs that
 one in about 10 us where MKL takes 22. On Intel processors all are about equal.
 
-`set_cpu_matmul` picks the backend for every layer built from this module (`Linear`,
-which `MLP` uses, `EnsembleLinear` and `GRUCell`):
+`set_cpu_matmul` picks the backend for the layers of `cadence.networks.linear` (`Linear`,
+which `MLP` uses, `GRUCell`) and `EnsembleLinear`, by installing its `BackendRoute` as their
+matmul route (none for ``aten``):
 
 - ``aten``: ``torch.nn.functional.linear`` and ``torch.bmm``, as plain PyTorch;
 - ``onednn``: multiplies with at least `ONEDNN_MIN_MACS` multiply-adds per matrix go to
@@ -51,16 +52,17 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 from torch.utils.flop_counter import register_flop_formula
 
+from cadence.accel.torch_private import onednn_linear, onednn_linear_available
 from cadence.machine_record import machine_key, record_directory, recorded
+from cadence.networks.linear import CPU_MATMUL_ENV_VAR, set_matmul_route
 
 logger = logging.getLogger(__name__)
 
 CPU_MATMULS = ("auto", "aten", "onednn", "avx512")
 
-ENV_VAR = "CADENCE_CPU_MATMUL"
+ENV_VAR = CPU_MATMUL_ENV_VAR
 """Holds the process's resolved backend (``aten``, ``onednn`` or ``avx512``), for its child
 processes."""
 
@@ -82,18 +84,12 @@ long."""
 _MIN_MACS = {"onednn": ONEDNN_MIN_MACS, "avx512": AVX512_MIN_MACS}
 """A layer's multiplies leave ATen from this size, by backend."""
 
-NARROW_INPUT_MAX = 16
-"""`Linear` layers with at most this many inputs, and more outputs than inputs, take their
-weight gradient as ``x.T @ grad`` (`narrow_input_linear`). Measured at batch 256 on the AMD
-machine above (one thread), forward and backward of the layer: 4 -> 64 in 30 us instead of
-36, 3 -> 256 in 46 instead of 93, 17 -> 256 in 87 instead of 101; 32 -> 256 gains nothing."""
-
 _backend: str | None = None
 
 
 def onednn_available() -> bool:
     """Whether this torch build has oneDNN's linear kernel."""
-    return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+    return onednn_linear_available()
 
 
 def set_cpu_matmul(name: str) -> str:
@@ -120,6 +116,7 @@ def set_cpu_matmul(name: str) -> str:
     if name == "auto":
         name = _fastest_backend()
     _backend = name
+    set_matmul_route(BackendRoute(name) if name in _MIN_MACS else None)
     os.environ[ENV_VAR] = name
     return name
 
@@ -245,7 +242,7 @@ def _routed(x: torch.Tensor) -> str | None:
 def _onednn_2d(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     """``a @ b + bias`` for ``[N, K]``, ``[K, M]``, ``[M]`` by oneDNN (which takes the
     weight as ``[M, K]``; transposed views go in without a copy)."""
-    return torch.ops.mkldnn._linear_pointwise(a, b.t(), bias, "none", [], "")
+    return onednn_linear(a, b.t(), bias)
 
 
 @torch.library.custom_op("cadence::onednn_matmul", mutates_args=())
@@ -301,7 +298,7 @@ register_flop_formula(torch.ops.cadence.onednn_matmul)(_matmul_flops)
 def avx512_unavailable() -> str | None:
     """None where cadence's AVX-512 kernel runs (built, loaded and registered at the first
     call of the process), else why not."""
-    from cadence.networks.native import NativeKernelsUnavailable, load_native_kernels
+    from cadence.accel.native import NativeKernelsUnavailable, load_native_kernels
 
     try:
         load_native_kernels()
@@ -341,23 +338,6 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> 
     return flat.reshape(*x.shape[:-1], out_features)
 
 
-def narrow_input_linear(
-    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
-) -> torch.Tensor:
-    """``F.linear(x, weight, bias)`` multiplied by ``weight.t().contiguous()``.
-
-    ``F.linear``'s backward computes the weight's gradient in the weight's layout, ``grad.T
-    @ x`` (``[out, in]``); for a weight with few inputs and many outputs MKL multiplies
-    that far more slowly than ``x.T @ grad`` (``[in, out]``; 256 rows, 4 inputs, 64 outputs:
-    14.5 us against 4.9). Multiplying by a contiguous ``[in, out]`` copy of the weight (a
-    few hundred floats) makes autograd, eager or compiled, compute the second.
-    """
-    flat = x.reshape(-1, x.shape[-1])
-    transposed = weight.t().contiguous()
-    out = flat @ transposed if bias is None else torch.addmm(bias, flat, transposed)
-    return out.reshape(*x.shape[:-1], weight.shape[0])
-
-
 def batched_linear(
     x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
 ) -> torch.Tensor | None:
@@ -371,58 +351,33 @@ def batched_linear(
     return onednn_matmul(x, weight, bias)
 
 
-class GRUCell(nn.GRUCell):
-    """``nn.GRUCell`` whose two multiplies run on the `cpu_matmul` backend (same parameters
-    and state-dict keys). Where both stay with ATen it is ``nn.GRUCell``'s fused cell."""
+class BackendRoute:
+    """The `cadence.networks.linear.MatmulRoute` of a backend other than ATen: what
+    `set_cpu_matmul` installs for the layers.
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        cpu_matmul()  # `auto` measures now, never inside a compiled graph's trace
-
-    def forward(self, x: torch.Tensor, h: torch.Tensor | None = None) -> torch.Tensor:
-        backend = None if h is None else _routed(x)
-        if backend is None:
-            return super().forward(x, h)
-        rows = x.numel() // self.input_size
-        if rows * self.input_size * 3 * self.hidden_size < _MIN_MACS[backend]:
-            return super().forward(x, h)
-        # torch's GRU: r, z = sigmoid(W_i x + b_i + W_h h + b_h) per gate; n = tanh(W_in x +
-        # b_in + r * (W_hn h + b_hn)); h' = (1 - z) * n + z * h.
-        x_r, x_z, x_n = linear(x, self.weight_ih, self.bias_ih).chunk(3, -1)
-        h_r, h_z, h_n = linear(h, self.weight_hh, self.bias_hh).chunk(3, -1)
-        reset = torch.sigmoid(x_r + h_r)
-        update = torch.sigmoid(x_z + h_z)
-        new = torch.tanh(x_n + reset * h_n)
-        return new + update * (h - new)
-
-
-class Linear(nn.Linear):
-    """``nn.Linear`` whose multiply runs on the `cpu_matmul` backend (same parameters and
-    state-dict keys).
-
-    A layer with few inputs and more outputs (a network's first layer on a small
-    observation) multiplies by a contiguous copy of its transposed weight while gradients
-    are taken (`narrow_input_linear`): the weight's gradient then comes out as ``x.T @ grad``
-    rather than ``grad.T @ x``, the layout in which MKL multiplies it 3-5x faster.
+    Args:
+        backend: ``onednn`` or ``avx512``.
     """
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        cpu_matmul()  # `auto` measures now, never inside a compiled graph's trace
-        # Inputs with fewer elements stay with ATen, by backend (`_MIN_MACS` over the
-        # outputs per input element): an acting step's few rows decide by one comparison,
-        # as nn.Linear's cost, not by `linear`'s size arithmetic.
-        self._min_numel = {
-            name: -(-macs // max(self.out_features, 1)) for name, macs in _MIN_MACS.items()
-        }
-        self._narrow_input = (
-            self.in_features <= NARROW_INPUT_MAX and self.in_features < self.out_features
-        )
+    def __init__(self, backend: str):
+        self.backend = backend
+        self.min_macs = _MIN_MACS[backend]
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        min_numel = self._min_numel.get(_backend)
-        if min_numel is None or x.numel() < min_numel:
-            if self._narrow_input and self.weight.requires_grad and torch.is_grad_enabled():
-                return narrow_input_linear(x, self.weight, self.bias)
-            return F.linear(x, self.weight, self.bias)
-        return linear(x, self.weight, self.bias)
+    def takes(self, x: torch.Tensor) -> bool:
+        """Whether ``x``'s multiplies may leave ATen: CPU float32 under this backend."""
+        return _routed(x) is not None
+
+    def linear(
+        self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
+    ) -> torch.Tensor:
+        """`linear`."""
+        return linear(x, weight, bias)
+
+    def batched(
+        self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
+    ) -> torch.Tensor | None:
+        """`batched_linear`."""
+        return batched_linear(x, weight, bias)
+
+    def __repr__(self) -> str:
+        return f"BackendRoute({self.backend!r})"

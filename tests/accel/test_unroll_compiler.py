@@ -10,13 +10,15 @@ import logging
 import pytest
 import torch
 
-from cadence.algorithms import compiled
-from cadence.algorithms.compiled import GUARDED_CALLS, CompiledWithFallback, graph_options
+from cadence.accel import unroll_compiler, update_compiler
+from cadence.accel.compile_cache import graph_options
+from cadence.accel.compiled_function import GUARDED_CALLS, CompiledWithFallback
+from cadence.accel.precompiled import saves_whole
+from cadence.accel.unroll_compiler import MAX_STEPS_PER_GRAPH, CompiledUnroll
+from cadence.accel.update_compiler import compile_update
 from cadence.algorithms.dqn import DQNConfig, make_dqn
 from cadence.algorithms.ppo import PPOConfig, make_ppo
-from cadence.algorithms.precompiled import saves_whole
-from cadence.collect import Collector, unroll
-from cadence.collect.unroll import MAX_STEPS_PER_GRAPH
+from cadence.collect import Collector
 from cadence.config.errors import ConfigError
 from cadence.config.loading import compose_config
 from cadence.envs import make_env
@@ -39,14 +41,9 @@ def _unrolls(
 ):
     env = make_env("CartPole-v1", num_envs=4, backend=backend, seed=11, device=device)
     algorithm.to(device)
-    algorithm.set_compile(compile_mode)
+    compile_update(algorithm, compile_mode)
     # 40 steps: episodes end and reset inside, and the unroll takes 5 calls of 8 steps.
-    collector = Collector(
-        env,
-        algorithm,
-        unroll_length=unroll_length,
-        steps_per_graph=steps_per_graph,
-    )
+    collector = _compiled(Collector(env, algorithm, unroll_length=unroll_length), steps_per_graph)
     torch.manual_seed(0)
     return collector, [collector.unroll() for _ in range(count)]
 
@@ -57,10 +54,13 @@ def test_compiled_steps_give_the_eager_unroll(cpu_or_gpu):
     compiled_algorithm = copy.deepcopy(eager_algorithm)
     _, expected = _unrolls("off", eager_algorithm, device=device)
     collector, got = _unrolls("default", compiled_algorithm, device=device)
-    assert collector._compiled_steps is not None and collector._compiled_steps.is_compiled
+    assert (
+        collector.strategy.compiled_steps is not None
+        and collector.strategy.compiled_steps.is_compiled
+    )
     # on the CPU the graph's kernels are called from C++, not a Python wrapper
     options = graph_options(torch.device(device))
-    assert collector._compiled_steps.options == options
+    assert collector.strategy.compiled_steps.options == options
     if device == "cpu":
         assert options == {"cpp_wrapper": True}
     assert got[0][0].time_step.observation.device.type == device
@@ -77,7 +77,7 @@ def test_the_unroll_replayed_as_cuda_graphs_gives_the_eager_one():
     graphed_algorithm = copy.deepcopy(eager_algorithm)
     _, expected = _unrolls("off", eager_algorithm, count=4, device="cuda")
     collector, got = _unrolls("reduce-overhead", graphed_algorithm, count=4, device="cuda")
-    replay = collector._steps_replay
+    replay = collector.strategy.steps_replay
     assert replay is not None and not replay.failed
     assert replay.num_graphs == 1 and replay.replays > 5  # of 20 calls
     _assert_same_unrolls(got, expected)
@@ -90,34 +90,48 @@ def test_auto_times_the_unroll_both_ways_and_keeps_the_faster_through_a_checkpoi
     eager unroll; the faster way is kept, logged and checkpointed."""
     eager_algorithm = make_ppo(PPOConfig(), *_specs(), NetworkConfig(hidden_sizes=(16,)))
     auto_algorithm = copy.deepcopy(eager_algorithm)
-    count = 2 * (1 + unroll.AUTO_TIMED_UNROLLS) + 1
+    count = 2 * (1 + unroll_compiler.AUTO_TIMED_UNROLLS) + 1
     _, expected = _unrolls("off", eager_algorithm, count=count, backend=backend)
-    with caplog.at_level(logging.INFO, logger=unroll.__name__):  # 2 steps a graph: compiles fast
+    with caplog.at_level(
+        logging.INFO, logger=unroll_compiler.__name__
+    ):  # 2 steps a graph: compiles fast
         collector, got = _unrolls(
             "auto", auto_algorithm, count=count, steps_per_graph=2, backend=backend
         )
     _assert_same_unrolls(got, expected)
-    timings = collector._unroll_timings
-    assert [len(t) for t in timings.values()] == [1 + unroll.AUTO_TIMED_UNROLLS] * 2
-    medians = {way: sorted(t[1:])[unroll.AUTO_TIMED_UNROLLS // 2] for way, t in timings.items()}
-    assert collector.compile_choice == min(medians, key=medians.__getitem__)
+    timings = collector.strategy.unroll_timings
+    assert [len(t) for t in timings.values()] == [1 + unroll_compiler.AUTO_TIMED_UNROLLS] * 2
+    medians = {
+        way: sorted(t[1:])[unroll_compiler.AUTO_TIMED_UNROLLS // 2] for way, t in timings.items()
+    }
+    assert collector.strategy.choice == min(medians, key=medians.__getitem__)
     assert "compile=auto: the unroll" in caplog.text
-    graph = collector._compiled_steps if backend == "tensor" else collector._compiled_act
+    graph = (
+        collector.strategy.compiled_steps
+        if backend == "tensor"
+        else collector.strategy.compiled_act
+    )
     assert graph is not None and graph.is_compiled
-    resumed = Collector(collector.env, auto_algorithm, unroll_length=40, steps_per_graph=2)
+    resumed = _compiled(Collector(collector.env, auto_algorithm, unroll_length=40), 2)
     resumed.load_state_dict(collector.state_dict())
-    assert resumed.compile_choice == collector.compile_choice
+    assert resumed.strategy.choice == collector.strategy.choice
     resumed.unroll()
-    assert resumed._unroll_timings == {"eager": [], "compiled": []}  # not measured again
+    assert resumed.strategy.unroll_timings == {"eager": [], "compiled": []}  # not measured again
     # The choice is recorded for the machine: a later run's collector takes it from its
     # first unroll, without measuring (a recorded "eager" acts eagerly from the start).
-    (key, recorded), *others = json.loads(compiled.AUTO_RECORD.read_text()).items()
-    assert not others and recorded == collector.compile_choice
-    compiled.AUTO_RECORD.write_text(json.dumps({key: "eager"}))
-    later = Collector(collector.env, auto_algorithm, unroll_length=40, steps_per_graph=2)
+    (key, recorded), *others = json.loads(update_compiler.AUTO_RECORD.read_text()).items()
+    assert not others and recorded == collector.strategy.choice
+    update_compiler.AUTO_RECORD.write_text(json.dumps({key: "eager"}))
+    later = _compiled(Collector(collector.env, auto_algorithm, unroll_length=40), 2)
     later.unroll()
-    assert later.compile_choice == "eager" and later._compiled_act is None
-    assert later._compiled_steps is None and not any(later._unroll_timings.values())
+    assert later.strategy.choice == "eager" and later.strategy.compiled_act is None
+    assert later.strategy.compiled_steps is None and not any(later.strategy.unroll_timings.values())
+
+
+def _compiled(collector: Collector, steps_per_graph: int = MAX_STEPS_PER_GRAPH) -> Collector:
+    """``collector`` with the compiled unroll strategy, as the trainer injects it."""
+    collector.set_unroll_strategy(CompiledUnroll(collector, steps_per_graph))
+    return collector
 
 
 def _assert_same_unrolls(got, expected):
@@ -148,8 +162,11 @@ def test_a_later_collector_loads_the_saved_unroll_graph(tmp_path, monkeypatch):
 
     monkeypatch.setattr(torch, "compile", traced)
     collector, got = _unrolls("default", later_algorithm, count=2, unroll_length=4)
-    assert collector._compiled_steps is not None and collector._compiled_steps.is_compiled
-    assert collector._compiled_steps.compiled is None  # nothing went through dynamo
+    assert (
+        collector.strategy.compiled_steps is not None
+        and collector.strategy.compiled_steps.is_compiled
+    )
+    assert collector.strategy.compiled_steps.compiled is None  # nothing went through dynamo
     for (experience, _), (eager_experience, _) in zip(got, expected, strict=True):
         assert torch.equal(experience.time_step.step_type, eager_experience.time_step.step_type)
         torch.testing.assert_close(
@@ -182,7 +199,7 @@ def test_an_off_policy_run_loads_its_unroll_graph_saved_after_its_updates(tmp_pa
         try:
             for _ in range(4):
                 trainer.scheme.train_iter()
-            steps = trainer.collector._compiled_steps
+            steps = trainer.collector.strategy.compiled_steps
             assert steps is not None and steps.is_compiled
         finally:
             trainer.collector.env.close()
@@ -202,7 +219,10 @@ def test_a_compiled_recurrent_unroll_gives_the_eager_one():
     compiled_algorithm = copy.deepcopy(eager_algorithm)
     _, expected = _unrolls("off", eager_algorithm, unroll_length=12)
     collector, got = _unrolls("default", compiled_algorithm, unroll_length=12)
-    assert collector._compiled_steps is not None and collector._compiled_steps.is_compiled
+    assert (
+        collector.strategy.compiled_steps is not None
+        and collector.strategy.compiled_steps.is_compiled
+    )
     for (experience, _), (eager_experience, _) in zip(got, expected, strict=True):
         assert torch.equal(experience.time_step.step_type, eager_experience.time_step.step_type)
         assert torch.equal(experience.action, eager_experience.action)
@@ -235,11 +255,13 @@ def test_the_trainer_unrolls_off_policy_one_step_per_graph(tmp_path):
     # and a warm start traces each step of the graph: 1. The key overrides both.
     assert unroll_graph_steps(compose_config("ppo_cartpole")) == MAX_STEPS_PER_GRAPH == 8
     assert unroll_graph_steps(compose_config("sac_pendulum")) == 1
-    chosen = compose_config("sac_pendulum", ["trainer.unroll_graph_steps=5"])
+    chosen = compose_config(
+        "sac_pendulum", ["trainer.unroll_graph_steps=5", "algorithm.compile=auto"]
+    )
     assert unroll_graph_steps(chosen) == 5
     trainer = build_trainer(chosen, tmp_path)  # what the CLI builds
     try:
-        assert trainer.collector.steps_per_graph == 5
+        assert trainer.collector.strategy.steps_per_graph == 5
     finally:
         trainer.collector.env.close()
 
@@ -255,8 +277,8 @@ def test_gymnasium_envs_step_eagerly_beside_a_compiled_policy_step(backend, unif
         env = make_env("CartPole-v1", num_envs=2, backend=backend, seed=1)
         if not uniform:
             env.uniform_time_steps = False
-        algorithm.set_compile(compile_mode)
-        collector = Collector(env, algorithm, unroll_length=16)
+        compile_update(algorithm, compile_mode)
+        collector = _compiled(Collector(env, algorithm, unroll_length=16))
         torch.manual_seed(0)
         try:
             return collector, [collector.unroll()[0] for _ in range(GUARDED_CALLS + 1)]
@@ -274,8 +296,10 @@ def test_gymnasium_envs_step_eagerly_beside_a_compiled_policy_step(backend, unif
         lambda self, args: signatures.append(args) or work_out(self, args),
     )
     collector, got = unrolls("default", compiled_algorithm)
-    assert collector._compiled_steps is None
-    assert collector._compiled_act is not None and collector._compiled_act.is_compiled
+    assert collector.strategy.compiled_steps is None
+    assert (
+        collector.strategy.compiled_act is not None and collector.strategy.compiled_act.is_compiled
+    )
     assert len(signatures) == (2 if uniform else 16) * len(got)
     for experience, eager_experience in zip(got, expected, strict=True):
         assert torch.equal(experience.action, eager_experience.action)
@@ -292,12 +316,16 @@ def test_a_compiled_unroll_follows_the_exploration_schedule():
     dqn = make_dqn(
         config, env.observation_spec, env.action_spec, NetworkConfig(hidden_sizes=(16, 16))
     )
-    collector = Collector(env, dqn, unroll_length=8)
+    compile_update(dqn, config.compile)  # as the trainer does
+    collector = _compiled(Collector(env, dqn, unroll_length=8))
     for _ in range(3):  # epsilon 1: random actions, past the guarded calls
         collector.unroll()
     dqn.set_progress(1.0)  # epsilon 0: greedy
     experience, _ = collector.unroll()
-    assert collector._compiled_steps is not None and collector._compiled_steps.is_compiled
+    assert (
+        collector.strategy.compiled_steps is not None
+        and collector.strategy.compiled_steps.is_compiled
+    )
     with torch.no_grad():
         greedy = dqn.q_network(experience.time_step.observation[:-1]).argmax(-1)
     assert torch.equal(experience.action, greedy)

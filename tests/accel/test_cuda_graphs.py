@@ -3,7 +3,7 @@
 The stand-in runs the recording call for real (CUDA only records it) and makes a replay
 run the recorded call again on the graph's own inputs, writing into its own outputs, as
 a replayed CUDA graph does, and undoing what that call rebinds in Python, which a replay
-does not run. The GPU tests (`test_compiled_update.py`, ``-m gpu``) replay
+does not run. The GPU tests (`test_update_compiler.py`, ``-m gpu``) replay
 real graphs of every algorithm's update.
 """
 
@@ -17,17 +17,17 @@ import pytest
 import torch
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-from cadence.algorithms import compiled, cuda_graphs
-from cadence.algorithms.compiled import CompiledWithFallback, UpdateCompiler
-from cadence.algorithms.cuda_graphs import CudaGraphReplay
+from cadence.accel import cuda_graphs, update_compiler
+from cadence.accel.compiled_function import CompiledWithFallback
+from cadence.accel.cuda_graphs import CudaGraphReplay
+from cadence.accel.update_compiler import UpdateCompiler, compile_update
 from cadence.algorithms.ppo import PPOConfig, make_ppo
-from cadence.collect import Collector
 from cadence.config import load_config
 from cadence.networks import NetworkConfig
 from cadence.testing.resume import assert_close_states
 from cadence.trainer.run import build_trainer
-from tests.algorithms.test_compiled_update import _eager_and_compiled, assert_same_updates
-from tests.collect.test_compiled_step import _assert_same_unrolls, _specs, _unrolls
+from tests.accel.test_unroll_compiler import _assert_same_unrolls, _specs, _unrolls
+from tests.accel.test_update_compiler import _eager_and_compiled, assert_same_updates
 
 _recording: list[_FakeGraph] = []
 
@@ -179,11 +179,11 @@ def test_a_replayed_unroll_steps_the_env_through_its_inputs_and_outputs(fake_cud
     eager_algorithm = make_ppo(PPOConfig(), *_specs(), NetworkConfig(hidden_sizes=(16,)))
     replayed_algorithm = copy.deepcopy(eager_algorithm)
     _, expected = _unrolls("off", eager_algorithm, count=4)
-    # `_UnrollSteps.replayable_steps`' env: its attributes stay as they are in a replay.
+    # `UnrollSteps.replayable_steps`' env: its attributes stay as they are in a replay.
     _replay_compiled_calls(monkeypatch, python_state=lambda fn: [fn.__self__.env])
-    monkeypatch.setattr(Collector, "_replays_graphs", lambda self: True)  # as on a GPU
+    monkeypatch.setattr(UpdateCompiler, "replays_on", lambda self, device: True)  # as on a GPU
     collector, got = _unrolls("default", replayed_algorithm, count=4)
-    replay = collector._steps_replay
+    replay = collector.strategy.steps_replay
     assert replay.num_graphs == 1 and replay.replays > 5
     _assert_same_unrolls(got, expected)
 
@@ -194,20 +194,20 @@ def test_auto_times_cuda_graphs_too_and_a_resumed_choice_of_them_replays(fake_cu
     _replay_compiled_calls(monkeypatch, tensors=lambda fn: _update_state(fn.__self__))
     monkeypatch.setattr(UpdateCompiler, "_may_replay", lambda self, device: self.mode == "auto")
     eager, auto, batches = _eager_and_compiled("ppo")
-    auto.set_compile("auto")
+    compile_update(auto, "auto")
     untimed = 1 + 1 + cuda_graphs.WARMUP_CALLS + 1
-    assert_same_updates(eager, auto, batches, untimed + 3 * compiled.AUTO_TIMED_CALLS + 4)
+    assert_same_updates(eager, auto, batches, untimed + 3 * update_compiler.AUTO_TIMED_CALLS + 4)
     _assert_close_states(eager, auto)
-    compiler = auto.compiler
+    compiler = auto.accelerator
     ((key, timings),) = compiler._timings.items()
     assert [len(t) for t in timings.values()] == [
-        1 + compiled.AUTO_TIMED_CALLS,
-        1 + compiled.AUTO_TIMED_CALLS,
-        cuda_graphs.WARMUP_CALLS + 1 + compiled.AUTO_TIMED_CALLS,
+        1 + update_compiler.AUTO_TIMED_CALLS,
+        1 + update_compiler.AUTO_TIMED_CALLS,
+        cuda_graphs.WARMUP_CALLS + 1 + update_compiler.AUTO_TIMED_CALLS,
     ]
     replay = compiler._replays[key]
-    assert replay.num_graphs == 1 and replay.replays >= compiled.AUTO_TIMED_CALLS + 1
-    medians = {way: sorted(t[-compiled.AUTO_TIMED_CALLS :])[2] for way, t in timings.items()}
+    assert replay.num_graphs == 1 and replay.replays >= update_compiler.AUTO_TIMED_CALLS + 1
+    medians = {way: sorted(t[-update_compiler.AUTO_TIMED_CALLS :])[2] for way, t in timings.items()}
     assert compiler.choices == {key: min(medians, key=medians.__getitem__)}
     compiler.choices[key] = "graphs"
     replayed = replay.replays
@@ -280,7 +280,7 @@ def test_a_training_run_replays_its_unroll_and_fused_updates_as_cuda_graphs(tmp_
     with caplog.at_level(logging.WARNING):
         assert trainer.run() == "complete"
     assert "failed" not in caplog.text  # compiling or recording
-    unroll = trainer.collector._steps_replay
+    unroll = trainer.collector.strategy.steps_replay
     assert unroll.replays > 0 and not unroll.failed
-    updates = trainer.algorithm.compiler._replays
+    updates = trainer.algorithm.accelerator._replays
     assert updates and all(r.replays > 0 and not r.failed for r in updates.values())

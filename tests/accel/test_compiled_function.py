@@ -7,8 +7,8 @@ import dataclasses
 import pytest
 import torch
 
-from cadence.algorithms import compiled
-from cadence.algorithms.compiled import CompiledWithFallback
+from cadence.accel import compile_cache, compiled_function
+from cadence.accel.compiled_function import CompiledWithFallback
 
 
 def _affine(x: torch.Tensor, scale: float) -> torch.Tensor:
@@ -18,14 +18,14 @@ def _affine(x: torch.Tensor, scale: float) -> torch.Tensor:
 def test_steady_state_calls_match_eager_and_a_new_shape_is_guarded_again():
     fn = CompiledWithFallback(_affine, "default")
     x = torch.arange(4.0)
-    for _ in range(compiled.GUARDED_CALLS + 2):
+    for _ in range(compiled_function.GUARDED_CALLS + 2):
         torch.testing.assert_close(fn(x, 2.0), _affine(x, 2.0))
     # A shape never seen must not run the graph compiled for the old one unguarded.
     y = torch.arange(6.0)
     torch.testing.assert_close(fn(y, 2.0), _affine(y, 2.0))
     assert fn.compiled is not None
     counts = sorted(fn._guarded_calls.values())
-    assert counts == [1, compiled.GUARDED_CALLS]
+    assert counts == [1, compiled_function.GUARDED_CALLS]
 
 
 def test_torch_compile_runs_inside_the_first_calls_compile_bracket():
@@ -72,10 +72,10 @@ def test_a_call_that_would_compile_while_a_cuda_graph_records_raises():
     a compile would launch CUDA work of its own): inputs of a new layout raise rather
     than compile or fall back to eager, and a signature already run still runs."""
     fn = CompiledWithFallback(
-        _affine, "default", options=compiled.graph_options(torch.device("cpu"))
+        _affine, "default", options=compile_cache.graph_options(torch.device("cpu"))
     )
     x = torch.arange(8.0).reshape(4, 2)
-    for _ in range(compiled.GUARDED_CALLS + 1):
+    for _ in range(compiled_function.GUARDED_CALLS + 1):
         fn(x, 2.0)
     fn.forbid_compile = True
     try:

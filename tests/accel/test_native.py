@@ -10,20 +10,20 @@ import sys
 import pytest
 import torch
 
-from cadence.networks import matmul, native
-from cadence.networks.ensemble import EnsembleMLP
-from cadence.networks.matmul import (
+from cadence.accel import cpu_matmul as matmul
+from cadence.accel import native
+from cadence.accel.cpu_matmul import (
     AVX512_MIN_MACS,
     NARROW,
-    GRUCell,
-    Linear,
     avx512_matmul,
     avx512_unavailable,
     set_cpu_matmul,
     using_cpu_matmul,
 )
+from cadence.networks.ensemble import EnsembleMLP
+from cadence.networks.linear import GRUCell, Linear
 from cadence.networks.mlp import MLP
-from tests.networks.test_matmul import _values_and_grads, loss_and_gradients, ops_called
+from tests.accel.test_cpu_matmul import _values_and_grads, loss_and_gradients, ops_called
 
 needs_kernel = pytest.mark.skipif(
     sys.platform == "win32" or avx512_unavailable() is not None,

@@ -12,11 +12,9 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from cadence.networks import matmul
-from cadence.networks.ensemble import EnsembleMLP
-from cadence.networks.matmul import (
+from cadence.accel import cpu_matmul as matmul
+from cadence.accel.cpu_matmul import (
     ONEDNN_MIN_MACS,
-    GRUCell,
     batched_linear,
     cpu_matmul,
     linear,
@@ -25,6 +23,9 @@ from cadence.networks.matmul import (
     set_cpu_matmul,
     using_cpu_matmul,
 )
+from cadence.networks import linear as layers
+from cadence.networks.ensemble import EnsembleMLP
+from cadence.networks.linear import GRUCell
 from cadence.networks.mlp import MLP
 
 needs_onednn = pytest.mark.skipif(
@@ -325,7 +326,7 @@ def test_a_narrow_input_layer_equals_nn_linear_and_takes_its_weight_gradient_tra
 ):
     set_cpu_matmul("aten")
     torch.manual_seed(0)
-    layer = matmul.Linear(4, 64, bias=bias)
+    layer = layers.Linear(4, 64, bias=bias)
     reference = torch.nn.Linear(4, 64, bias=bias)
     reference.load_state_dict(layer.state_dict())
     x = torch.randn(*batch, 4)
@@ -348,7 +349,7 @@ def test_a_narrow_input_layer_equals_nn_linear_and_takes_its_weight_gradient_tra
 
 def test_only_layers_with_few_inputs_and_more_outputs_multiply_transposed():
     set_cpu_matmul("aten")
-    assert matmul.Linear(3, 256)._narrow_input
-    assert not matmul.Linear(64, 64)._narrow_input
-    assert not matmul.Linear(64, 2)._narrow_input
-    assert not matmul.Linear(matmul.NARROW_INPUT_MAX + 1, 256)._narrow_input
+    assert layers.Linear(3, 256)._narrow_input
+    assert not layers.Linear(64, 64)._narrow_input
+    assert not layers.Linear(64, 2)._narrow_input
+    assert not layers.Linear(layers.NARROW_INPUT_MAX + 1, 256)._narrow_input

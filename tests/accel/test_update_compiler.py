@@ -1,4 +1,4 @@
-"""The compiled update (`Algorithm.set_compile`): every algorithm's minibatch step as one
+"""The compiled update (`cadence.accel.compile_update`): every algorithm's minibatch step as one
 graph gives eager's numbers, keeps eager's state-dict keys, and checkpoints load both ways.
 
 Each case starts two copies of an algorithm from the same parameters, runs the same
@@ -16,7 +16,9 @@ import logging
 import pytest
 import torch
 
-from cadence.algorithms import compiled, cuda_graphs
+from cadence import machine_record
+from cadence.accel import compile_cache, cuda_graphs, graph_optimizer, update_compiler
+from cadence.accel.update_compiler import compile_update
 from cadence.algorithms.a2c import A2CConfig, make_a2c
 from cadence.algorithms.algorithm import select_rows
 from cadence.algorithms.ddpg import DDPGConfig, make_ddpg
@@ -134,7 +136,7 @@ def _eager_and_compiled(name: str, device: str = "cpu"):
     eager.to(device)
     batches = [map_structure(lambda x: x.to(device), batch) for batch in batches]
     graph = copy.deepcopy(eager)
-    graph.set_compile("default")
+    compile_update(graph, "default")
     eager.train()
     graph.train()
     torch._dynamo.utils.counters.clear()
@@ -165,12 +167,12 @@ def test_a_compiled_update_gives_the_eager_numbers(name, cpu_or_gpu):
         for key, value in expected.metrics.items():
             torch.testing.assert_close(result.metrics[key], value, rtol=1e-4, atol=1e-5)
         assert_close_states(eager, graph)
-    assert graph.compiler.compile_seconds > 0  # it did compile rather than fall back
+    assert graph.accelerator.compile_seconds > 0  # it did compile rather than fall back
     assert not torch._dynamo.utils.counters["graph_break"]  # one graph per update
-    assert all(g.is_compiled for g in graph.compiler._graphs.values())
+    assert all(g.is_compiled for g in graph.accelerator._graphs.values())
     # On the CPU the graphs' kernels are called from C++; on a GPU, Triton's from Python.
-    options = compiled.graph_options(torch.device(device))
-    assert all(g.options == options for g in graph.compiler._graphs.values())
+    options = compile_cache.graph_options(torch.device(device))
+    assert all(g.options == options for g in graph.accelerator._graphs.values())
     # A compiled run's checkpoint loads into an eager algorithm and the other way round.
     fresh, _ = CASES[name]()
     fresh.to(device)
@@ -188,7 +190,7 @@ def test_cuda_graphs_replay_the_eager_numbers(name):
     not the graph's outputs that the next replay overwrites), parameters and optimizer
     state, Adam's step counts included, are eager's; checkpoints load both ways."""
     eager, graph, batches = _eager_and_compiled(name, "cuda")
-    graph.set_compile("reduce-overhead")
+    compile_update(graph, "reduce-overhead")
     expected, results = [], []
     for index in range(3 * len(batches)):
         batch = batches[index % len(batches)]
@@ -200,7 +202,7 @@ def test_cuda_graphs_replay_the_eager_numbers(name):
         for key, value in want.metrics.items():
             torch.testing.assert_close(result.metrics[key], value, rtol=1e-4, atol=1e-5)
     assert_close_states(eager, graph)
-    replays = graph.compiler._replays
+    replays = graph.accelerator._replays
     assert replays and all(r.replays > 0 and not r.failed for r in replays.values())
     fresh, _ = CASES[name]()
     fresh.to("cuda")
@@ -224,15 +226,18 @@ def test_auto_on_a_gpu_times_cuda_graphs_too():
     """``compile=auto`` on a GPU: the update timed eager, compiled and replayed as CUDA
     graphs (recorded without failing), each way giving eager's numbers."""
     eager, auto, batches = _eager_and_compiled("sac", "cuda")
-    auto.set_compile("auto")
+    compile_update(auto, "auto")
     assert_same_updates(
-        eager, auto, batches, 2 + cuda_graphs.WARMUP_CALLS + 1 + 3 * compiled.AUTO_TIMED_CALLS
+        eager,
+        auto,
+        batches,
+        2 + cuda_graphs.WARMUP_CALLS + 1 + 3 * update_compiler.AUTO_TIMED_CALLS,
     )
-    ((key, timings),) = auto.compiler._timings.items()
+    ((key, timings),) = auto.accelerator._timings.items()
     assert list(timings) == ["eager", "compiled", "graphs"]
-    replay = auto.compiler._replays[key]
-    assert replay.replays >= compiled.AUTO_TIMED_CALLS and not replay.failed
-    assert key in auto.compiler.choices
+    replay = auto.accelerator._replays[key]
+    assert replay.replays >= update_compiler.AUTO_TIMED_CALLS and not replay.failed
+    assert key in auto.accelerator.choices
 
 
 def assert_same_updates(eager, other, batches, count: int, first_seed: int = 0) -> None:
@@ -251,15 +256,15 @@ def assert_same_updates(eager, other, batches, count: int, first_seed: int = 0) 
 def test_reduce_overhead_on_the_cpu_is_the_default_mode():
     """Without a GPU ``reduce-overhead`` compiles as ``default`` and records no CUDA graph."""
     eager, graph, batches = _eager_and_compiled("ppo")
-    graph.set_compile("reduce-overhead")
+    compile_update(graph, "reduce-overhead")
     for batch in batches:
         expected = eager.update(batch)
         result = graph.update(batch)
         torch.testing.assert_close(result.metrics["loss/total"], expected.metrics["loss/total"])
     assert_close_states(eager, graph)
-    assert graph.compiler._graphs["Algorithm.update_step"].is_compiled
-    assert graph.compiler._graphs["Algorithm.update_step"].mode == "default"
-    assert not graph.compiler._replays
+    assert graph.accelerator._graphs["Algorithm.update_step"].is_compiled
+    assert graph.accelerator._graphs["Algorithm.update_step"].mode == "default"
+    assert not graph.accelerator._replays
 
 
 @pytest.mark.parametrize("name", ["ppo", "a2c"])
@@ -277,7 +282,7 @@ def test_a_compiled_update_of_rows_gathers_them_in_its_graph(name):
         for key, value in expected.metrics.items():
             torch.testing.assert_close(result.metrics[key], value, rtol=1e-4, atol=1e-5)
         assert_close_states(eager, graph)
-    assert list(graph.compiler._graphs) == ["Algorithm._update_step_on_rows"]
+    assert list(graph.accelerator._graphs) == ["Algorithm._update_step_on_rows"]
     assert not torch._dynamo.utils.counters["graph_break"]
 
 
@@ -289,9 +294,9 @@ def test_several_updates_in_one_compiled_call_give_the_eager_numbers(monkeypatch
     itself, as for step counts on an accelerator; those computed before the call (step
     counts on the CPU) are the scheme's case
     (`test_a_compiled_scheme_runs_several_updates_per_call_with_the_eager_minibatches`)."""
-    init = compiled.GraphOptimizer.__init__
+    init = graph_optimizer.GraphOptimizer.__init__
     in_graph = functools.partialmethod(init, host_corrections=False)
-    monkeypatch.setattr(compiled.GraphOptimizer, "__init__", in_graph)
+    monkeypatch.setattr(graph_optimizer.GraphOptimizer, "__init__", in_graph)
     eager, graph, batches = _eager_and_compiled("ppo")
     assert graph.fuses_updates and not eager.fuses_updates
     generator = torch.Generator().manual_seed(0)
@@ -306,10 +311,10 @@ def test_several_updates_in_one_compiled_call_give_the_eager_numbers(monkeypatch
         assert_close_states(eager, graph)
     optimizer = graph.optimizers()["actor_critic"]
     assert all(int(state["step"]) == 4 for state in optimizer.state.values())
-    stepper = graph.compiler.graph_optimizer(optimizer)
+    stepper = graph.accelerator.graph_optimizer(optimizer)
     assert stepper.corrections[0] is None
-    assert list(graph.compiler._graphs) == ["Algorithm._update_steps_on_rows"]
-    assert graph.compiler._graphs["Algorithm._update_steps_on_rows"].is_compiled
+    assert list(graph.accelerator._graphs) == ["Algorithm._update_steps_on_rows"]
+    assert graph.accelerator._graphs["Algorithm._update_steps_on_rows"].is_compiled
     assert not torch._dynamo.utils.counters["graph_break"]
 
 
@@ -325,7 +330,7 @@ def test_a_fused_update_first_called_on_equal_minibatches_takes_unequal_ones():
     for sizes in ([8, 8], [8, 5], [7, 3]):
         rows = torch.randperm(N, generator=generator)[: sum(sizes)].split(sizes)
         graph.update_rows_many(batches[0], list(rows))
-    update = graph.compiler._graphs["Algorithm._update_steps_on_rows"]
+    update = graph.accelerator._graphs["Algorithm._update_steps_on_rows"]
     assert update.precompile and len(update._precompiled) == 1
     # Every call ran the graph of the first: no call fell back to a torch.compile of its own.
     assert update.compiled is None
@@ -335,7 +340,7 @@ def test_the_bias_corrections_of_several_steps_are_each_steps_own():
     """`GraphOptimizer.refresh` for a call of several steps fills a row per step, for
     parameters whose step counts differ too (one left without gradients falls behind)."""
     params, optimizer = _optimizer_case("adam")
-    stepper = compiled.GraphOptimizer(optimizer)
+    stepper = graph_optimizer.GraphOptimizer(optimizer)
     beta1, beta2 = optimizer.param_groups[0]["betas"]
     lr = optimizer.param_groups[0]["lr"]
     stepper.flat[0]["step"].copy_(torch.tensor([4.0, 7.0]))
@@ -389,67 +394,67 @@ def test_a_compiled_preprocess_gives_the_eager_samples(name):
         for key, value in expected.items():
             torch.testing.assert_close(samples[key], value, rtol=1e-5, atol=1e-6)
     assert expected["advantage"].shape == (9 * 4 - 2,)
-    assert graph.compiler._graphs["ActorCriticAlgorithm._samples"].is_compiled
+    assert graph.accelerator._graphs["ActorCriticAlgorithm._samples"].is_compiled
     assert not torch._dynamo.utils.counters["graph_break"]
 
 
 def test_auto_times_both_ways_records_its_choice_and_a_checkpoint_keeps_it(caplog):
     algorithm, batches = _ppo()
-    algorithm.set_compile("auto")
+    compile_update(algorithm, "auto")
     algorithm.train()
-    with caplog.at_level(logging.INFO, logger=compiled.__name__):
-        for _ in range(2 * (compiled.AUTO_TIMED_CALLS + 1)):
+    with caplog.at_level(logging.INFO, logger=update_compiler.__name__):
+        for _ in range(2 * (update_compiler.AUTO_TIMED_CALLS + 1)):
             algorithm.update(batches[0])
-    (key, choice), *others = algorithm.compiler.choices.items()
+    (key, choice), *others = algorithm.accelerator.choices.items()
     assert not others and choice in ("eager", "compiled") and "update_step" in key
     assert "compile=auto" in caplog.text
     resumed, _ = _ppo()
-    resumed.set_compile("auto")
+    compile_update(resumed, "auto")
     resumed.load_state_dict(algorithm.state_dict())
-    assert resumed.compiler.choices == {key: choice}
+    assert resumed.accelerator.choices == {key: choice}
     eager, _ = _ppo()
     eager.load_state_dict(algorithm.state_dict())  # the choice is no parameter
 
 
 def test_auto_records_its_choice_and_later_runs_take_it_from_their_first_call(caplog):
     algorithm, batches = _ppo()
-    algorithm.set_compile("auto")
+    compile_update(algorithm, "auto")
     algorithm.train()
-    for _ in range(2 * (compiled.AUTO_TIMED_CALLS + 1)):
+    for _ in range(2 * (update_compiler.AUTO_TIMED_CALLS + 1)):
         algorithm.update(batches[0])
-    (name, choice), *_ = algorithm.compiler.choices.items()
-    (key, recorded), *others = json.loads(compiled.AUTO_RECORD.read_text()).items()
+    (name, choice), *_ = algorithm.accelerator.choices.items()
+    (key, recorded), *others = json.loads(update_compiler.AUTO_RECORD.read_text()).items()
     assert not others and recorded == choice and machine_key() in key
     other = "eager" if choice == "compiled" else "compiled"
-    compiled.record_auto_choice(key, other)  # a second run to choose leaves the first's
-    assert json.loads(compiled.AUTO_RECORD.read_text()) == {key: choice}
+    update_compiler.record_auto_choice(key, other)  # a second run to choose leaves the first's
+    assert json.loads(update_compiler.AUTO_RECORD.read_text()) == {key: choice}
     # A later run takes the recorded way from its first call (eager here, to tell).
-    compiled.AUTO_RECORD.write_text(json.dumps({key: "eager"}))
+    update_compiler.AUTO_RECORD.write_text(json.dumps({key: "eager"}))
     later, _ = _ppo()
-    later.set_compile("auto")
+    compile_update(later, "auto")
     later.train()
-    with caplog.at_level(logging.INFO, logger=compiled.__name__):
+    with caplog.at_level(logging.INFO, logger=update_compiler.__name__):
         later.update(batches[0])
-    assert later.compiler.choices == {name: "eager"} and not later.compiler._timings
-    assert not later.compiler._graphs[name].is_compiled  # its first call ran eagerly
+    assert later.accelerator.choices == {name: "eager"} and not later.accelerator._timings
+    assert not later.accelerator._graphs[name].is_compiled  # its first call ran eagerly
     assert "as first measured on this machine" in caplog.text
 
 
 def test_auto_without_a_cpp_compiler_runs_eagerly_with_one_warning(monkeypatch, caplog):
-    monkeypatch.setattr(compiled, "cpp_compiler_available", lambda: False)
+    monkeypatch.setattr(update_compiler, "cpp_compiler_available", lambda: False)
     algorithm, batches = _ppo()
-    algorithm.set_compile("auto")
+    compile_update(algorithm, "auto")
     algorithm.update(batches[0])
-    assert algorithm.compile_mode == "eager" and not algorithm.compiler._graphs
+    assert algorithm.accelerator.mode == "eager" and not algorithm.accelerator._graphs
     assert caplog.text.count("no C++ compiler") == 1
 
 
 def test_the_compile_cache_is_per_machine_and_overridable(monkeypatch, tmp_path):
     monkeypatch.setenv("CADENCE_COMPILE_CACHE", str(tmp_path / "cache"))
-    assert compiled.compile_cache_dir() == tmp_path / "cache"
+    assert machine_record.compile_cache_dir() == tmp_path / "cache"
     monkeypatch.delenv("CADENCE_COMPILE_CACHE")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    assert compiled.compile_cache_dir().is_relative_to(tmp_path / "cadence" / "torch-compile")
+    assert machine_record.compile_cache_dir().is_relative_to(tmp_path / "cadence" / "torch-compile")
 
 
 def _optimizer_case(kind: str) -> tuple[list[torch.nn.Parameter], torch.optim.Optimizer]:
@@ -479,7 +484,7 @@ def test_the_graph_optimizer_steps_as_torch_does(kind, compile_step, host_correc
     on the CPU) and in the graph (as for counts on an accelerator)."""
     params, optimizer = _optimizer_case(kind)
     mirror, reference = _optimizer_case(kind)
-    stepper = compiled.GraphOptimizer(optimizer, host_corrections)
+    stepper = graph_optimizer.GraphOptimizer(optimizer, host_corrections)
     has_corrections = [c is not None for c in stepper.corrections]
     assert has_corrections == [kind != "rmsprop" and host_corrections is None] * 2
     # one graph (a graph break fails), dynamic as an on-policy update's; every case
@@ -517,7 +522,7 @@ def test_each_groups_state_is_one_flat_tensor_per_name_that_the_optimizer_sees()
     `reattach`) all act on what the graph reads. A group whose tensors differ in dtype
     keeps them apart."""
     params, optimizer = _optimizer_case("adam")
-    stepper = compiled.GraphOptimizer(optimizer)
+    stepper = graph_optimizer.GraphOptimizer(optimizer)
     for members, flat in zip(stepper.members, stepper.flat, strict=True):
         assert set(flat) == {"step", "exp_avg", "exp_avg_sq"}
         for name, tensor in flat.items():
@@ -536,7 +541,7 @@ def test_each_groups_state_is_one_flat_tensor_per_name_that_the_optimizer_sees()
     assert stepper.flat[0]["step"].tolist() == [2.0, 2.0]
 
     mixed = [torch.nn.Parameter(torch.zeros(3)), torch.nn.Parameter(torch.zeros(2).double())]
-    assert compiled.GraphOptimizer(torch.optim.Adam(mixed)).flat == [None]
+    assert graph_optimizer.GraphOptimizer(torch.optim.Adam(mixed)).flat == [None]
 
 
 @pytest.mark.slow
@@ -550,7 +555,7 @@ def test_a_compiled_cnn_update_gives_the_eager_numbers():
     conv = eager.network.actor_encoder.conv[0].weight
     assert conv.is_contiguous(memory_format=torch.channels_last)
     graph = copy.deepcopy(eager)
-    graph.set_compile("default")
+    compile_update(graph, "default")
     generator = torch.Generator().manual_seed(1)
     for _ in range(2):
         batch = _on_policy_batches(True)[0]
@@ -560,7 +565,7 @@ def test_a_compiled_cnn_update_gives_the_eager_numbers():
         for key, value in expected.metrics.items():
             torch.testing.assert_close(result.metrics[key], value, rtol=1e-4, atol=1e-5)
         assert_close_states(eager, graph)
-    assert graph.compiler.compile_seconds > 0
+    assert graph.accelerator.compile_seconds > 0
     fresh = make_ppo(PPOConfig(), spec, DISCRETE, network)
     fresh.load_state_dict(graph.state_dict())
     assert_close_states(eager, fresh)
