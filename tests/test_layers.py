@@ -23,8 +23,9 @@ Where the modules outside DESIGN §1's table sit:
 
 - ``cadence/_lazy.py`` (the lazy-export helper every ``__init__`` uses, torch-free and
   importing nothing of cadence) is ground, beside data;
-- ``cadence.machine_record`` (the measured per-machine choices) is part of the
-  acceleration layer (DESIGN §1: "measured per-machine choices");
+- ``cadence.machine_record`` (a per-machine JSON record of measured choices, and where the
+  compile cache folder is; standard library only) is ground: the env back end's ``auto``
+  reads it as much as the acceleration layer does;
 - ``cadence.testing`` (the environment contract suite, fakes, the learning and resume
   harnesses, which load named configs and train), ``cadence.latent_probe`` (probes a run
   directory's checkpoint) and ``cadence/__main__.py`` are top, with the command line;
@@ -67,7 +68,7 @@ LAYERS = {
     "cadence.mbrl": LEARNERS,
     "cadence.collect": COLLECT,
     "cadence.accel": ACCEL,
-    "cadence.machine_record": ACCEL,
+    "cadence.machine_record": GROUND,
     "cadence.trainer": TRAINER,
     "cadence.config": CONFIG,
     "cadence.sweep": TOP,
@@ -80,23 +81,6 @@ LAYERS = {
     "cadence": TOP,
 }
 """The layer of every part of cadence, by module prefix (the longest prefix wins)."""
-
-# Upward imports that exist at the base of issue 54 in areas other helpers are fixing in
-# the same issue; each is removed there (see the comment above each group). Once their
-# branches are merged, `test_every_known_pending_import_still_exists` names the entries
-# that no longer exist: delete them, and this set ends empty. Nothing may be added.
-KNOWN_PENDING: frozenset[tuple[str, str]] = frozenset(
-    {
-        # h54-accel: the compile layer (algorithms/compiled, networks/native and matmul's
-        # kernel choice, machine_record) moves into cadence.accel; nothing below it
-        # imports it. envs/make reads machine_record for the measured "auto" backend.
-        ("cadence.algorithms.compiled", "cadence.machine_record"),
-        ("cadence.envs.make", "cadence.machine_record"),
-        ("cadence.networks.matmul", "cadence.machine_record"),
-        ("cadence.networks.native", "cadence.machine_record"),
-        ("cadence.networks.native", "cadence.algorithms.compiled"),
-    }
-)
 
 
 class Import(NamedTuple):
@@ -252,14 +236,8 @@ def _has_layer(module: str) -> bool:
 
 
 def test_no_module_imports_a_layer_above_its_own():
-    new = [(found, rule) for found, rule in violations() if found[:2] not in KNOWN_PENDING]
-    assert not new, "upward imports:\n" + _report(new)
-
-
-def test_every_known_pending_import_still_exists():
-    remaining = {found[:2] for found, _ in violations()}
-    fixed = sorted(KNOWN_PENDING - remaining)
-    assert not fixed, f"no longer upward imports; delete them from KNOWN_PENDING: {fixed}"
+    found = violations()
+    assert not found, "upward imports:\n" + _report(found)
 
 
 def test_the_check_sees_local_relative_and_by_name_imports_and_skips_type_checking():

@@ -35,17 +35,6 @@ through its module, so the module's name is what shows)."""
 
 SHIM = Path(tp.__file__)
 
-PENDING = {
-    "cadence/trainer/trainer.py",
-    "cadence/trainer/distributed.py",
-    "cadence/mbrl/policies.py",
-    "cadence/data/time_step.py",
-    "cadence/algorithms/sac/algorithm.py",
-    "cadence/algorithms/deterministic_actor_critic.py",
-}
-"""Files whose private symbols another change of the same issue replaces: empty this set
-when it lands."""
-
 
 def _inputs() -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     torch.manual_seed(0)
@@ -275,12 +264,7 @@ def test_no_private_torch_symbol_outside_the_shim():
         ]
         if lines:
             offenders[str(path.relative_to(root.parent))] = lines
-    unexpected = {path: lines for path, lines in offenders.items() if path not in PENDING}
-    assert not unexpected, (
+    assert not offenders, (
         "private torch symbols outside cadence/accel/torch_private.py (use a public API, or "
-        f"add a wrapper with a fallback and a test to the shim): {unexpected}"
-    )
-    settled = PENDING - offenders.keys()
-    assert not settled, (
-        f"no private torch symbol left in {sorted(settled)}: remove them from PENDING"
+        f"add a wrapper with a fallback and a test to the shim): {offenders}"
     )
