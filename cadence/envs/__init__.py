@@ -9,7 +9,7 @@ __getattr__, __dir__ = lazy_exports(
         "PyEnvironment": "environment",
         "PyEnvironmentWrapper": "environment",
         "GymAdapter": "gym_adapter",
-        "GymEnvFactory": "make",
+        "GymEnvFactory": "gym_factory",
         "EnvBuildError": "errors",
         "EnvStateMismatchError": "errors",
         "UnknownEnvironmentError": "errors",

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from cadence.envs.make import GymEnvFactory
+from cadence.envs.gym_factory import GymEnvFactory
 from cadence.envs.wrapper_config import gym_wrappers, resolve_wrapper
 
 FoldKind = Literal["normalize", "clip", "rescale"]

@@ -14,7 +14,8 @@ import pytest
 
 from cadence.cli import main
 from cadence.config import list_configs, load_config
-from cadence.envs.make import UnknownEnvironmentError, check_env_id
+from cadence.envs.errors import UnknownEnvironmentError
+from cadence.envs.ids import check_env_id
 from cadence.trainer.checkpoint import CheckpointManager
 from cadence.trainer.metrics import read_metrics
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from cadence.config import load_config
-from cadence.envs import make as make_module
+from cadence.envs import ids
 from cadence.envs.errors import EnvBuildError, UnknownEnvironmentError
 from cadence.envs.make import check_env_id, make_env
 from cadence.envs.wrapper_config import gym_wrappers
@@ -42,7 +42,7 @@ def test_an_ale_id_needs_no_import_of_ale_py():
 
 def test_a_missing_namespace_package_is_named_with_its_install(monkeypatch):
     packages = {"Fake": ("cadence_no_such_package", "pip install cadence-fake-envs")}
-    monkeypatch.setattr(make_module, "_NAMESPACE_PACKAGES", packages)
+    monkeypatch.setattr(ids, "_NAMESPACE_PACKAGES", packages)
     with pytest.raises(UnknownEnvironmentError, match="pip install cadence-fake-envs"):
         check_env_id("Fake/Game-v0")
 

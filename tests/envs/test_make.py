@@ -17,12 +17,13 @@ from cadence.envs import (
     EnvFrameStack,
     EnvStateMismatchError,
     FrameSkip,
+    GymEnvFactory,
     ImageChannelFirst,
     ParallelEnvironment,
     SerialEnvironment,
     ThreadEnvironment,
     UnknownEnvironmentError,
-    make,
+    backend_choice,
     make_env,
 )
 from cadence.envs.config import EnvConfig
@@ -131,30 +132,30 @@ def test_auto_measures_an_envs_step_cost_once_per_machine(unmeasured_machine, mo
         measured.append(factory.name)
         return next(costs)
 
-    monkeypatch.setattr(make, "_step_cost", step_cost)
-    monkeypatch.setattr(make.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    monkeypatch.setattr(backend_choice, "_step_cost", step_cost)
+    monkeypatch.setattr(backend_choice.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
     frame_skip = [functools.partial(FrameSkip, skip=2)]
-    factory = make.GymEnvFactory("Pendulum-v1", 0, 0, gym_wrappers=frame_skip)
-    assert make._pick_cpu_backend(factory, 2) == "parallel"
-    assert make._pick_cpu_backend(factory, 2) == "parallel"  # read back, not 1e-7
-    assert make._pick_cpu_backend(factory, 1) == "serial"  # one env needs no worker
+    factory = GymEnvFactory("Pendulum-v1", 0, 0, gym_wrappers=frame_skip)
+    assert backend_choice.pick_cpu_backend(factory, 2) == "parallel"
+    assert backend_choice.pick_cpu_backend(factory, 2) == "parallel"  # read back, not 1e-7
+    assert backend_choice.pick_cpu_backend(factory, 1) == "serial"  # one env needs no worker
     assert measured == ["Pendulum-v1"]
-    path = machine_record.record_directory() / make.STEP_COST_RECORD
+    path = machine_record.record_directory() / backend_choice.STEP_COST_RECORD
     [(key, cost)] = json.loads(path.read_text()).items()
     assert key.endswith("Pendulum-v1 cadence.envs.wrappers.FrameSkip((), [('skip', 2)])")
     assert cost == 1e-3
     # An env with no name across processes is timed each time, and not recorded.
-    lambda_factory = make.GymEnvFactory(lambda: gym.make("Pendulum-v1"), 0, 0)
-    assert make._pick_cpu_backend(lambda_factory, 2) == "serial"
+    lambda_factory = GymEnvFactory(lambda: gym.make("Pendulum-v1"), 0, 0)
+    assert backend_choice.pick_cpu_backend(lambda_factory, 2) == "serial"
     assert len(measured) == 2 and len(json.loads(path.read_text())) == 1
 
 
 def test_a_scripts_env_class_is_recorded_by_the_scripts_file(monkeypatch):
     monkeypatch.setattr(ImageEnv, "__module__", "__main__")
     monkeypatch.setattr(sys.modules["__main__"], "__file__", "/work/train.py", raising=False)
-    assert make._qualified_name(ImageEnv) == "/work/train.py.ImageEnv"
+    assert backend_choice._qualified_name(ImageEnv) == "/work/train.py.ImageEnv"
     monkeypatch.delattr(sys.modules["__main__"], "__file__")
-    assert make._qualified_name(ImageEnv) is None  # a notebook's: timed in every run
+    assert backend_choice._qualified_name(ImageEnv) is None  # a notebook's: timed in every run
 
 
 def test_a_callable_with_env_kwargs_and_wrappers_in_order():

@@ -60,8 +60,8 @@ from cadence.collect.batcher.worker import WorkerRecipe, worker_main
 from cadence.data.dict_tensor import DictTensor
 from cadence.data.trajectories import Trajectories
 from cadence.envs.environment import PyEnvironment
+from cadence.envs.gym_factory import env_registrations
 from cadence.envs.main_module import MainFree
-from cadence.envs.make import env_registrations
 from cadence.envs.parallel_worker import start_resource_tracker
 from cadence.envs.recovery import RecoveryPolicy
 from cadence.envs.worker_pool import WorkerPool

@@ -8,7 +8,7 @@ from typing import Any
 import gymnasium as gym
 
 from cadence.envs.environment import PyEnvironment
-from cadence.envs.make import GymEnvFactory
+from cadence.envs.gym_factory import GymEnvFactory
 
 
 def make_gym_env(

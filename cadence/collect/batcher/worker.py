@@ -40,8 +40,8 @@ from cadence.data.time_step import StepType, TimeStep
 from cadence.envs.buffer import TimeStepBuffer, action_row, action_to_numpy
 from cadence.envs.channel import Channel
 from cadence.envs.environment import PyEnvironment
+from cadence.envs.gym_factory import register_missing
 from cadence.envs.main_module import MainFree
-from cadence.envs.make import register_missing
 
 _FIRST, _LAST = int(StepType.FIRST), int(StepType.LAST)
 _CPU = torch.device("cpu")
