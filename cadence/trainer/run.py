@@ -16,7 +16,6 @@ import torch
 from cadence.algorithms.algorithm import Algorithm
 from cadence.algorithms.build import build_algorithm
 from cadence.algorithms.off_policy import OffPolicyScheme, check_first_window, make_replay_buffer
-from cadence.algorithms.off_policy_config import off_policy_config
 from cadence.algorithms.on_policy import OnPolicyScheme
 from cadence.algorithms.registry import record_registration
 from cadence.algorithms.scheme import TrainingScheme
@@ -44,6 +43,7 @@ from cadence.trainer.placement import (
 )
 from cadence.trainer.rng import rank_seed, seed_everything
 from cadence.trainer.run_config import CHANGES_FILE, check_resume_config, first_budget
+from cadence.trainer.run_plan import RunPlan, unroll_graph_steps
 from cadence.trainer.snapshot import write_snapshot
 from cadence.trainer.trainer import EvaluationHook, Outcome, Trainer
 from cadence.transforms.build import make_data_transformer
@@ -230,6 +230,49 @@ def build_trainer(
     gradient averaging, and draws its own random numbers from then on.
     """
     ranks = ranks if ranks is not None else Ranks.single()
+    plan = RunPlan.from_config(config)
+    trainer_config, cpu_matmul = _set_up_process(config, run_dir)
+    learner = rank_device(learner_device(trainer_config.device), ranks)
+    _check_transformers_fit(config, plan)
+    placement = _placement_without_measurement(config, trainer_config, learner, run_dir, ranks)
+    env_device = placement.env if placement is not None else "cpu"
+    num_envs = config.env.num_envs
+    env = make_training_env(config, num_envs, config.seed + ranks.rank * num_envs, env_device)
+    algorithm, transformer, replay_buffer = _build_learner(
+        config, plan, env, torch.device(learner), trainer_config.schedule_horizon
+    )
+    acting_threads = _set_threads(config, plan, algorithm, transformer, env, ranks, run_dir)
+    if ranks.world_size > 1:
+        _join_group(algorithm, config.seed, ranks)
+    placement = _complete_placement(
+        placement, learner, algorithm, transformer, env, cpu_matmul, acting_threads
+    )
+    record_placement(placement, run_dir, ranks.is_writer)
+    collector = _make_collector(
+        config, plan, env, algorithm, transformer, placement, learner, acting_threads
+    )
+
+    def make_eval_env(seed: int) -> Environment:
+        backend = "serial" if config.env.backend == "parallel" else config.env.backend
+        return make_training_env(config, trainer_config.num_eval_episodes, seed, backend=backend)
+
+    return Trainer(
+        trainer_config,
+        algorithm,
+        collector,
+        make_scheme(plan, algorithm, collector, env, replay_buffer, trainer_config),
+        make_eval_env,
+        run_dir,
+        eval_seed=config.seed + trainer_config.eval_seed_offset * (ranks.rank + 1),
+        on_evaluation=on_evaluation,
+        ranks=ranks,
+    )
+
+
+def _set_up_process(config: Any, run_dir: Path) -> tuple[Any, str]:
+    """Sets what a run sets for the whole process (torch's threads and determinism, the CPU
+    matmul backend, the seed of every generator) and returns the trainer config with its
+    schedule horizon resolved (`schedule_horizon`) and the CPU matmul backend."""
     warn_of_load()
     trainer_config = attrs.evolve(
         config.trainer, schedule_horizon=schedule_horizon(config.trainer, run_dir)
@@ -237,26 +280,38 @@ def build_trainer(
     _configure_torch(trainer_config)
     cpu_matmul = resolve_cpu_matmul(trainer_config.cpu_matmul, run_dir)
     seed_everything(config.seed)
-    learner = rank_device(learner_device(trainer_config.device), ranks)
-    device = torch.device(learner)
-    _check_transformers_fit(config)
-    num_envs = config.env.num_envs
+    return trainer_config, cpu_matmul
+
+
+def _placement_without_measurement(
+    config: Any, trainer_config: Any, learner: str, run_dir: Path, ranks: Ranks
+) -> Placement | None:
+    """The placement decided before anything is built (`resolve_placement`), or None where
+    ``auto`` measures it once the algorithm exists (`_complete_placement`)."""
     # One collector per rank acts on its rank's learner device unless told otherwise.
     collector_setting = trainer_config.collector_device
     if ranks.world_size > 1 and collector_setting == "auto":
         collector_setting = "learner"
     tensor_env = picks_tensor(
         config.env.name,
-        num_envs,
+        config.env.num_envs,
         config.env.backend,
         learner,
         gym_wrappers(config.env.all_wrappers),
     )
-    placement = resolve_placement(learner, collector_setting, run_dir, tensor_env)
-    env_device = placement.env if placement is not None else "cpu"
-    env = make_training_env(config, num_envs, config.seed + ranks.rank * num_envs, env_device)
-    replay_buffer = make_training_replay_buffer(
-        config, env.batch_size, device, trainer_config.schedule_horizon
+    return resolve_placement(learner, collector_setting, run_dir, tensor_env)
+
+
+def _build_learner(
+    config: Any, plan: RunPlan, env: Environment, device: torch.device, horizon: int
+) -> tuple[Algorithm, DataTransformer | None, ReplayBuffer | None]:
+    """The algorithm (its update compiled for ``algorithm.compile``), the data transformers
+    and, for an off-policy algorithm, the replay buffer (its beta schedule over ``horizon``
+    env steps), on the learner's ``device``."""
+    replay_buffer = (
+        None
+        if plan.off_policy is None
+        else make_replay_buffer(plan.off_policy, env.batch_size, horizon, device)
     )
     transformer = make_data_transformer(
         config.data_transformers, env.observation_spec, replay_buffer
@@ -267,21 +322,51 @@ def build_trainer(
         env.action_spec,
         config.network,
     )
-    if compile_mode(config) != "off":
-        compile_update(algorithm, config)
+    if plan.compile != "off":
+        compile_update(algorithm, plan.compile)
     algorithm.to(device)
     if transformer is not None:
         transformer.to(device)
+    return algorithm, transformer, replay_buffer
+
+
+def _set_threads(
+    config: Any,
+    plan: RunPlan,
+    algorithm: Algorithm,
+    transformer: DataTransformer | None,
+    env: Environment,
+    ranks: Ranks,
+    run_dir: Path,
+) -> int | None:
+    """Sets torch's threads for updating (`resolve_threads`) and returns those for acting
+    where they are fewer, else None."""
     threads = resolve_threads(
-        trainer_config.num_threads,
+        config.trainer.num_threads,
         run_dir,
-        lambda: _choose_threads(config, algorithm, transformer, env, ranks),
+        lambda: _choose_threads(plan, algorithm, transformer, env, ranks),
         available_cores(),
     )
     torch.set_num_threads(threads.updating)
-    acting_threads = threads.acting if threads.acting < threads.updating else None
-    if ranks.world_size > 1:
-        _join_group(algorithm, config.seed, ranks)
+    return threads.acting if threads.acting < threads.updating else None
+
+
+def _complete_placement(
+    placement: Placement | None,
+    learner: str,
+    algorithm: Algorithm,
+    transformer: DataTransformer | None,
+    env: Environment,
+    cpu_matmul: str,
+    acting_threads: int | None,
+) -> Placement:
+    """The run's placement: the one decided before anything was built, else measured
+    (`measured_placement`), with the CPU matmul backend and the thread counts.
+
+    Raises:
+        ValueError: the collector acts on another device than the learner's while data
+            transformers are on.
+    """
     if placement is None:  # auto, Gymnasium envs, the learner on an accelerator
         placement = (
             Placement(learner, learner, "cpu")  # transformers keep their statistics in one place
@@ -294,41 +379,39 @@ def build_trainer(
             f"({learner}), which data transformers do not support (they keep their "
             "statistics on one device); set trainer.collector_device=learner"
         )
-    placement = attrs.evolve(
+    return attrs.evolve(
         placement,
         cpu_matmul=cpu_matmul,
         num_threads=torch.get_num_threads(),
         acting_threads=acting_threads or 0,
     )
-    record_placement(placement, run_dir, ranks.is_writer)
+
+
+def _make_collector(
+    config: Any,
+    plan: RunPlan,
+    env: Environment,
+    algorithm: Algorithm,
+    transformer: DataTransformer | None,
+    placement: Placement,
+    learner: str,
+    acting_threads: int | None,
+) -> Collector:
+    """The collector acting on ``placement.collector``, its unroll compiled for
+    ``algorithm.compile``."""
     collector = Collector(
         env,
         algorithm,
-        trainer_config.unroll_length,
+        config.trainer.unroll_length,
         placement.collector,
         transformer,
         action_repeat=config.env.action_repeat,
         learner_device=learner,
         acting_threads=acting_threads,
     )
-    if compile_mode(config) != "off":
-        compile_unroll(collector, config)
-
-    def make_eval_env(seed: int) -> Environment:
-        backend = "serial" if config.env.backend == "parallel" else config.env.backend
-        return make_training_env(config, trainer_config.num_eval_episodes, seed, backend=backend)
-
-    return Trainer(
-        trainer_config,
-        algorithm,
-        collector,
-        make_scheme(config, algorithm, collector, env, replay_buffer),
-        make_eval_env,
-        run_dir,
-        eval_seed=config.seed + trainer_config.eval_seed_offset * (ranks.rank + 1),
-        on_evaluation=on_evaluation,
-        ranks=ranks,
-    )
+    if plan.compile != "off":
+        compile_unroll(collector, plan)
+    return collector
 
 
 def _join_group(algorithm: Algorithm, seed: int, ranks: Ranks) -> None:
@@ -345,7 +428,7 @@ def _join_group(algorithm: Algorithm, seed: int, ranks: Ranks) -> None:
 
 
 def _choose_threads(
-    config: Any,
+    plan: RunPlan,
     algorithm: Algorithm,
     transformer: DataTransformer | None,
     env: Environment,
@@ -374,7 +457,7 @@ def _choose_threads(
             "counting one row's FLOPs failed (%s: %s); taking twice the parameter count",
             type(error).__name__, error,
         )  # fmt: skip
-    rows = _update_rows(config)
+    rows = plan.update_rows
     chosen = choose_threads(flops, env.batch_size, rows, cores, acting_cores)
     logger.info(
         "torch threads: %d while updating (%.2g FLOPs forward per minibatch of %d rows), %d "
@@ -386,73 +469,38 @@ def _choose_threads(
     return chosen
 
 
-def _update_rows(config: Any) -> int:
-    """The rows of one update's minibatch: an off-policy algorithm's sequences times their
-    length, PPO's ``mini_batch_size``, else (A2C) the whole unroll."""
-    off_policy = off_policy_config(config.algorithm)
-    if off_policy is not None:
-        return off_policy.mini_batch_size * off_policy.mini_batch_length
-    unroll_rows = config.trainer.unroll_length * config.env.num_envs
-    fields = attrs.fields_dict(type(config.algorithm))
-    if "mini_batch_size" in fields:
-        return min(unroll_rows, config.algorithm.mini_batch_size)
-    return unroll_rows
-
-
-def compile_mode(config: Any) -> str:
-    """``algorithm.compile`` (``"off"`` for an algorithm whose config has no such field)."""
-    return getattr(config.algorithm, "compile", "off")
-
-
-def compile_update(algorithm: Algorithm, config: Any) -> None:
+def compile_update(algorithm: Algorithm, mode: str) -> None:
     """Compiles ``algorithm``'s update with ``algorithm.compile`` (before any acting copy
     is made, which copies its compiler): with `compile_unroll`, where a run loads the
     optional fast path (`cadence.accel`), which an eager run never imports."""
     from cadence.accel import compile_update as install
 
-    install(algorithm, compile_mode(config))
+    install(algorithm, mode)
 
 
-def compile_unroll(collector: Collector, config: Any) -> None:
+def compile_unroll(collector: Collector, plan: RunPlan) -> None:
     """Injects the compiled unroll strategy into ``collector`` (`cadence.accel`)."""
     from cadence.accel import CompiledUnroll
 
-    collector.set_unroll_strategy(CompiledUnroll(collector, unroll_graph_steps(config)))
-
-
-def unroll_graph_steps(config: Any) -> int:
-    """``trainer.unroll_graph_steps``, or for 0 the compiled unroll's `MAX_STEPS_PER_GRAPH` for an
-    on-policy algorithm and 1 for an off-policy one: its updates, one per env step or so,
-    dwarf a faster unroll, while every start traces each step of the graph (SAC on
-    Pendulum: 0.3 s for one step, 0.9 s for five)."""
-    from cadence.accel import MAX_STEPS_PER_GRAPH
-
-    if config.trainer.unroll_graph_steps:
-        return config.trainer.unroll_graph_steps
-    return MAX_STEPS_PER_GRAPH if off_policy_config(config.algorithm) is None else 1
+    collector.set_unroll_strategy(CompiledUnroll(collector, unroll_graph_steps(plan)))
 
 
 def make_scheme(
-    config: Any,
+    plan: RunPlan,
     algorithm: Algorithm,
     collector: Collector,
     env: Environment,
-    replay_buffer: ReplayBuffer | None = None,
+    replay_buffer: ReplayBuffer | None,
+    trainer_config: Any,
 ) -> TrainingScheme:
-    """The on-policy scheme, or the off-policy one for an algorithm config with ``off_policy``.
-
-    The off-policy scheme trains on ``replay_buffer`` (a new one when None) and
-    applies the collector's data transformers to every replayed minibatch.
-    """
-    off_policy = off_policy_config(config.algorithm)
-    if off_policy is None:
-        return OnPolicyScheme(algorithm, collector, config.trainer.updates_per_graph)
-    if replay_buffer is None:
-        replay_buffer = make_training_replay_buffer(
-            config, env.batch_size, collector.learner_device
-        )
+    """The on-policy scheme, or the off-policy one (for ``plan.off_policy``), which trains on
+    ``replay_buffer`` and applies the collector's data transformers to every replayed
+    minibatch."""
+    if plan.off_policy is None:
+        return OnPolicyScheme(algorithm, collector, trainer_config.updates_per_graph)
+    assert replay_buffer is not None  # `_build_learner` makes one for an off-policy plan
     check_first_window(
-        off_policy,
+        plan.off_policy,
         collector.unroll_length,
         collector.num_env_steps_per_unroll * distributed.world_size(),  # every rank unrolls
         env.batch_size,
@@ -460,21 +508,8 @@ def make_scheme(
     transformer = collector.transformer
     transform = None if transformer is None else transformer.transform_sample
     return OffPolicyScheme(
-        algorithm, collector, replay_buffer, off_policy, env.action_spec, transform=transform
+        algorithm, collector, replay_buffer, plan.off_policy, env.action_spec, transform=transform
     )
-
-
-def make_training_replay_buffer(
-    config: Any, num_envs: int, device: torch.device | str, horizon: int = 0
-) -> ReplayBuffer | None:
-    """The replay buffer of an off-policy ``config.algorithm`` (its beta schedule over
-    ``horizon`` env steps, by default the config's); None for on-policy ones."""
-    off_policy = off_policy_config(config.algorithm)
-    if off_policy is None:
-        return None
-    trainer = config.trainer
-    horizon = horizon or trainer.schedule_horizon or trainer.num_env_steps
-    return make_replay_buffer(off_policy, num_envs, horizon, device)
 
 
 def schedule_horizon(trainer_config: Any, run_dir: Path) -> int:
@@ -502,10 +537,9 @@ def transformed_spec(transformer: DataTransformer | None, observation_spec: Any)
     return transformer.transformed_observation_spec(observation_spec)
 
 
-def _check_transformers_fit(config: Any) -> None:
+def _check_transformers_fit(config: Any, plan: RunPlan) -> None:
     """Refuses HER for an on-policy algorithm (it relabels replayed samples only)."""
-    on_policy = off_policy_config(config.algorithm) is None
-    if on_policy and "hindsight_experience" in config.data_transformers.names:
+    if plan.off_policy is None and "hindsight_experience" in config.data_transformers.names:
         raise ValueError(
             f"data_transformers: hindsight_experience relabels replayed samples, but "
             f"{config.algorithm.name} is on-policy (no replay buffer); use an off-policy "

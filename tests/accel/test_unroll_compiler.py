@@ -23,7 +23,8 @@ from cadence.config.errors import ConfigError
 from cadence.config.loading import compose_config
 from cadence.envs import make_env
 from cadence.networks import NetworkConfig
-from cadence.trainer.run import build_trainer, unroll_graph_steps
+from cadence.trainer.run import build_trainer
+from cadence.trainer.run_plan import RunPlan, unroll_graph_steps
 
 _saves_whole = pytest.mark.skipif(
     not saves_whole(), reason="this torch does not save compiled graphs whole"
@@ -253,12 +254,16 @@ def test_steps_per_graph_sets_the_steps_of_each_call(monkeypatch):
 def test_the_trainer_unrolls_off_policy_one_step_per_graph(tmp_path):
     # On-policy iterations are mostly unroll: 8 steps a call; off-policy ones mostly updates,
     # and a warm start traces each step of the graph: 1. The key overrides both.
-    assert unroll_graph_steps(compose_config("ppo_cartpole")) == MAX_STEPS_PER_GRAPH == 8
-    assert unroll_graph_steps(compose_config("sac_pendulum")) == 1
+    assert (
+        unroll_graph_steps(RunPlan.from_config(compose_config("ppo_cartpole")))
+        == MAX_STEPS_PER_GRAPH
+        == 8
+    )
+    assert unroll_graph_steps(RunPlan.from_config(compose_config("sac_pendulum"))) == 1
     chosen = compose_config(
         "sac_pendulum", ["trainer.unroll_graph_steps=5", "algorithm.compile=auto"]
     )
-    assert unroll_graph_steps(chosen) == 5
+    assert unroll_graph_steps(RunPlan.from_config(chosen)) == 5
     trainer = build_trainer(chosen, tmp_path)  # what the CLI builds
     try:
         assert trainer.collector.strategy.steps_per_graph == 5
