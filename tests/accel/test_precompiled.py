@@ -1,4 +1,4 @@
-"""Compiled methods saved whole (`cadence.algorithms.precompiled`): a later start loads the
+"""Compiled methods saved whole (`cadence.accel.precompiled`): a later start loads the
 traced graph instead of tracing it, and only where it still fits."""
 
 from __future__ import annotations
