@@ -31,6 +31,7 @@ from torch.func import functional_call
 
 from cadence.algorithms.algorithm import Algorithm, AlgStep, LossInfo, UpdateResult
 from cadence.algorithms.optimizers import make_adam
+from cadence.algorithms.polyak import polyak_update
 from cadence.algorithms.returns import n_step_return
 from cadence.data.errors import UnsupportedSpaceError
 from cadence.data.nest import Nest, map_structure
@@ -277,10 +278,7 @@ class DeterministicActorCritic(Algorithm):
     def after_update(self) -> None:
         """Polyak-averages the online networks into the targets."""
         for online, target in ((self.actor, self.target_actor), (self.critic, self.target_critic)):
-            for target_param, online_param in zip(
-                target.parameters(), online.parameters(), strict=True
-            ):
-                target_param.lerp_(online_param, self.tau)
+            polyak_update(target.parameters(), online.parameters(), self.tau)
 
     def get_extra_state(self) -> dict[str, int]:
         """The update count, which decides when the delayed actor step comes."""

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from cadence.algorithms.optimizers import make_adam
+from cadence.algorithms.polyak import polyak_update
 from cadence.algorithms.returns import td_lambda_return
 from cadence.algorithms.sac import loss as sac_loss
 from cadence.data.time_step import StepType
@@ -260,11 +261,7 @@ class LatentSAC(nn.Module):
             -(self.log_alpha * ((log_prob.detach() + self.target_entropy) * weight)).sum() / count
         )
         alpha_norm = minimize(alpha_loss, [self.alpha_optimizer])
-        with torch.no_grad():
-            online = list(self.critics.parameters())
-            target_params = list(self.target_critics.parameters())
-            for target, source in zip(target_params, online, strict=True):
-                target.lerp_(source, config.tau)
+        polyak_update(self.target_critics.parameters(), self.critics.parameters(), config.tau)
         metrics = {
             "loss/critic": critic_loss.detach(),
             "loss/actor": actor_loss.detach(),

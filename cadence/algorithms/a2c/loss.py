@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from cadence.algorithms.a2c.config import A2CConfig
+from cadence.algorithms.actor_critic_loss import normalize_advantages, weighted_terms
 from cadence.algorithms.algorithm import LossInfo
 from cadence.data import distributed
 
@@ -26,17 +27,11 @@ class A2CLoss:
         config = self.config
         advantage = info["advantage"]
         count = distributed.sample_count(advantage)  # None in one process
-        num_samples = advantage.numel() if count is None else count
-        if config.normalize_advantages and num_samples > 1:
-            advantage_mean, advantage_std = distributed.mean_std(advantage, count)
-            advantage = (advantage - advantage_mean) / (advantage_std + 1e-8)
+        if config.normalize_advantages:
+            advantage = normalize_advantages(advantage, count)
         policy_loss = -distributed.mean(advantage * info["log_prob"], count)
         value_loss = distributed.mean((info["return"] - info["value"]) ** 2, count)
         entropy = distributed.mean(info["entropy"], count)
-        terms = {
-            "loss/policy": policy_loss,
-            "loss/value": config.vf_coef * value_loss,
-            "loss/entropy": -config.ent_coef * entropy,
-        }
+        terms = weighted_terms(policy_loss, value_loss, entropy, config.vf_coef, config.ent_coef)
         extra = {"train/entropy": entropy.detach(), "train/value_error": value_loss.detach()}
         return LossInfo(sum(terms.values()), {**terms, **extra})

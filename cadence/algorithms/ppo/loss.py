@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from cadence.algorithms.actor_critic_loss import normalize_advantages, weighted_terms
 from cadence.algorithms.algorithm import LossInfo
 from cadence.algorithms.ppo.config import PPOConfig
 from cadence.data import distributed
@@ -26,10 +27,8 @@ class PPOLoss:
         config = self.config
         advantage = info["advantage"]
         count = distributed.sample_count(advantage)  # None in one process
-        num_samples = advantage.numel() if count is None else count
-        if config.normalize_advantages and num_samples > 1:
-            advantage_mean, advantage_std = distributed.mean_std(advantage, count)
-            advantage = (advantage - advantage_mean) / (advantage_std + 1e-8)
+        if config.normalize_advantages:
+            advantage = normalize_advantages(advantage, count)
         log_ratio = info["log_prob"] - info["old_log_prob"]
         ratio = log_ratio.exp()
         clipped_ratio = ratio.clamp(1 - config.clip_coef, 1 + config.clip_coef)
@@ -38,11 +37,7 @@ class PPOLoss:
         )
         value_loss = self._value_loss(info, count)
         entropy = distributed.mean(info["entropy"], count)
-        terms = {
-            "loss/policy": policy_loss,
-            "loss/value": config.vf_coef * value_loss,
-            "loss/entropy": -config.ent_coef * entropy,
-        }
+        terms = weighted_terms(policy_loss, value_loss, entropy, config.vf_coef, config.ent_coef)
         with torch.no_grad():
             extra = {
                 "train/entropy": entropy,

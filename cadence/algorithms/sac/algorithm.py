@@ -31,6 +31,7 @@ from torch import nn
 from cadence.algorithms.agent_view import AlgorithmAgent
 from cadence.algorithms.algorithm import Algorithm, AlgStep, LossInfo, UpdateResult
 from cadence.algorithms.optimizers import make_adam
+from cadence.algorithms.polyak import polyak_update
 from cadence.algorithms.sac import loss as sac_loss
 from cadence.data.nest import Nest, map_structure
 from cadence.data.specs import DiscreteTensorSpec, Spec
@@ -218,10 +219,8 @@ class SACAlgorithm(Algorithm):
 
     @torch.no_grad()
     def after_update(self) -> None:
-        """Moves the target critics ``tau`` of the way to the online ones (a lerp per tensor:
-        bit for bit what torch's fused foreach lerp computes, eager and compiled)."""
-        for target, online in zip(self._target, self._online, strict=True):
-            target.lerp_(online, self.tau)
+        """Moves the target critics ``tau`` of the way to the online ones (`polyak_update`)."""
+        polyak_update(self._target, self._online, self.tau)
 
     # --------------------------------------------------------------- internals
     def _next_value(self, next_observation: Nest, alpha: torch.Tensor) -> torch.Tensor:
