@@ -9,11 +9,26 @@ trains without setting ``trainer.num_threads`` chooses its threads per role with
 on one thread, as ``trainer.num_threads=1`` would. With ``MKL_ENABLE_INSTRUCTIONS=AVX2``
 beside it, MKL takes the code path of a processor without AVX-512. The header of pytest's
 report names both.
+
+Markers (registered in pyproject.toml):
+
+- ``slow``: learning tests and other long ones, left out of the default suite (``-m slow``);
+  ``ci_budget`` marks the slow ones CI runs too (``.ci/run``).
+- ``compile``: a test that compiles (``torch.compile``, an update or unroll compiled with
+  ``algorithm.compile`` other than ``off``): seconds to a minute each on an empty compile
+  cache, most of the default suite's time. The marker selects and budgets nothing by itself:
+  the default suite and CI's budget run the compile tests that are not ``slow`` as before,
+  ``-m compile`` runs exactly the compile tests and ``-m "not compile"`` the rest (combine
+  with ``slow`` as usual, e.g. ``-m "compile and not slow"``). A test that calls
+  ``torch.compile`` in this process without the marker gets a warning in the report
+  (`compile_marker_kept`); one that compiles only in a process it starts is marked by hand.
 """
 
 from __future__ import annotations
 
+import functools
 import os
+import warnings
 
 import pytest
 import torch
@@ -95,6 +110,30 @@ def own_compile_auto_record(monkeypatch, tmp_path):
     that times both ways must time them whatever an earlier test (or session) chose, and
     one test's choice must not decide how another's first calls run."""
     monkeypatch.setattr(update_compiler, "AUTO_RECORD", tmp_path / "compile_auto.json")
+
+
+@pytest.fixture(autouse=True)
+def compile_marker_kept(request, monkeypatch):
+    """Warns where a test calls ``torch.compile`` (directly or through cadence) without the
+    ``compile`` marker, so that ``-m compile`` and ``-m "not compile"`` keep splitting the
+    suite where it costs (see the module docstring)."""
+    calls = []
+    real = torch.compile
+
+    @functools.wraps(real)
+    def counted(*args, **kwargs):
+        calls.append(True)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(torch, "compile", counted)
+    yield
+    if calls and request.node.get_closest_marker("compile") is None:
+        warnings.warn(
+            f"{request.node.nodeid} calls torch.compile but is not marked compile: "
+            "add @pytest.mark.compile (or pytestmark = pytest.mark.compile for its module)",
+            pytest.PytestWarning,
+            stacklevel=1,
+        )
 
 
 @pytest.fixture
