@@ -169,10 +169,10 @@ def test_a_compiled_update_gives_the_eager_numbers(name, cpu_or_gpu):
         assert_close_states(eager, graph)
     assert graph.accelerator.compile_seconds > 0  # it did compile rather than fall back
     assert not torch._dynamo.utils.counters["graph_break"]  # one graph per update
-    assert all(g.is_compiled for g in graph.accelerator._graphs.values())
+    assert all(g.is_compiled for g in graph.accelerator.graphs.values())
     # On the CPU the graphs' kernels are called from C++; on a GPU, Triton's from Python.
     options = compile_cache.graph_options(torch.device(device))
-    assert all(g.options == options for g in graph.accelerator._graphs.values())
+    assert all(g.options == options for g in graph.accelerator.graphs.values())
     # A compiled run's checkpoint loads into an eager algorithm and the other way round.
     fresh, _ = CASES[name]()
     fresh.to(device)
@@ -202,7 +202,7 @@ def test_cuda_graphs_replay_the_eager_numbers(name):
         for key, value in want.metrics.items():
             torch.testing.assert_close(result.metrics[key], value, rtol=1e-4, atol=1e-5)
     assert_close_states(eager, graph)
-    replays = graph.accelerator._replays
+    replays = graph.accelerator.replays
     assert replays and all(r.replays > 0 and not r.failed for r in replays.values())
     fresh, _ = CASES[name]()
     fresh.to("cuda")
@@ -233,9 +233,9 @@ def test_auto_on_a_gpu_times_cuda_graphs_too():
         batches,
         2 + cuda_graphs.WARMUP_CALLS + 1 + 3 * update_compiler.AUTO_TIMED_CALLS,
     )
-    ((key, timings),) = auto.accelerator._timings.items()
+    ((key, timings),) = auto.accelerator.timings.items()
     assert list(timings) == ["eager", "compiled", "graphs"]
-    replay = auto.accelerator._replays[key]
+    replay = auto.accelerator.replays[key]
     assert replay.replays >= update_compiler.AUTO_TIMED_CALLS and not replay.failed
     assert key in auto.accelerator.choices
 
@@ -262,9 +262,11 @@ def test_reduce_overhead_on_the_cpu_is_the_default_mode():
         result = graph.update(batch)
         torch.testing.assert_close(result.metrics["loss/total"], expected.metrics["loss/total"])
     assert_close_states(eager, graph)
-    assert graph.accelerator._graphs["Algorithm.update_step"].is_compiled
-    assert graph.accelerator._graphs["Algorithm.update_step"].mode == "default"
-    assert not graph.accelerator._replays
+    assert graph.accelerator.graphs["Algorithm.update_step"].is_compiled
+    assert graph.accelerator.graphs["Algorithm.update_step"].mode == "default"
+    assert not graph.accelerator.replays
+    with pytest.raises(TypeError):  # statistics to read, not a way to change the compiler
+        graph.accelerator.graphs["Algorithm.update_step"] = None
 
 
 @pytest.mark.parametrize("name", ["ppo", "a2c"])
@@ -282,7 +284,7 @@ def test_a_compiled_update_of_rows_gathers_them_in_its_graph(name):
         for key, value in expected.metrics.items():
             torch.testing.assert_close(result.metrics[key], value, rtol=1e-4, atol=1e-5)
         assert_close_states(eager, graph)
-    assert list(graph.accelerator._graphs) == ["Algorithm._update_step_on_rows"]
+    assert list(graph.accelerator.graphs) == ["Algorithm._update_step_on_rows"]
     assert not torch._dynamo.utils.counters["graph_break"]
 
 
@@ -313,8 +315,8 @@ def test_several_updates_in_one_compiled_call_give_the_eager_numbers(monkeypatch
     assert all(int(state["step"]) == 4 for state in optimizer.state.values())
     stepper = graph.accelerator.graph_optimizer(optimizer)
     assert stepper.corrections[0] is None
-    assert list(graph.accelerator._graphs) == ["Algorithm._update_steps_on_rows"]
-    assert graph.accelerator._graphs["Algorithm._update_steps_on_rows"].is_compiled
+    assert list(graph.accelerator.graphs) == ["Algorithm._update_steps_on_rows"]
+    assert graph.accelerator.graphs["Algorithm._update_steps_on_rows"].is_compiled
     assert not torch._dynamo.utils.counters["graph_break"]
 
 
@@ -330,8 +332,8 @@ def test_a_fused_update_first_called_on_equal_minibatches_takes_unequal_ones():
     for sizes in ([8, 8], [8, 5], [7, 3]):
         rows = torch.randperm(N, generator=generator)[: sum(sizes)].split(sizes)
         graph.update_rows_many(batches[0], list(rows))
-    update = graph.accelerator._graphs["Algorithm._update_steps_on_rows"]
-    assert update.precompile and len(update._precompiled) == 1
+    update = graph.accelerator.graphs["Algorithm._update_steps_on_rows"]
+    assert update.precompile and update.num_precompiled_signatures == 1
     # Every call ran the graph of the first: no call fell back to a torch.compile of its own.
     assert update.compiled is None
 
@@ -394,7 +396,7 @@ def test_a_compiled_preprocess_gives_the_eager_samples(name):
         for key, value in expected.items():
             torch.testing.assert_close(samples[key], value, rtol=1e-5, atol=1e-6)
     assert expected["advantage"].shape == (9 * 4 - 2,)
-    assert graph.accelerator._graphs["ActorCriticAlgorithm._samples"].is_compiled
+    assert graph.accelerator.graphs["ActorCriticAlgorithm._samples"].is_compiled
     assert not torch._dynamo.utils.counters["graph_break"]
 
 
@@ -435,8 +437,8 @@ def test_auto_records_its_choice_and_later_runs_take_it_from_their_first_call(ca
     later.train()
     with caplog.at_level(logging.INFO, logger=update_compiler.__name__):
         later.update(batches[0])
-    assert later.accelerator.choices == {name: "eager"} and not later.accelerator._timings
-    assert not later.accelerator._graphs[name].is_compiled  # its first call ran eagerly
+    assert later.accelerator.choices == {name: "eager"} and not later.accelerator.timings
+    assert not later.accelerator.graphs[name].is_compiled  # its first call ran eagerly
     assert "as first measured on this machine" in caplog.text
 
 
@@ -445,7 +447,7 @@ def test_auto_without_a_cpp_compiler_runs_eagerly_with_one_warning(monkeypatch, 
     algorithm, batches = _ppo()
     compile_update(algorithm, "auto")
     algorithm.update(batches[0])
-    assert algorithm.accelerator.mode == "eager" and not algorithm.accelerator._graphs
+    assert algorithm.accelerator.mode == "eager" and not algorithm.accelerator.graphs
     assert caplog.text.count("no C++ compiler") == 1
 
 
