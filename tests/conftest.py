@@ -21,7 +21,8 @@ Markers (registered in pyproject.toml):
   ``-m compile`` runs exactly the compile tests and ``-m "not compile"`` the rest (combine
   with ``slow`` as usual, e.g. ``-m "compile and not slow"``). A test that calls
   ``torch.compile`` in this process without the marker gets a warning in the report
-  (`compile_marker_kept`); one that compiles only in a process it starts is marked by hand.
+  (`compile_marker_kept`), as does one that loads a graph saved whole (a cold compile cache
+  compiles it); one that compiles only in a process it starts is marked by hand.
 """
 
 from __future__ import annotations
@@ -33,8 +34,8 @@ import warnings
 import pytest
 import torch
 
+from cadence.accel import compiled_function, update_compiler
 from cadence.accel import cpu_matmul as matmul
-from cadence.accel import update_compiler
 from cadence.config import loading
 from cadence.networks import linear
 from cadence.trainer.run import torch_settings_restored
@@ -114,23 +115,28 @@ def own_compile_auto_record(monkeypatch, tmp_path):
 
 @pytest.fixture(autouse=True)
 def compile_marker_kept(request, monkeypatch):
-    """Warns where a test calls ``torch.compile`` (directly or through cadence) without the
-    ``compile`` marker, so that ``-m compile`` and ``-m "not compile"`` keep splitting the
-    suite where it costs (see the module docstring)."""
+    """Warns where a test compiles without the ``compile`` marker, so that ``-m compile``
+    and ``-m "not compile"`` keep splitting the suite where it costs (see the module
+    docstring): where it calls ``torch.compile`` (directly or through cadence) or loads a
+    graph saved whole, which a cold compile cache would have compiled."""
     calls = []
-    real = torch.compile
 
-    @functools.wraps(real)
-    def counted(*args, **kwargs):
-        calls.append(True)
-        return real(*args, **kwargs)
+    def counted(real):
+        @functools.wraps(real)
+        def call(*args, **kwargs):
+            calls.append(True)
+            return real(*args, **kwargs)
 
-    monkeypatch.setattr(torch, "compile", counted)
+        return call
+
+    monkeypatch.setattr(torch, "compile", counted(torch.compile))
+    load = compiled_function.load_or_compile
+    monkeypatch.setattr(compiled_function, "load_or_compile", counted(load))
     yield
     if calls and request.node.get_closest_marker("compile") is None:
         warnings.warn(
-            f"{request.node.nodeid} calls torch.compile but is not marked compile: "
-            "add @pytest.mark.compile (or pytestmark = pytest.mark.compile for its module)",
+            f"{request.node.nodeid} compiles (or loads a compiled graph) but is not marked "
+            "compile: add @pytest.mark.compile (or pytestmark = pytest.mark.compile for its module)",
             pytest.PytestWarning,
             stacklevel=1,
         )

@@ -140,6 +140,7 @@ def test_recorded_inputs_keep_the_strides_of_the_call(fake_cuda):
     torch.testing.assert_close(result["sum"], windows[:, 1].sum())
 
 
+@pytest.mark.compile
 def test_a_recording_copies_views_with_their_base(fake_cuda, monkeypatch):
     """The on-policy updates' minibatch indices are slices of one permutation, and the
     compiled graph guards on their base (that it has the batch's size): recorded on
@@ -173,6 +174,7 @@ def test_a_recording_that_fails_leaves_the_function_running_without_graphs(fake_
     assert "runs compiled without graphs" in caplog.text
 
 
+@pytest.mark.compile
 def test_a_replayed_unroll_steps_the_env_through_its_inputs_and_outputs(fake_cuda, monkeypatch):
     """The compiled unroll's calls, replayed: the env's state must pass through the graph's
     inputs and outputs, as a replay rebinds none of the env's attributes."""
@@ -188,6 +190,7 @@ def test_a_replayed_unroll_steps_the_env_through_its_inputs_and_outputs(fake_cud
     _assert_same_unrolls(got, expected)
 
 
+@pytest.mark.compile
 def test_auto_times_cuda_graphs_too_and_a_resumed_choice_of_them_replays(fake_cuda, monkeypatch):
     """``compile=auto`` on a GPU times the update three ways, replayed as CUDA graphs the
     third, and keeps the fastest; a choice of graphs (as a checkpoint restores it) replays."""
@@ -255,6 +258,7 @@ def _update_state(algorithm) -> list[torch.Tensor]:
     return [*algorithm.parameters(), *algorithm.buffers(), *states]
 
 
+@pytest.mark.compile
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_a_training_run_replays_its_unroll_and_fused_updates_as_cuda_graphs(tmp_path, caplog):

@@ -151,6 +151,7 @@ COMPILED_CASES = [
 ]
 
 
+@pytest.mark.compile
 @pytest.mark.parametrize("name", COMPILED_CASES)
 def test_a_compiled_update_gives_the_eager_numbers(name, cpu_or_gpu):
     device = cpu_or_gpu
@@ -181,6 +182,7 @@ def test_a_compiled_update_gives_the_eager_numbers(name, cpu_or_gpu):
     graph.load_state_dict(eager.state_dict())
 
 
+@pytest.mark.compile
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("name", list(CASES))
@@ -220,6 +222,7 @@ def test_cuda_graphs_replay_the_eager_numbers(name):
     assert_close_states(eager, graph)
 
 
+@pytest.mark.compile
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_auto_on_a_gpu_times_cuda_graphs_too():
@@ -253,6 +256,7 @@ def assert_same_updates(eager, other, batches, count: int, first_seed: int = 0) 
             torch.testing.assert_close(got.metrics[key], value, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.compile
 def test_reduce_overhead_on_the_cpu_is_the_default_mode():
     """Without a GPU ``reduce-overhead`` compiles as ``default`` and records no CUDA graph."""
     eager, graph, batches = _eager_and_compiled("ppo")
@@ -269,6 +273,7 @@ def test_reduce_overhead_on_the_cpu_is_the_default_mode():
         graph.accelerator.graphs["Algorithm.update_step"] = None
 
 
+@pytest.mark.compile
 @pytest.mark.parametrize("name", ["ppo", "a2c"])
 def test_a_compiled_update_of_rows_gathers_them_in_its_graph(name):
     """`Algorithm.update_rows` (the on-policy scheme's minibatches): compiled, the rows are
@@ -288,6 +293,7 @@ def test_a_compiled_update_of_rows_gathers_them_in_its_graph(name):
     assert not torch._dynamo.utils.counters["graph_break"]
 
 
+@pytest.mark.compile
 def test_several_updates_in_one_compiled_call_give_the_eager_numbers(monkeypatch):
     """`Algorithm.update_rows_many` (the on-policy scheme's calls of several updates): one
     graph takes an optimizer step per update, each with its own step's Adam bias
@@ -320,6 +326,7 @@ def test_several_updates_in_one_compiled_call_give_the_eager_numbers(monkeypatch
     assert not torch._dynamo.utils.counters["graph_break"]
 
 
+@pytest.mark.compile
 @pytest.mark.slow
 @pytest.mark.ci_budget  # twenty seconds on a cold compile cache
 def test_a_fused_update_first_called_on_equal_minibatches_takes_unequal_ones():
@@ -383,6 +390,7 @@ def _unroll(discrete: bool, steps: int = 9, envs: int = 4) -> Experience:
     return Experience(time_step=time_step, action=action, info=info)
 
 
+@pytest.mark.compile
 @pytest.mark.parametrize("name", ["ppo", "a2c"])
 def test_a_compiled_preprocess_gives_the_eager_samples(name):
     """On-policy: the values and GAE advantages of an unroll are one graph, whose samples
@@ -400,6 +408,7 @@ def test_a_compiled_preprocess_gives_the_eager_samples(name):
     assert not torch._dynamo.utils.counters["graph_break"]
 
 
+@pytest.mark.compile
 def test_auto_times_both_ways_records_its_choice_and_a_checkpoint_keeps_it(caplog):
     algorithm, batches = _ppo()
     compile_update(algorithm, "auto")
@@ -418,6 +427,7 @@ def test_auto_times_both_ways_records_its_choice_and_a_checkpoint_keeps_it(caplo
     eager.load_state_dict(algorithm.state_dict())  # the choice is no parameter
 
 
+@pytest.mark.compile
 def test_auto_records_its_choice_and_later_runs_take_it_from_their_first_call(caplog):
     algorithm, batches = _ppo()
     compile_update(algorithm, "auto")
@@ -476,7 +486,7 @@ def _optimizer_case(kind: str) -> tuple[list[torch.nn.Parameter], torch.optim.Op
 
 
 @pytest.mark.parametrize("kind", ["adam", "adam+decay", "rmsprop"])
-@pytest.mark.parametrize("compile_step", [False, True])
+@pytest.mark.parametrize("compile_step", [False, pytest.param(True, marks=pytest.mark.compile)])
 @pytest.mark.parametrize("host_corrections", [None, False], ids=["host", "in-graph"])
 def test_the_graph_optimizer_steps_as_torch_does(kind, compile_step, host_corrections):
     """`GraphOptimizer.step` against ``optimizer.step()``: both param groups, a parameter
@@ -546,6 +556,7 @@ def test_each_groups_state_is_one_flat_tensor_per_name_that_the_optimizer_sees()
     assert graph_optimizer.GraphOptimizer(torch.optim.Adam(mixed)).flat == [None]
 
 
+@pytest.mark.compile
 @pytest.mark.slow
 @pytest.mark.ci_budget  # half a minute on a cold compile cache
 def test_a_compiled_cnn_update_gives_the_eager_numbers():
