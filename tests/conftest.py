@@ -16,13 +16,14 @@ Markers (registered in pyproject.toml):
   ``ci_budget`` marks the slow ones CI runs too (``.ci/run``).
 - ``compile``: a test that compiles (``torch.compile``, an update or unroll compiled with
   ``algorithm.compile`` other than ``off``): seconds to a minute each on an empty compile
-  cache, most of the default suite's time. The marker selects and budgets nothing by itself:
-  the default suite and CI's budget run the compile tests that are not ``slow`` as before,
-  ``-m compile`` runs exactly the compile tests and ``-m "not compile"`` the rest (combine
-  with ``slow`` as usual, e.g. ``-m "compile and not slow"``). A test that calls
-  ``torch.compile`` in this process without the marker gets a warning in the report
-  (`compile_marker_kept`), as does one that loads a graph saved whole (a cold compile cache
-  compiles it); one that compiles only in a process it starts is marked by hand.
+  cache. The marker only names these tests: as before, the default suite runs those that
+  are not ``slow`` and CI's budgeted run the slow ones marked ``ci_budget``. ``-m compile``
+  selects exactly the compile tests and ``-m "not compile"`` the rest (a ``-m`` on the
+  command line replaces the default ``not slow and not gpu``: combine them, e.g.
+  ``-m "compile and not slow and not gpu"``). A test that calls ``torch.compile`` in this
+  process, or loads a graph saved whole (which a cold compile cache compiles), without the
+  marker gets a warning in the report (`compile_marker_kept`); one that compiles only in a
+  process it starts is marked by hand.
 """
 
 from __future__ import annotations
