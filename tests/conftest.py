@@ -9,17 +9,34 @@ trains without setting ``trainer.num_threads`` chooses its threads per role with
 on one thread, as ``trainer.num_threads=1`` would. With ``MKL_ENABLE_INSTRUCTIONS=AVX2``
 beside it, MKL takes the code path of a processor without AVX-512. The header of pytest's
 report names both.
+
+Markers (registered in pyproject.toml):
+
+- ``slow``: learning tests and other long ones, left out of the default suite (``-m slow``);
+  ``ci_budget`` marks the slow ones CI runs too (``.ci/run``).
+- ``compile``: a test that compiles (``torch.compile``, an update or unroll compiled with
+  ``algorithm.compile`` other than ``off``): seconds to a minute each on an empty compile
+  cache. The marker only names these tests: as before, the default suite runs those that
+  are not ``slow`` and CI's budgeted run the slow ones marked ``ci_budget``. ``-m compile``
+  selects exactly the compile tests and ``-m "not compile"`` the rest (a ``-m`` on the
+  command line replaces the default ``not slow and not gpu``: combine them, e.g.
+  ``-m "compile and not slow and not gpu"``). A test that calls ``torch.compile`` in this
+  process, or loads a graph saved whole (which a cold compile cache compiles), without the
+  marker gets a warning in the report (`compile_marker_kept`); one that compiles only in a
+  process it starts is marked by hand.
 """
 
 from __future__ import annotations
 
+import functools
 import os
+import warnings
 
 import pytest
 import torch
 
+from cadence.accel import compiled_function, update_compiler
 from cadence.accel import cpu_matmul as matmul
-from cadence.accel import update_compiler
 from cadence.config import loading
 from cadence.networks import linear
 from cadence.trainer.run import torch_settings_restored
@@ -95,6 +112,35 @@ def own_compile_auto_record(monkeypatch, tmp_path):
     that times both ways must time them whatever an earlier test (or session) chose, and
     one test's choice must not decide how another's first calls run."""
     monkeypatch.setattr(update_compiler, "AUTO_RECORD", tmp_path / "compile_auto.json")
+
+
+@pytest.fixture(autouse=True)
+def compile_marker_kept(request, monkeypatch):
+    """Warns where a test compiles without the ``compile`` marker, so that ``-m compile``
+    and ``-m "not compile"`` keep splitting the suite where it costs (see the module
+    docstring): where it calls ``torch.compile`` (directly or through cadence) or loads a
+    graph saved whole, which a cold compile cache would have compiled."""
+    calls = []
+
+    def counted(real):
+        @functools.wraps(real)
+        def call(*args, **kwargs):
+            calls.append(True)
+            return real(*args, **kwargs)
+
+        return call
+
+    monkeypatch.setattr(torch, "compile", counted(torch.compile))
+    load = compiled_function.load_or_compile
+    monkeypatch.setattr(compiled_function, "load_or_compile", counted(load))
+    yield
+    if calls and request.node.get_closest_marker("compile") is None:
+        warnings.warn(
+            f"{request.node.nodeid} compiles (or loads a compiled graph) but is not marked "
+            "compile: add @pytest.mark.compile (or pytestmark = pytest.mark.compile for its module)",
+            pytest.PytestWarning,
+            stacklevel=1,
+        )
 
 
 @pytest.fixture

@@ -13,8 +13,9 @@ import dataclasses
 import logging
 import operator
 import os
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import torch
@@ -204,6 +205,20 @@ class CompiledWithFallback:
         whole) and compiling has not failed."""
         has_graph = self.compiled is not None or any(self._precompiled.values())
         return has_graph and not self.failed
+
+    @property
+    def guarded_calls(self) -> Mapping[Hashable, int]:
+        """Read-only: by `signature` seen, the calls that evaluated all guards (compiling
+        where needed). A signature's count stops at `GUARDED_CALLS`, after which its calls
+        skip the guards; it starts again where a call of it had to recompile."""
+        return MappingProxyType(self._guarded_calls)
+
+    @property
+    def num_precompiled_signatures(self) -> int:
+        """Signatures whose graph was looked up among those saved whole (`precompile`),
+        whether it loaded, compiled and saved, or could not be saved (then ``torch.compile``
+        runs it): a dynamic graph taking minibatches of every size counts one."""
+        return len(self._precompiled)
 
     def _compile_kwargs(self) -> dict[str, Any]:
         if not self.options:

@@ -192,15 +192,16 @@ def _fastest_backend() -> str:
     from the record, a seed gives the same numbers in every run on the machine, sweeps
     and test sessions included. Delete the record to measure again.
     """
-    return recorded(MACHINE_RECORD, _machine_key(), _measured_fastest_backend, _usable)
+    return recorded(MACHINE_RECORD, record_key(), _measured_fastest_backend, _usable)
 
 
 MACHINE_RECORD = "cpu_matmul.json"
 """``auto``'s choices by machine and thread count, in the compile cache folder."""
 
 
-def _machine_key() -> str:
-    """What ``auto``'s measurement depends on: the processor, torch and the thread count."""
+def record_key() -> str:
+    """What ``auto``'s measurement depends on, and what its choice is recorded under in
+    `machine_record`: the processor, torch and the thread count."""
     return f"{machine_key()} torch {torch.__version__} threads {torch.get_num_threads()}"
 
 

@@ -106,6 +106,13 @@ class CudaGraphReplay:
         """Graphs recorded so far."""
         return len(self._graphs)
 
+    @property
+    def recorded_inputs(self) -> tuple[tuple[torch.Tensor, ...], ...]:
+        """Per recorded graph, in the order recorded, the copies of the call's input
+        tensors that each replay copies its inputs into: they keep the call's sizes and
+        strides, and views keep a copy of their base."""
+        return tuple(tuple(recorded.inputs) for recorded in self._graphs.values())
+
     def _record(self, args: tuple[Any, ...]) -> _Recorded | None:
         """A graph of ``fn`` on copies of ``args``; None (and no more graphs) if recording fails."""
         leaves, spec = tree_flatten(args)

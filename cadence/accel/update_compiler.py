@@ -35,6 +35,7 @@ import os
 import statistics
 import time
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any
 
 import torch
@@ -140,6 +141,31 @@ class UpdateCompiler:
         if choice is not None:
             return self._run(graph, args, steps, name if choice == "graphs" else "")
         return self._measure(name, fn, graph, args, steps)
+
+    @property
+    def graphs(self) -> Mapping[str, CompiledWithFallback]:
+        """The compiled functions made so far, read-only, by name (`function_name`, e.g.
+        ``"Algorithm.update_step"``) in the order of their first calls; empty under
+        ``"eager"``. Each tells its ``mode``, ``options`` and whether it ``is_compiled``."""
+        return MappingProxyType(self._graphs)
+
+    @property
+    def replays(self) -> Mapping[str, CudaGraphReplay]:
+        """The CUDA-graph replays of the `graphs`, read-only, by name: one per function
+        whose parameters are on a GPU under ``reduce-overhead`` or ``auto``; empty on the
+        CPU. Each tells its ``num_graphs``, its ``replays`` and whether recording ``failed``."""
+        return MappingProxyType(self._replays)
+
+    @property
+    def timings(self) -> dict[str, dict[str, tuple[float, ...]]]:
+        """``"auto"``'s measured call times in seconds, a copy: by function name, then by
+        way (``"eager"``, ``"compiled"`` and, on a GPU, ``"graphs"``), the untimed calls
+        first (`median_times`). Empty where nothing was measured (another mode, or a
+        choice taken from a checkpoint or `AUTO_RECORD`)."""
+        return {
+            name: {way: tuple(times) for way, times in ways.items()}
+            for name, ways in self._timings.items()
+        }
 
     def _recorded_choice(
         self, name: str, fn: Callable[..., Any], graph: CompiledWithFallback, args: tuple

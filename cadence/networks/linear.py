@@ -149,6 +149,12 @@ class Linear(nn.Linear):
             self.in_features <= NARROW_INPUT_MAX and self.in_features < self.out_features
         )
 
+    @property
+    def narrow_input(self) -> bool:
+        """Whether the layer multiplies by its transposed weight while gradients are taken
+        (at most `NARROW_INPUT_MAX` inputs, and fewer inputs than outputs)."""
+        return self._narrow_input
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         route = _route
         # Inputs with fewer elements than the route's size over the outputs per input

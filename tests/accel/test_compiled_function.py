@@ -15,6 +15,7 @@ def _affine(x: torch.Tensor, scale: float) -> torch.Tensor:
     return x * scale + 1
 
 
+@pytest.mark.compile
 def test_steady_state_calls_match_eager_and_a_new_shape_is_guarded_again():
     fn = CompiledWithFallback(_affine, "default")
     x = torch.arange(4.0)
@@ -24,10 +25,11 @@ def test_steady_state_calls_match_eager_and_a_new_shape_is_guarded_again():
     y = torch.arange(6.0)
     torch.testing.assert_close(fn(y, 2.0), _affine(y, 2.0))
     assert fn.compiled is not None
-    counts = sorted(fn._guarded_calls.values())
+    counts = sorted(fn.guarded_calls.values())
     assert counts == [1, compiled_function.GUARDED_CALLS]
 
 
+@pytest.mark.compile
 def test_torch_compile_runs_inside_the_first_calls_compile_bracket():
     # The first torch.compile of a process loads inductor (seconds): compile time, which
     # the progress bar shows and perf/compile_s counts, so it happens in on_compile's bracket.
@@ -41,6 +43,7 @@ def test_torch_compile_runs_inside_the_first_calls_compile_bracket():
     assert opened and before is None and not closed and after is not None
 
 
+@pytest.mark.compile
 def test_state_key_separates_signatures():
     flag = {"training": True}
     fn = CompiledWithFallback(_affine, "default", state_key=lambda: flag["training"])
@@ -49,7 +52,9 @@ def test_state_key_separates_signatures():
         fn(x, 1.0)
     flag["training"] = False
     fn(x, 1.0)
-    assert len(fn._guarded_calls) == 2
+    assert len(fn.guarded_calls) == 2
+    with pytest.raises(TypeError):  # read-only
+        fn.guarded_calls[next(iter(fn.guarded_calls))] = 0
 
 
 def test_a_compile_failure_falls_back_to_eager(caplog):
@@ -67,6 +72,7 @@ def test_a_compile_failure_falls_back_to_eager(caplog):
     assert "running it eagerly" in caplog.text
 
 
+@pytest.mark.compile
 def test_a_call_that_would_compile_while_a_cuda_graph_records_raises():
     """`CompiledWithFallback.forbid_compile` (set while a CUDA graph records a call, when
     a compile would launch CUDA work of its own): inputs of a new layout raise rather
@@ -89,6 +95,7 @@ def test_a_call_that_would_compile_while_a_cuda_graph_records_raises():
     torch.testing.assert_close(fn(x[:, 0], 2.0), _affine(x[:, 0], 2.0))
 
 
+@pytest.mark.compile
 def test_a_graph_the_signature_does_not_show_compiles_with_guards(caplog):
     # A dynamic graph specialises on a derived size of 1 (here x[2:] broadcast against
     # x[1:2]), which the signature (each size only as 0, 1 or more) does not show: the
@@ -103,6 +110,7 @@ def test_a_graph_the_signature_does_not_show_compiles_with_guards(caplog):
     assert "running it eagerly" not in caplog.text
 
 
+@pytest.mark.compile
 def test_options_reach_inductor_on_top_of_the_mode(monkeypatch):
     calls = []
     real_compile = torch.compile

@@ -191,9 +191,9 @@ def test_a_damaged_or_unusable_record_is_measured_again(monkeypatch, unmeasured_
     record.parent.mkdir(parents=True)
     record.write_text("{not json")
     assert set_cpu_matmul("auto") == "aten"
-    assert json.loads(record.read_text()) == {matmul._machine_key(): "aten"}
+    assert json.loads(record.read_text()) == {matmul.record_key(): "aten"}
     # A kernel recorded where it no longer loads (e.g. the compiler was removed).
-    record.write_text(json.dumps({matmul._machine_key(): "avx512"}))
+    record.write_text(json.dumps({matmul.record_key(): "avx512"}))
     monkeypatch.setattr(matmul, "avx512_unavailable", lambda: "no C++ compiler")
     assert set_cpu_matmul("auto") == "aten"
 
@@ -247,6 +247,7 @@ def test_networks_give_the_same_values_and_gradients_on_either_backend():
 
 
 @needs_onednn
+@pytest.mark.compile
 @pytest.mark.skipif(sys.platform == "win32", reason="inductor needs a C++ compiler")
 def test_a_compiled_graph_runs_the_onednn_multiplies_as_eager_does(monkeypatch):
     torch.manual_seed(3)
@@ -349,7 +350,7 @@ def test_a_narrow_input_layer_equals_nn_linear_and_takes_its_weight_gradient_tra
 
 def test_only_layers_with_few_inputs_and_more_outputs_multiply_transposed():
     set_cpu_matmul("aten")
-    assert layers.Linear(3, 256)._narrow_input
-    assert not layers.Linear(64, 64)._narrow_input
-    assert not layers.Linear(64, 2)._narrow_input
-    assert not layers.Linear(layers.NARROW_INPUT_MAX + 1, 256)._narrow_input
+    assert layers.Linear(3, 256).narrow_input
+    assert not layers.Linear(64, 64).narrow_input
+    assert not layers.Linear(64, 2).narrow_input
+    assert not layers.Linear(layers.NARROW_INPUT_MAX + 1, 256).narrow_input

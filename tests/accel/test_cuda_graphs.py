@@ -134,12 +134,13 @@ def test_recorded_inputs_keep_the_strides_of_the_call(fake_cuda):
     windows = torch.arange(12.0).reshape(6, 2)
     for _ in range(cuda_graphs.WARMUP_CALLS + 2):
         replay(windows[:, 0], 1.0)
-    (recorded,) = replay._graphs.values()
-    assert recorded.inputs[0].stride() == windows[:, 0].stride() == (2,)
+    (inputs,) = replay.recorded_inputs
+    assert inputs[0].stride() == windows[:, 0].stride() == (2,)
     result = replay(windows[:, 1], 1.0)
     torch.testing.assert_close(result["sum"], windows[:, 1].sum())
 
 
+@pytest.mark.compile
 def test_a_recording_copies_views_with_their_base(fake_cuda, monkeypatch):
     """The on-policy updates' minibatch indices are slices of one permutation, and the
     compiled graph guards on their base (that it has the batch's size): recorded on
@@ -156,9 +157,9 @@ def test_a_recording_copies_views_with_their_base(fake_cuda, monkeypatch):
     for _ in range(cuda_graphs.WARMUP_CALLS + 1):
         replay(x, list(torch.randperm(12).split(4)))
     assert not replay.failed and replay.num_graphs == 1
-    (recorded,) = replay._graphs.values()
-    bases = {id(rows._base) for rows in recorded.inputs[1:]}
-    assert len(bases) == 1 and recorded.inputs[1]._base.shape == (12,)
+    (inputs,) = replay.recorded_inputs
+    bases = {id(rows._base) for rows in inputs[1:]}
+    assert len(bases) == 1 and inputs[1]._base.shape == (12,)
 
 
 def test_a_recording_that_fails_leaves_the_function_running_without_graphs(fake_cuda, caplog):
@@ -173,6 +174,7 @@ def test_a_recording_that_fails_leaves_the_function_running_without_graphs(fake_
     assert "runs compiled without graphs" in caplog.text
 
 
+@pytest.mark.compile
 def test_a_replayed_unroll_steps_the_env_through_its_inputs_and_outputs(fake_cuda, monkeypatch):
     """The compiled unroll's calls, replayed: the env's state must pass through the graph's
     inputs and outputs, as a replay rebinds none of the env's attributes."""
@@ -188,6 +190,7 @@ def test_a_replayed_unroll_steps_the_env_through_its_inputs_and_outputs(fake_cud
     _assert_same_unrolls(got, expected)
 
 
+@pytest.mark.compile
 def test_auto_times_cuda_graphs_too_and_a_resumed_choice_of_them_replays(fake_cuda, monkeypatch):
     """``compile=auto`` on a GPU times the update three ways, replayed as CUDA graphs the
     third, and keeps the fastest; a choice of graphs (as a checkpoint restores it) replays."""
@@ -199,13 +202,13 @@ def test_auto_times_cuda_graphs_too_and_a_resumed_choice_of_them_replays(fake_cu
     assert_same_updates(eager, auto, batches, untimed + 3 * update_compiler.AUTO_TIMED_CALLS + 4)
     _assert_close_states(eager, auto)
     compiler = auto.accelerator
-    ((key, timings),) = compiler._timings.items()
+    ((key, timings),) = compiler.timings.items()
     assert [len(t) for t in timings.values()] == [
         1 + update_compiler.AUTO_TIMED_CALLS,
         1 + update_compiler.AUTO_TIMED_CALLS,
         cuda_graphs.WARMUP_CALLS + 1 + update_compiler.AUTO_TIMED_CALLS,
     ]
-    replay = compiler._replays[key]
+    replay = compiler.replays[key]
     assert replay.num_graphs == 1 and replay.replays >= update_compiler.AUTO_TIMED_CALLS + 1
     medians = {way: sorted(t[-update_compiler.AUTO_TIMED_CALLS :])[2] for way, t in timings.items()}
     assert compiler.choices == {key: min(medians, key=medians.__getitem__)}
@@ -255,6 +258,7 @@ def _update_state(algorithm) -> list[torch.Tensor]:
     return [*algorithm.parameters(), *algorithm.buffers(), *states]
 
 
+@pytest.mark.compile
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_a_training_run_replays_its_unroll_and_fused_updates_as_cuda_graphs(tmp_path, caplog):
@@ -282,5 +286,5 @@ def test_a_training_run_replays_its_unroll_and_fused_updates_as_cuda_graphs(tmp_
     assert "failed" not in caplog.text  # compiling or recording
     unroll = trainer.collector.strategy.steps_replay
     assert unroll.replays > 0 and not unroll.failed
-    updates = trainer.algorithm.accelerator._replays
+    updates = trainer.algorithm.accelerator.replays
     assert updates and all(r.replays > 0 and not r.failed for r in updates.values())

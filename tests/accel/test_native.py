@@ -165,6 +165,7 @@ def test_networks_give_the_same_values_and_gradients_as_on_aten():
 
 
 @needs_kernel
+@pytest.mark.compile
 def test_a_compiled_graph_calls_the_kernel_and_gives_eagers_numbers():
     from torch._inductor.utils import run_and_get_code
 

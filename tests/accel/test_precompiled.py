@@ -13,9 +13,12 @@ from torch import nn
 from cadence.accel import compile_cache, compiled_function, precompiled
 from cadence.accel.compiled_function import CompiledWithFallback
 
-pytestmark = pytest.mark.skipif(
-    not precompiled.saves_whole(), reason="this torch does not save compiled graphs whole"
-)
+pytestmark = [
+    pytest.mark.compile,
+    pytest.mark.skipif(
+        not precompiled.saves_whole(), reason="this torch does not save compiled graphs whole"
+    ),
+]
 
 
 class Scaled(nn.Module):

@@ -49,6 +49,7 @@ def _unrolls(
     return collector, [collector.unroll() for _ in range(count)]
 
 
+@pytest.mark.compile
 def test_compiled_steps_give_the_eager_unroll(cpu_or_gpu):
     device = cpu_or_gpu
     eager_algorithm = make_ppo(PPOConfig(), *_specs(), NetworkConfig(hidden_sizes=(16, 16)))
@@ -68,6 +69,7 @@ def test_compiled_steps_give_the_eager_unroll(cpu_or_gpu):
     _assert_same_unrolls(got, expected)
 
 
+@pytest.mark.compile
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_the_unroll_replayed_as_cuda_graphs_gives_the_eager_one():
@@ -84,6 +86,7 @@ def test_the_unroll_replayed_as_cuda_graphs_gives_the_eager_one():
     _assert_same_unrolls(got, expected)
 
 
+@pytest.mark.compile
 @pytest.mark.parametrize("backend", ["tensor", "serial"])
 def test_auto_times_the_unroll_both_ways_and_keeps_the_faster_through_a_checkpoint(backend, caplog):
     """``compile: auto``: the first unrolls run eagerly and compiled in turn (the steps in
@@ -147,6 +150,7 @@ def _assert_same_unrolls(got, expected):
         torch.testing.assert_close(stats["return"], eager_stats["return"])
 
 
+@pytest.mark.compile
 @_saves_whole
 def test_a_later_collector_loads_the_saved_unroll_graph(tmp_path, monkeypatch):
     # The unroll's graph is saved whole: a second collector (a later start) loads it instead
@@ -180,6 +184,7 @@ def test_a_later_collector_loads_the_saved_unroll_graph(tmp_path, monkeypatch):
     torch.testing.assert_close(env_state["state"], eager_env_state["state"])
 
 
+@pytest.mark.compile
 @_saves_whole
 def test_an_off_policy_run_loads_its_unroll_graph_saved_after_its_updates(tmp_path, monkeypatch):
     # An off-policy run compiles its unroll after its first updates, with the optimizers'
@@ -211,6 +216,7 @@ def test_an_off_policy_run_loads_its_unroll_graph_saved_after_its_updates(tmp_pa
         assert len(list(graphs.glob("unroll_steps-*.bin"))) == 1
 
 
+@pytest.mark.compile
 @pytest.mark.slow
 @pytest.mark.ci_budget  # half a minute on a cold compile cache
 def test_a_compiled_recurrent_unroll_gives_the_eager_one():
@@ -231,6 +237,7 @@ def test_a_compiled_recurrent_unroll_gives_the_eager_one():
     assert (got[-1][0].time_step.step_type == 0).any()  # some state was reset in the graph
 
 
+@pytest.mark.compile
 def test_steps_per_graph_sets_the_steps_of_each_call(monkeypatch):
     # 12 steps in calls of at most 5: the largest divisor is 4, so 3 calls of 4 steps.
     eager_algorithm = make_ppo(PPOConfig(), *_specs(), NetworkConfig(hidden_sizes=(16, 16)))
@@ -271,6 +278,7 @@ def test_the_trainer_unrolls_off_policy_one_step_per_graph(tmp_path):
         trainer.collector.env.close()
 
 
+@pytest.mark.compile
 @pytest.mark.parametrize(
     ("backend", "uniform"), [("serial", True), ("vector", True), ("serial", False)]
 )
@@ -313,6 +321,7 @@ def test_gymnasium_envs_step_eagerly_beside_a_compiled_policy_step(backend, unif
     assert any((e.time_step.step_type == 0).any() for e in got[1:])  # episodes reset inside
 
 
+@pytest.mark.compile
 def test_a_compiled_unroll_follows_the_exploration_schedule():
     # DQN's epsilon changes every iteration (set_progress); the unroll's graph, which skips
     # its guards after a few calls, must read the current one.

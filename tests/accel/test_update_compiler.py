@@ -151,6 +151,7 @@ COMPILED_CASES = [
 ]
 
 
+@pytest.mark.compile
 @pytest.mark.parametrize("name", COMPILED_CASES)
 def test_a_compiled_update_gives_the_eager_numbers(name, cpu_or_gpu):
     device = cpu_or_gpu
@@ -169,10 +170,10 @@ def test_a_compiled_update_gives_the_eager_numbers(name, cpu_or_gpu):
         assert_close_states(eager, graph)
     assert graph.accelerator.compile_seconds > 0  # it did compile rather than fall back
     assert not torch._dynamo.utils.counters["graph_break"]  # one graph per update
-    assert all(g.is_compiled for g in graph.accelerator._graphs.values())
+    assert all(g.is_compiled for g in graph.accelerator.graphs.values())
     # On the CPU the graphs' kernels are called from C++; on a GPU, Triton's from Python.
     options = compile_cache.graph_options(torch.device(device))
-    assert all(g.options == options for g in graph.accelerator._graphs.values())
+    assert all(g.options == options for g in graph.accelerator.graphs.values())
     # A compiled run's checkpoint loads into an eager algorithm and the other way round.
     fresh, _ = CASES[name]()
     fresh.to(device)
@@ -181,6 +182,7 @@ def test_a_compiled_update_gives_the_eager_numbers(name, cpu_or_gpu):
     graph.load_state_dict(eager.state_dict())
 
 
+@pytest.mark.compile
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("name", list(CASES))
@@ -202,7 +204,7 @@ def test_cuda_graphs_replay_the_eager_numbers(name):
         for key, value in want.metrics.items():
             torch.testing.assert_close(result.metrics[key], value, rtol=1e-4, atol=1e-5)
     assert_close_states(eager, graph)
-    replays = graph.accelerator._replays
+    replays = graph.accelerator.replays
     assert replays and all(r.replays > 0 and not r.failed for r in replays.values())
     fresh, _ = CASES[name]()
     fresh.to("cuda")
@@ -220,6 +222,7 @@ def test_cuda_graphs_replay_the_eager_numbers(name):
     assert_close_states(eager, graph)
 
 
+@pytest.mark.compile
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_auto_on_a_gpu_times_cuda_graphs_too():
@@ -233,9 +236,9 @@ def test_auto_on_a_gpu_times_cuda_graphs_too():
         batches,
         2 + cuda_graphs.WARMUP_CALLS + 1 + 3 * update_compiler.AUTO_TIMED_CALLS,
     )
-    ((key, timings),) = auto.accelerator._timings.items()
+    ((key, timings),) = auto.accelerator.timings.items()
     assert list(timings) == ["eager", "compiled", "graphs"]
-    replay = auto.accelerator._replays[key]
+    replay = auto.accelerator.replays[key]
     assert replay.replays >= update_compiler.AUTO_TIMED_CALLS and not replay.failed
     assert key in auto.accelerator.choices
 
@@ -253,6 +256,7 @@ def assert_same_updates(eager, other, batches, count: int, first_seed: int = 0) 
             torch.testing.assert_close(got.metrics[key], value, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.compile
 def test_reduce_overhead_on_the_cpu_is_the_default_mode():
     """Without a GPU ``reduce-overhead`` compiles as ``default`` and records no CUDA graph."""
     eager, graph, batches = _eager_and_compiled("ppo")
@@ -262,11 +266,14 @@ def test_reduce_overhead_on_the_cpu_is_the_default_mode():
         result = graph.update(batch)
         torch.testing.assert_close(result.metrics["loss/total"], expected.metrics["loss/total"])
     assert_close_states(eager, graph)
-    assert graph.accelerator._graphs["Algorithm.update_step"].is_compiled
-    assert graph.accelerator._graphs["Algorithm.update_step"].mode == "default"
-    assert not graph.accelerator._replays
+    assert graph.accelerator.graphs["Algorithm.update_step"].is_compiled
+    assert graph.accelerator.graphs["Algorithm.update_step"].mode == "default"
+    assert not graph.accelerator.replays
+    with pytest.raises(TypeError):  # statistics to read, not a way to change the compiler
+        graph.accelerator.graphs["Algorithm.update_step"] = None
 
 
+@pytest.mark.compile
 @pytest.mark.parametrize("name", ["ppo", "a2c"])
 def test_a_compiled_update_of_rows_gathers_them_in_its_graph(name):
     """`Algorithm.update_rows` (the on-policy scheme's minibatches): compiled, the rows are
@@ -282,10 +289,11 @@ def test_a_compiled_update_of_rows_gathers_them_in_its_graph(name):
         for key, value in expected.metrics.items():
             torch.testing.assert_close(result.metrics[key], value, rtol=1e-4, atol=1e-5)
         assert_close_states(eager, graph)
-    assert list(graph.accelerator._graphs) == ["Algorithm._update_step_on_rows"]
+    assert list(graph.accelerator.graphs) == ["Algorithm._update_step_on_rows"]
     assert not torch._dynamo.utils.counters["graph_break"]
 
 
+@pytest.mark.compile
 def test_several_updates_in_one_compiled_call_give_the_eager_numbers(monkeypatch):
     """`Algorithm.update_rows_many` (the on-policy scheme's calls of several updates): one
     graph takes an optimizer step per update, each with its own step's Adam bias
@@ -313,11 +321,12 @@ def test_several_updates_in_one_compiled_call_give_the_eager_numbers(monkeypatch
     assert all(int(state["step"]) == 4 for state in optimizer.state.values())
     stepper = graph.accelerator.graph_optimizer(optimizer)
     assert stepper.corrections[0] is None
-    assert list(graph.accelerator._graphs) == ["Algorithm._update_steps_on_rows"]
-    assert graph.accelerator._graphs["Algorithm._update_steps_on_rows"].is_compiled
+    assert list(graph.accelerator.graphs) == ["Algorithm._update_steps_on_rows"]
+    assert graph.accelerator.graphs["Algorithm._update_steps_on_rows"].is_compiled
     assert not torch._dynamo.utils.counters["graph_break"]
 
 
+@pytest.mark.compile
 @pytest.mark.slow
 @pytest.mark.ci_budget  # twenty seconds on a cold compile cache
 def test_a_fused_update_first_called_on_equal_minibatches_takes_unequal_ones():
@@ -330,8 +339,8 @@ def test_a_fused_update_first_called_on_equal_minibatches_takes_unequal_ones():
     for sizes in ([8, 8], [8, 5], [7, 3]):
         rows = torch.randperm(N, generator=generator)[: sum(sizes)].split(sizes)
         graph.update_rows_many(batches[0], list(rows))
-    update = graph.accelerator._graphs["Algorithm._update_steps_on_rows"]
-    assert update.precompile and len(update._precompiled) == 1
+    update = graph.accelerator.graphs["Algorithm._update_steps_on_rows"]
+    assert update.precompile and update.num_precompiled_signatures == 1
     # Every call ran the graph of the first: no call fell back to a torch.compile of its own.
     assert update.compiled is None
 
@@ -381,6 +390,7 @@ def _unroll(discrete: bool, steps: int = 9, envs: int = 4) -> Experience:
     return Experience(time_step=time_step, action=action, info=info)
 
 
+@pytest.mark.compile
 @pytest.mark.parametrize("name", ["ppo", "a2c"])
 def test_a_compiled_preprocess_gives_the_eager_samples(name):
     """On-policy: the values and GAE advantages of an unroll are one graph, whose samples
@@ -394,10 +404,11 @@ def test_a_compiled_preprocess_gives_the_eager_samples(name):
         for key, value in expected.items():
             torch.testing.assert_close(samples[key], value, rtol=1e-5, atol=1e-6)
     assert expected["advantage"].shape == (9 * 4 - 2,)
-    assert graph.accelerator._graphs["ActorCriticAlgorithm._samples"].is_compiled
+    assert graph.accelerator.graphs["ActorCriticAlgorithm._samples"].is_compiled
     assert not torch._dynamo.utils.counters["graph_break"]
 
 
+@pytest.mark.compile
 def test_auto_times_both_ways_records_its_choice_and_a_checkpoint_keeps_it(caplog):
     algorithm, batches = _ppo()
     compile_update(algorithm, "auto")
@@ -416,6 +427,7 @@ def test_auto_times_both_ways_records_its_choice_and_a_checkpoint_keeps_it(caplo
     eager.load_state_dict(algorithm.state_dict())  # the choice is no parameter
 
 
+@pytest.mark.compile
 def test_auto_records_its_choice_and_later_runs_take_it_from_their_first_call(caplog):
     algorithm, batches = _ppo()
     compile_update(algorithm, "auto")
@@ -435,8 +447,8 @@ def test_auto_records_its_choice_and_later_runs_take_it_from_their_first_call(ca
     later.train()
     with caplog.at_level(logging.INFO, logger=update_compiler.__name__):
         later.update(batches[0])
-    assert later.accelerator.choices == {name: "eager"} and not later.accelerator._timings
-    assert not later.accelerator._graphs[name].is_compiled  # its first call ran eagerly
+    assert later.accelerator.choices == {name: "eager"} and not later.accelerator.timings
+    assert not later.accelerator.graphs[name].is_compiled  # its first call ran eagerly
     assert "as first measured on this machine" in caplog.text
 
 
@@ -445,7 +457,7 @@ def test_auto_without_a_cpp_compiler_runs_eagerly_with_one_warning(monkeypatch, 
     algorithm, batches = _ppo()
     compile_update(algorithm, "auto")
     algorithm.update(batches[0])
-    assert algorithm.accelerator.mode == "eager" and not algorithm.accelerator._graphs
+    assert algorithm.accelerator.mode == "eager" and not algorithm.accelerator.graphs
     assert caplog.text.count("no C++ compiler") == 1
 
 
@@ -474,7 +486,7 @@ def _optimizer_case(kind: str) -> tuple[list[torch.nn.Parameter], torch.optim.Op
 
 
 @pytest.mark.parametrize("kind", ["adam", "adam+decay", "rmsprop"])
-@pytest.mark.parametrize("compile_step", [False, True])
+@pytest.mark.parametrize("compile_step", [False, pytest.param(True, marks=pytest.mark.compile)])
 @pytest.mark.parametrize("host_corrections", [None, False], ids=["host", "in-graph"])
 def test_the_graph_optimizer_steps_as_torch_does(kind, compile_step, host_corrections):
     """`GraphOptimizer.step` against ``optimizer.step()``: both param groups, a parameter
@@ -544,6 +556,7 @@ def test_each_groups_state_is_one_flat_tensor_per_name_that_the_optimizer_sees()
     assert graph_optimizer.GraphOptimizer(torch.optim.Adam(mixed)).flat == [None]
 
 
+@pytest.mark.compile
 @pytest.mark.slow
 @pytest.mark.ci_budget  # half a minute on a cold compile cache
 def test_a_compiled_cnn_update_gives_the_eager_numbers():

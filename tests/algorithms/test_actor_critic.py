@@ -246,6 +246,7 @@ def test_target_kl_stops_the_passes_early():
     assert metrics["train/num_updates"] == 3  # one pass of 24 / 8, then the KL is over the target
 
 
+@pytest.mark.compile
 @pytest.mark.slow
 @pytest.mark.ci_budget  # half a minute on a cold compile cache
 def test_a_compiled_scheme_runs_several_updates_per_call_with_the_eager_minibatches():

@@ -205,6 +205,6 @@ def test_state_dict_keeps_the_update_count_and_loads_without_code():
     restored.load_state_dict(torch.load(buffer, weights_only=True))
     actor_before = [p.clone() for p in restored.actor.parameters()]
     restored.update(inputs)  # the third update: the delayed actor step comes now
-    assert restored._num_updates == 3
+    assert restored.get_extra_state() == {"num_updates": 3}
     after = restored.actor.parameters()
     assert any(not torch.equal(a, b) for a, b in zip(actor_before, after, strict=True))

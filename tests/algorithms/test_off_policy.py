@@ -143,7 +143,7 @@ def test_state_dict_round_trip_restores_buffer_and_collection_progress():
     restored, _ = make_scheme(config)
     restored.load_state_dict(state)
     assert restored.replay_buffer.num_steps == scheme.replay_buffer.num_steps == 16
-    assert restored._env_steps == 16
+    assert restored.state_dict()["env_steps"] == 16
     for key, value in scheme.replay_buffer.gather_all()["time_step"].items():
         if isinstance(value, torch.Tensor):
             assert torch.equal(value, restored.replay_buffer.gather_all()["time_step"][key])

@@ -30,6 +30,8 @@ from cadence.mbrl.config import (
 )
 from cadence.testing.resume import assert_close_states
 
+pytestmark = pytest.mark.compile
+
 OBS_DIM, ACTION_DIM, BATCH, LENGTH, UPDATES = 5, 2, 3, 3, 4
 SMALL = {
     "hidden_size": 16,
@@ -125,9 +127,9 @@ def test_a_compiled_model_based_update_gives_the_eager_numbers(name):
         assert_close_states(eager, graph, atol=1e-5)
     # Both steps compiled whole (no graph break, none fell back to eager).
     assert not torch._dynamo.utils.counters["graph_break"]
-    steps = sorted(key.rsplit(".", 1)[-1] for key in graph.accelerator._graphs)
+    steps = sorted(key.rsplit(".", 1)[-1] for key in graph.accelerator.graphs)
     assert steps == ["model_step", "policy_step"]
-    assert all(g.is_compiled for g in graph.accelerator._graphs.values())
+    assert all(g.is_compiled for g in graph.accelerator.graphs.values())
     fresh = _make(name)
     fresh.load_state_dict(graph.state_dict())
     assert_close_states(eager, fresh, atol=1e-5)

@@ -36,6 +36,7 @@ def test_lean_categorical_draws_each_category_at_its_probability():
     assert ((counts - probs.double()).abs() <= 5 * standard_error + 1e-12).all(), counts
 
 
+@pytest.mark.compile
 def test_lean_categorical_draws_are_seeded_and_compile_to_the_same_draws():
     import torch._inductor.config as inductor_config
 
@@ -61,6 +62,7 @@ def test_lean_categorical_log_prob_has_gradients_to_the_logits():
     assert logits.grad is not None and logits.grad.abs().sum() > 0
 
 
+@pytest.mark.compile
 @pytest.mark.parametrize(("batch", "sample_shape"), [((3,), ()), ((8, 6), ()), ((2, 5, 7), (4,))])
 def test_lean_normal_draws_torchs_numbers_eagerly_and_compiled(batch, sample_shape):
     import torch._inductor.config as inductor_config

@@ -6,6 +6,7 @@ import torch
 from cadence.networks.ensemble import EnsembleLinear
 
 
+@pytest.mark.compile
 @pytest.mark.parametrize("out_dim", [1, 5])
 def test_compiled_forward_and_gradients_match_eager(out_dim):
     torch.manual_seed(0)

@@ -122,7 +122,7 @@ def _critic_values_and_gradients(critic, observation, action, policy_action, pai
     return q.detach(), q_policy.detach(), policy_action.grad, grads
 
 
-@pytest.mark.parametrize("compiled", [False, True])
+@pytest.mark.parametrize("compiled", [False, pytest.param(True, marks=pytest.mark.compile)])
 @pytest.mark.parametrize(("obs_dim", "action_dim", "layer_norm"), [(3, 1, False), (17, 6, True)])
 def test_with_policy_actions_matches_two_separate_passes(compiled, obs_dim, action_dim, layer_norm):
     torch.manual_seed(0)

@@ -32,6 +32,7 @@ OVERRIDES = [
 ]
 
 
+@pytest.mark.compile
 @pytest.mark.slow  # three short runs, each loading or compiling its graphs
 def test_runs_after_the_first_take_its_choices_and_give_the_same_numbers(tmp_path, caplog):
     train_named("ppo_cartpole", tmp_path / "first", OVERRIDES)

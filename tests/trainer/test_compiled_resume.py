@@ -18,6 +18,7 @@ COMMON = [
 ]
 
 
+@pytest.mark.compile
 @pytest.mark.slow  # compiling takes tens of seconds on a cold cache
 @pytest.mark.parametrize(
     ("config", "overrides"),

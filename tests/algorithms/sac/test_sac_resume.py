@@ -44,6 +44,7 @@ def test_sac_stopped_at_n_and_resumed_to_2n_matches_an_uninterrupted_run(tmp_pat
     _assert_resumes_exactly(tmp_path, [])
 
 
+@pytest.mark.compile
 @pytest.mark.slow  # compiling the update takes a minute or two on a loaded 2-core machine
 def test_compiled_sac_resumes_exactly_too(tmp_path):
     _assert_resumes_exactly(tmp_path, ["algorithm.compile=default"])
