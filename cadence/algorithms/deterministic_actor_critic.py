@@ -79,6 +79,8 @@ class DeterministicActorCritic(Algorithm):
             [ 1.]])
     """
 
+    own_update = True  # a critic step, and every policy_delay-th an actor step
+
     def __init__(
         self,
         actor: nn.Module,

@@ -13,6 +13,7 @@ import attrs
 from attrs import field
 from attrs.validators import ge, gt, le, optional
 
+from cadence.algorithms.registry import algorithm_capabilities
 from cadence.data.typed_fields import CHECKED_SETATTR
 
 
@@ -110,8 +111,26 @@ def check_off_policy_config(instance: Any, attribute: Any, value: Any) -> None:
 def off_policy_config(algorithm_config: Any) -> OffPolicyConfig | None:
     """The ``off_policy`` section of an algorithm config, None for an on-policy algorithm.
 
-    An algorithm config trains with the off-policy scheme exactly when it has an
-    ``off_policy`` field holding an `OffPolicyConfig` (see `cadence.algorithms.registry`).
+    The scheme is the one the algorithm's registration declares
+    (`cadence.algorithms.registry.AlgorithmCapabilities`); one that declares none trains
+    with the off-policy scheme exactly when its config has an ``off_policy`` field holding
+    an `OffPolicyConfig`.
+
+    Raises:
+        TypeError: the registration declares the off-policy scheme and the config has no
+            ``off_policy`` field holding an `OffPolicyConfig`.
     """
-    section = getattr(algorithm_config, "off_policy", None)
-    return section if isinstance(section, OffPolicyConfig) else None
+    scheme = algorithm_capabilities(algorithm_config.name).scheme
+    section = getattr(algorithm_config, "off_policy", None)  # the config's own value
+    if scheme == "on_policy":
+        return None
+    if isinstance(section, OffPolicyConfig):
+        return section
+    if scheme == "off_policy":
+        raise TypeError(
+            f"algorithm {algorithm_config.name!r} is registered with scheme='off_policy', "
+            f"but its config {type(algorithm_config).__name__} has no 'off_policy' field "
+            "holding an OffPolicyConfig: add one (off_policy: OffPolicyConfig = "
+            "attrs.field(factory=OffPolicyConfig)) or register it with scheme='on_policy'"
+        )
+    return None

@@ -24,18 +24,34 @@ import path another process could use: the run records none and warns.
 
 A registered config class is an attrs class whose ``name`` field defaults to the
 registered name; the builder is called as ``builder(config, observation_spec,
-action_spec, network_config)`` and returns a `cadence.algorithms.Algorithm`. A config
-with an ``off_policy`` field (an `OffPolicyConfig`) trains with the off-policy scheme,
-any other with the on-policy one.
+action_spec, network_config)`` and returns a `cadence.algorithms.Algorithm`.
+
+What the rest of cadence needs to know of an algorithm before building it is declared in
+its registration, as `AlgorithmCapabilities`, never probed from its objects:
+
+- ``scheme``: ``"on_policy"`` (each unroll is cut into minibatches and dropped) or
+  ``"off_policy"`` (experience goes to a replay buffer; the config must then have an
+  ``off_policy`` field holding an `OffPolicyConfig`, which sets the replay). Left
+  undeclared (None), the config decides: off-policy exactly when it has such a field.
+- ``recurrent_network``: whether the algorithm's network may take a recurrent core
+  (``network.recurrent``); the config check refuses one where this is False.
+- ``previous_action``: whether the policy's acting steps read the action it gave at the
+  previous step (a world model's belief update does): an export then feeds that action
+  back, and folds no action wrapper into the policy, so the action stays in its units.
+
+The one-line form, ``register_algorithm(name, config, builder)``, declares nothing and
+gets the defaults: the scheme by the config, a recurrent core allowed (the builder gets
+the network config and decides for itself), no previous action.
 
 >>> sorted(algorithm_names())[:3]
-['a2c', 'ddpg', 'dqn']
+['a2c', 'ddpg', 'denoised_mdp']
 >>> algorithm_config_class("ppo").__name__
 'PPOConfig'
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import importlib.metadata
 import json
@@ -43,7 +59,7 @@ import logging
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 logger = logging.getLogger(__name__)
 
@@ -64,35 +80,79 @@ REGISTER_HINT = (
 """How to make an unknown algorithm name known, for the messages that refuse one."""
 
 
+Scheme = Literal["on_policy", "off_policy"]
+"""How an algorithm trains: on each unroll once, or from a replay buffer."""
+
+SCHEMES: tuple[str, ...] = ("on_policy", "off_policy")
+
+
+@dataclasses.dataclass(frozen=True)
+class AlgorithmCapabilities:
+    """What an algorithm declares at registration (the module docstring says what each
+    means); the defaults are those of the one-line `register_algorithm` form.
+
+    Attributes:
+        scheme: ``"on_policy"``, ``"off_policy"``, or None: by the config (off-policy
+            exactly when it has an ``off_policy`` field holding an `OffPolicyConfig`).
+        recurrent_network: its network may take a recurrent core (``network.recurrent``).
+        previous_action: its acting steps read the action given at the previous step.
+    """
+
+    scheme: Scheme | None = None
+    recurrent_network: bool = True
+    previous_action: bool = False
+
+    def __post_init__(self) -> None:
+        if self.scheme is not None and self.scheme not in SCHEMES:
+            raise ValueError(
+                f"scheme={self.scheme!r} is not one of {', '.join(SCHEMES)}; or leave it "
+                "None to let the config decide"
+            )
+
+
 class AlgorithmRegistration(NamedTuple):
-    """An algorithm's config class and builder, each an object or an import path.
+    """An algorithm's config class and builder, each an object or an import path, and
+    its declared capabilities.
 
     Attributes:
         config: the attrs config class, or ``"module:ClassName"``.
         builder: ``(config, observation_spec, action_spec, network_config) -> Algorithm``,
             or ``"module:function_name"``.
+        capabilities: what it declares (`AlgorithmCapabilities`; the defaults if omitted).
     """
 
     config: type | str
     builder: Callable[..., Any] | str
+    capabilities: AlgorithmCapabilities = AlgorithmCapabilities()
 
 
-def _builtin(package: str, config: str, builder: str) -> AlgorithmRegistration:
+def _builtin(
+    package: str, config: str, builder: str, capabilities: AlgorithmCapabilities
+) -> AlgorithmRegistration:
     module = f"cadence.algorithms.{package}"
-    return AlgorithmRegistration(f"{module}.config:{config}", f"{module}.build:{builder}")
+    return AlgorithmRegistration(
+        f"{module}.config:{config}", f"{module}.build:{builder}", capabilities
+    )
 
+
+_ON_POLICY = AlgorithmCapabilities(scheme="on_policy", recurrent_network=True)
+_OFF_POLICY = AlgorithmCapabilities(scheme="off_policy", recurrent_network=False)
+_MODEL_BASED = AlgorithmCapabilities(
+    scheme="off_policy", recurrent_network=False, previous_action=True
+)
 
 BUILTIN_ALGORITHMS: dict[str, AlgorithmRegistration] = {
-    "ppo": _builtin("ppo", "PPOConfig", "make_ppo"),
-    "a2c": _builtin("a2c", "A2CConfig", "make_a2c"),
-    "dqn": _builtin("dqn", "DQNConfig", "make_dqn"),
-    "sac": _builtin("sac", "SACConfig", "make_sac"),
-    "td3": _builtin("td3", "TD3Config", "make_td3"),
-    "ddpg": _builtin("ddpg", "DDPGConfig", "make_ddpg"),
-    # The model-based family (cadence.mbrl): one builder, three sets of defaults.
+    "ppo": _builtin("ppo", "PPOConfig", "make_ppo", _ON_POLICY),
+    "a2c": _builtin("a2c", "A2CConfig", "make_a2c", _ON_POLICY),
+    "dqn": _builtin("dqn", "DQNConfig", "make_dqn", _OFF_POLICY),
+    "sac": _builtin("sac", "SACConfig", "make_sac", _OFF_POLICY),
+    "td3": _builtin("td3", "TD3Config", "make_td3", _OFF_POLICY),
+    "ddpg": _builtin("ddpg", "DDPGConfig", "make_ddpg", _OFF_POLICY),
+    # The model-based family (cadence.mbrl): one builder, three sets of defaults; its
+    # world model's belief update reads the previous action.
     **{
         name: AlgorithmRegistration(
-            f"cadence.mbrl.config:{config}", "cadence.mbrl.build:make_model_based"
+            f"cadence.mbrl.config:{config}", "cadence.mbrl.build:make_model_based", _MODEL_BASED
         )
         for name, config in (
             ("dreamer", "DreamerConfig"),
@@ -103,16 +163,17 @@ BUILTIN_ALGORITHMS: dict[str, AlgorithmRegistration] = {
 }
 """cadence's own algorithms."""
 
-RECURRENT_NETWORK_ALGORITHMS = frozenset({"ppo", "a2c"})
-"""Those of cadence's own algorithms whose networks take a recurrent core
-(``network.recurrent``); the config refuses one for the others. An algorithm registered
-from outside gets the network config and decides for itself."""
-
 _registered: dict[str, AlgorithmRegistration] = {}
 
 
 def register_algorithm(
-    name: str, config: type | str, builder: Callable[..., Any] | str
+    name: str,
+    config: type | str,
+    builder: Callable[..., Any] | str,
+    *,
+    scheme: Scheme | None = None,
+    recurrent_network: bool = True,
+    previous_action: bool = False,
 ) -> AlgorithmRegistration:
     """Registers algorithm ``name`` for this process (see the module docstring).
 
@@ -120,13 +181,18 @@ def register_algorithm(
         name: the value of ``algorithm.name`` that selects it (also ``algorithm=NAME``).
         config: its attrs config class, or an import path ``"module:ClassName"``.
         builder: its builder, or an import path ``"module:function_name"``.
+        scheme: ``"on_policy"`` or ``"off_policy"``; None lets the config decide.
+        recurrent_network: its network may take a recurrent core (``network.recurrent``).
+        previous_action: its acting steps read the action given at the previous step.
 
     Raises:
-        ValueError: ``name`` is one of cadence's own algorithms.
+        ValueError: ``name`` is one of cadence's own algorithms, or ``scheme`` is none of
+            the two.
     """
     if name in BUILTIN_ALGORITHMS:
         raise ValueError(f"{name!r} is one of cadence's own algorithms; choose another name")
-    registration = AlgorithmRegistration(config, builder)
+    capabilities = AlgorithmCapabilities(scheme, recurrent_network, previous_action)
+    registration = AlgorithmRegistration(config, builder, capabilities)
     _registered[name] = registration
     return registration
 
@@ -156,10 +222,11 @@ def algorithm_registration(name: str) -> AlgorithmRegistration:
     for entry in _entry_points():
         if entry.name == name:
             registration = entry.load()
-            if not isinstance(registration, tuple) or len(registration) != 2:
+            if not isinstance(registration, tuple) or len(registration) not in (2, 3):
                 raise TypeError(
                     f"entry point {entry.value!r} ({ENTRY_POINT_GROUP}: {name}) must name an "
-                    f"AlgorithmRegistration(config, builder), got {registration!r}"
+                    f"AlgorithmRegistration(config, builder[, capabilities]), got "
+                    f"{registration!r}"
                 )
             return AlgorithmRegistration(*registration)
     raise KeyError(
@@ -175,6 +242,15 @@ def algorithm_config_class(name: str) -> type:
 def algorithm_builder(name: str) -> Callable[..., Any]:
     """The builder of algorithm ``name`` (imported now)."""
     return _resolve(algorithm_registration(name).builder)
+
+
+def algorithm_capabilities(name: str) -> AlgorithmCapabilities:
+    """What algorithm ``name`` declared at registration (importing none of its modules).
+
+    >>> algorithm_capabilities("ppo").recurrent_network
+    True
+    """
+    return algorithm_registration(name).capabilities
 
 
 class AlgorithmConfigClasses(Mapping[str, type]):
@@ -226,6 +302,7 @@ def record_registration(run_dir: str | Path, name: str) -> None:
         )
         return
     record = {"name": name, **parts}
+    record["capabilities"] = dataclasses.asdict(registration.capabilities)
     record["sys_path"] = sorted({_import_root(path) for path in parts.values()} - {None})
     (Path(run_dir) / RECORD_FILE).write_text(json.dumps(record, indent=2) + "\n")
 
@@ -252,7 +329,8 @@ def register_recorded(run_dir: str | Path) -> str | None:
         "algorithm %r is the run's own (%s): registering %s and %s as it recorded them",
         name, path, record["config"], record["builder"],
     )  # fmt: skip
-    register_algorithm(name, record["config"], record["builder"])
+    capabilities = record.get("capabilities", {})  # a record older than capabilities has none
+    register_algorithm(name, record["config"], record["builder"], **capabilities)
     return name
 
 

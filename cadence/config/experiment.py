@@ -11,10 +11,10 @@ from attrs.validators import ge, instance_of, matches_re, optional
 from cadence.algorithms.ppo.config import PPOConfig
 from cadence.algorithms.registry import (
     BUILTIN_ALGORITHMS,
-    RECURRENT_NETWORK_ALGORITHMS,
     REGISTER_HINT,
     AlgorithmConfig,
     AlgorithmConfigClasses,
+    algorithm_capabilities,
 )
 from cadence.data.typed_fields import CHECKED_SETATTR
 from cadence.envs.config import EnvConfig
@@ -37,17 +37,17 @@ def _registered_algorithm(instance: Any, attribute: attrs.Attribute, value: Any)
 
 
 def _network_fits_algorithm(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
-    """Refuses ``network.recurrent`` for those of cadence's algorithms that take no core."""
+    """Refuses ``network.recurrent`` for an algorithm whose registration declares that its
+    network takes no recurrent core (``recurrent_network=False``)."""
     name = instance.algorithm.name
-    if (
-        value.recurrent != "none"
-        and name in BUILTIN_ALGORITHMS
-        and name not in RECURRENT_NETWORK_ALGORITHMS
-    ):
-        supported = " and ".join(sorted(RECURRENT_NETWORK_ALGORITHMS))
+    if value.recurrent != "none" and not algorithm_capabilities(name).recurrent_network:
+        supported = " and ".join(
+            sorted(n for n, r in BUILTIN_ALGORITHMS.items() if r.capabilities.recurrent_network)
+        )
         raise ValueError(
-            f"network.recurrent={value.recurrent!r}: {name} takes no recurrent core "
-            f"(only {supported} do); set network.recurrent=none"
+            f"network.recurrent={value.recurrent!r}: {name} takes no recurrent core (its "
+            f"registration declares recurrent_network=False; of cadence's own, only "
+            f"{supported} take one); set network.recurrent=none"
         )
 
 

@@ -21,13 +21,13 @@ from typing import Any
 import numpy as np
 import torch
 
+from cadence.algorithms.registry import algorithm_capabilities
 from cadence.data.nest import flatten_with_paths
 from cadence.data.specs import BoundedTensorSpec, DiscreteTensorSpec, Spec
 from cadence.export.action_wrappers import FoldedActionWrappers, fold_action_wrappers
 from cadence.export.errors import require_onnx_exporter
 from cadence.export.graph import PolicyGraph
 from cadence.export.writers import ONNX_OPSET, ExportFormat, write_onnx, write_torchscript
-from cadence.mbrl.algorithm import ModelBasedAlgorithm
 from cadence.trainer.play import load_policy_checkpoint, make_policy_env
 from cadence.trainer.run import check_training_env
 
@@ -117,8 +117,9 @@ def load_policy_graph(config: Any, run_dir: Path, checkpoint: str = "latest") ->
     """The `PolicyGraph` of a run's checkpoint (the env is built for its specs only), the
     env's action wrappers it folds in, and the checkpoint.
 
-    A model-based policy folds none: its ``prev_action`` input is the action the policy
-    gave, so its output must stay in the same units.
+    A policy whose registration declares ``previous_action`` (the model-based ones) folds
+    none: its ``prev_action`` input is the action the policy gave, so its output must stay
+    in the same units.
 
     Raises:
         EnvBuildError: the run's environment cannot be built here.
@@ -130,7 +131,7 @@ def load_policy_graph(config: Any, run_dir: Path, checkpoint: str = "latest") ->
         observation_spec, action_spec = env.observation_spec, env.action_spec
     finally:
         env.close()
-    uses_prev_action = isinstance(algorithm, ModelBasedAlgorithm)
+    uses_prev_action = algorithm_capabilities(config.algorithm.name).previous_action
     wrappers = fold_action_wrappers(config)
     if uses_prev_action and wrappers.folded:
         wrappers = FoldedActionWrappers(None, None, (), (*wrappers.folded, *wrappers.outside))

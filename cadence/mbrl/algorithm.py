@@ -36,6 +36,7 @@ class ModelBasedAlgorithm(Algorithm):
         exploration_noise: std of the Gaussian added to the collected actions ([-1, 1] units).
     """
 
+    own_update = True  # several losses and optimizers
     replay_fields = (
         "time_step/observation",
         "time_step/prev_action",

@@ -31,6 +31,7 @@ from unittest import mock
 
 import torch
 
+from cadence.algorithms.off_policy_config import off_policy_config
 from cadence.config import load_config
 from cadence.config.loading import check_overrides
 from cadence.replay.persistence import snapshot_state
@@ -372,7 +373,7 @@ def cpu_sized_overrides(config_name: str, iterations: int = 4) -> list[str]:
     if getattr(algorithm, "compile", "off") != "off":
         overrides.append("algorithm.compile=off")  # compiling alone takes a minute
     overrides += _small_model_overrides(algorithm)
-    off_policy = getattr(algorithm, "off_policy", None)
+    off_policy = off_policy_config(algorithm)
     if off_policy is not None:
         overrides += [
             f"algorithm.off_policy.initial_collect_steps={8 * config.env.action_repeat}",

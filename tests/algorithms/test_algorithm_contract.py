@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from cadence.algorithms.algorithm import Algorithm
+from cadence.algorithms.algorithm import Algorithm, AlgStep, LossInfo
 from cadence.config import load_config
 from cadence.data.time_step import StepType, TimeStep
 from cadence.trainer.errors import NonFiniteUpdateError
@@ -222,3 +222,57 @@ def test_max_grad_norm_clips_the_off_policy_actor_critics_too(name, tmp_path):
     assert "train/grad_norm" not in unclipped.metrics
     assert result.metrics["train/grad_norm"] > 1e-12
     assert clipped < free / 100
+
+
+class _OwnUpdate(Algorithm):
+    """One weight through the default pipeline, behind an `update` of its own that counts
+    the rows of each minibatch it is handed."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.ones(()))
+        self._optimizer = torch.optim.SGD([self.weight], lr=0.1)
+        self.rows_seen = []
+
+    def optimizers(self):
+        return {"sgd": self._optimizer}
+
+    def predict_step(self, time_step, state, agent_info=()):
+        return AlgStep(())
+
+    rollout_step = predict_step
+
+    def preprocess_experience(self, experience):
+        return experience
+
+    def train_step(self, inputs, state):
+        return AlgStep((), state, {"x": inputs["x"]})
+
+    def calc_loss(self, info):
+        loss = (self.weight * info["x"]).sum()
+        return LossInfo(loss, {"loss/x": loss})
+
+    def update(self, batch):
+        self.rows_seen.append(batch["x"].shape[0])
+        return super().update(batch)
+
+
+class _DeclaredDefault(_OwnUpdate):
+    own_update = False
+
+
+def test_the_update_an_algorithm_declares_is_the_one_its_minibatches_go_through():
+    from cadence.algorithms.dqn.algorithm import DQNAlgorithm
+    from cadence.algorithms.sac.algorithm import SACAlgorithm
+    from cadence.mbrl.algorithm import ModelBasedAlgorithm
+
+    assert not Algorithm.own_update
+    assert DQNAlgorithm.own_update and SACAlgorithm.own_update and ModelBasedAlgorithm.own_update
+    assert _OwnUpdate.own_update  # writing `update` declares it
+    batch, rows = {"x": torch.arange(6.0)}, torch.tensor([0, 2, 4])
+    own, declared = _OwnUpdate(), _DeclaredDefault()
+    own.update_rows(batch, rows)
+    declared.update_rows(batch, rows)
+    assert own.rows_seen == [3]
+    assert declared.rows_seen == []  # the default pipeline, on the rows
+    assert own.weight.item() == declared.weight.item() == pytest.approx(1.0 - 0.1 * 6.0)

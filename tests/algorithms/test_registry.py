@@ -172,3 +172,61 @@ def test_the_cli_looks_for_the_record_the_registry_writes():
     from cadence.cli.run_dir import ALGORITHM_RECORD_FILE
 
     assert ALGORITHM_RECORD_FILE == registry.RECORD_FILE
+
+
+def test_the_config_check_reads_the_recurrent_network_its_registration_declares(monkeypatch):
+    monkeypatch.syspath_prepend(str(EXAMPLE))
+    recurrent = ["algorithm=reinforce", "network.recurrent=gru"]
+    registry.register_algorithm(
+        "reinforce", "reinforce:ReinforceConfig", "reinforce:make_reinforce",
+        recurrent_network=False,
+    )  # fmt: skip
+    try:
+        with pytest.raises(ConfigError, match="reinforce takes no recurrent core"):
+            load_config("ppo_cartpole", recurrent)
+        # The one-line form declares nothing: the builder gets the core and decides.
+        registry.register_algorithm(
+            "reinforce", "reinforce:ReinforceConfig", "reinforce:make_reinforce"
+        )
+        assert load_config("ppo_cartpole", recurrent).network.recurrent == "gru"
+    finally:
+        registry.unregister_algorithm("reinforce")
+    assert registry.algorithm_capabilities("ppo").recurrent_network
+    assert not registry.algorithm_capabilities("sac").recurrent_network
+
+
+def test_the_scheme_its_registration_declares_is_the_one_a_run_trains_with(reinforce):
+    from cadence.algorithms.off_policy_config import OffPolicyConfig, off_policy_config
+    from cadence.algorithms.sac.config import SACConfig
+
+    config = load_config("ppo_cartpole", ["algorithm=reinforce"]).algorithm
+    assert registry.algorithm_capabilities("reinforce").scheme is None
+    assert off_policy_config(config) is None  # no off_policy field: on-policy
+    registry.register_algorithm(
+        "reinforce", "reinforce:ReinforceConfig", "reinforce:make_reinforce", scheme="off_policy"
+    )
+    with pytest.raises(TypeError, match="scheme='off_policy'.*no 'off_policy' field"):
+        off_policy_config(config)
+    assert isinstance(off_policy_config(SACConfig()), OffPolicyConfig)
+    with pytest.raises(ValueError, match="scheme='offline' is not one of"):
+        registry.register_algorithm("reinforce", "x:Y", "x:z", scheme="offline")
+    schemes = {name: registry.algorithm_capabilities(name).scheme for name in ("ppo", "dqn")}
+    assert schemes == {"ppo": "on_policy", "dqn": "off_policy"}
+
+
+def test_a_run_records_the_capabilities_its_algorithm_declared(reinforce, tmp_path):
+    registry.register_algorithm(
+        "reinforce", "reinforce:ReinforceConfig", "reinforce:make_reinforce",
+        recurrent_network=False, previous_action=True,
+    )  # fmt: skip
+    declared = registry.algorithm_capabilities("reinforce")
+    registry.record_registration(tmp_path, "reinforce")
+    registry.unregister_algorithm("reinforce")
+    assert registry.register_recorded(tmp_path) == "reinforce"
+    assert registry.algorithm_capabilities("reinforce") == declared
+    record = json.loads((tmp_path / registry.RECORD_FILE).read_text())
+    del record["capabilities"]  # a record written before capabilities: the defaults
+    (tmp_path / registry.RECORD_FILE).write_text(json.dumps(record))
+    registry.unregister_algorithm("reinforce")
+    registry.register_recorded(tmp_path)
+    assert registry.algorithm_capabilities("reinforce") == registry.AlgorithmCapabilities()

@@ -129,6 +129,7 @@ class SequenceAlgorithm(CountingAlgorithm):
     num_updates_per_train_iter = 2
     mini_batch_size = 2
     update = Algorithm.update  # the contract's default pipeline
+    own_update = False  # declared: the default pipeline, rows gathered in its graph
 
     def __init__(self):
         super().__init__()

@@ -5,6 +5,7 @@ observations of a few steps of real episodes, the state carried from step to ste
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -280,3 +281,17 @@ _RUNNER = textwrap.dedent(
         act(Path(root))
     """
 )
+
+
+def test_the_export_feeds_back_the_previous_action_where_the_registration_declares_it(
+    exported, monkeypatch
+):
+    from cadence.algorithms import registry
+    from cadence.export.run import load_policy_graph
+
+    config, root, _, _ = exported["discrete"]
+    assert not load_policy_graph(config, root).graph.uses_prev_action
+    ppo = registry.BUILTIN_ALGORITHMS["ppo"]
+    declared = dataclasses.replace(ppo.capabilities, previous_action=True)
+    monkeypatch.setitem(registry.BUILTIN_ALGORITHMS, "ppo", ppo._replace(capabilities=declared))
+    assert load_policy_graph(config, root).graph.uses_prev_action

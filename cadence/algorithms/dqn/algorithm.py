@@ -61,6 +61,8 @@ class DQNAlgorithm(Algorithm):
     0.525
     """
 
+    own_update = True  # Python bookkeeping (targets, epsilon) around its in-graph step
+
     def __init__(self, q_network: nn.Module, config: DQNConfig):
         super().__init__()
         self.config = config

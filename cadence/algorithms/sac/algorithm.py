@@ -80,6 +80,7 @@ class SACAlgorithm(Algorithm):
     ['actor', 'alpha', 'critic']
     """
 
+    own_update = True  # several losses and optimizers
     replay_fields = REPLAY_FIELDS
 
     def __init__(
