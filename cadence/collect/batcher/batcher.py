@@ -40,7 +40,6 @@ returns its rows with its answer and weights go through Ray's object store.
 from __future__ import annotations
 
 import functools
-import multiprocessing as mp
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
@@ -55,6 +54,7 @@ from cadence.collect.batcher.shared import (
     TrajectoryBlock,
     trajectory_fields,
 )
+from cadence.collect.batcher.transport import Backend, StartMethod, make_pool
 from cadence.collect.batcher.weights import WeightsPublisher, acting_weights
 from cadence.collect.batcher.worker import WorkerRecipe, worker_main
 from cadence.data.dict_tensor import DictTensor
@@ -62,13 +62,9 @@ from cadence.data.trajectories import Trajectories
 from cadence.envs.environment import PyEnvironment
 from cadence.envs.gym_factory import env_registrations
 from cadence.envs.main_module import MainFree
-from cadence.envs.parallel_worker import start_resource_tracker
 from cadence.envs.recovery import RecoveryPolicy
-from cadence.envs.worker_pool import WorkerPool
 
 Mode = Literal["continuing", "episodic"]
-Backend = Literal["local", "ray"]
-StartMethod = Literal["forkserver", "spawn", "fork"]
 
 
 class BatcherWorkerError(RuntimeError):
@@ -115,8 +111,11 @@ class Batcher:
             the same acquisition (every slot runs ``T`` steps). ``"episodic"``: it stops
             there, until the next `reset` (rlstructures' envs without auto-reset).
             In both, an episode longer than ``T`` continues on the next `execute`.
-        timeout_s: the longest a worker may take to answer (an acquisition, a reset);
+        timeout_s: the longest a worker may take to answer an acquisition or a reset;
             one silent for longer has hung and is killed. ``None``: wait for ever.
+        build_timeout_s: the longest a worker may take to start and build its envs and
+            agent (at the start, and a replacement): a process importing torch takes
+            seconds, and far longer on a busy machine. ``None``: wait for ever.
         max_worker_restarts: how often each worker may be restarted within any
             ``restart_window_s`` seconds (0: a dead worker is an error).
         restart_window_s: the window of ``max_worker_restarts``.
@@ -158,6 +157,7 @@ class Batcher:
         env_info: DictTensor | None = None,
         mode: Mode = "continuing",
         timeout_s: float | None = 600.0,
+        build_timeout_s: float | None = 300.0,
         max_worker_restarts: int = 3,
         restart_window_s: float = 600.0,
         start_method: StartMethod = "forkserver",
@@ -165,12 +165,13 @@ class Batcher:
         ray_actor_options: Mapping[str, Any] | None = None,
     ):
         _check_arguments(n_timesteps, n_processes, n_envs, mode, backend)
+        _check_timeouts(timeout_s=timeout_s, build_timeout_s=build_timeout_s)
         self._closed = False
         self.n_timesteps, self.n_processes, self.n_envs = n_timesteps, n_processes, n_envs
         self.mode = mode
         self.backend = backend
         self._n_slots = n_processes * n_envs
-        self._seed = seed
+        self._seed, self._build_timeout_s = seed, build_timeout_s
         example = {} if agent_info is None else agent_info.to_dict()
         self._recipe = WorkerRecipe(
             create_env=create_env,
@@ -191,9 +192,7 @@ class Batcher:
         self._examples = {"agent_info": agent_info, "env_info": env_info}
         self._init_state()
         try:
-            self._pool = _make_pool(
-                backend, n_processes, timeout_s, start_method, ray_actor_options
-            )
+            self._pool = make_pool(backend, n_processes, timeout_s, start_method, ray_actor_options)
             self._recovery = self._recovery_policy(max_worker_restarts, restart_window_s)
             self._start_workers()
         except BaseException:
@@ -242,7 +241,7 @@ class Batcher:
                 message, w, self._env_ids(w), died=True
             ),
             building="while the Batcher was being built",
-            build_timeout="timeout_s",
+            build_timeout="build_timeout_s",
         )
 
     # -- the public protocol -------------------------------------------------------------------
@@ -454,7 +453,7 @@ class Batcher:
             self._pool.spawn(worker, worker_main, args)
 
     def _gather_specs(self, workers: range | list[int]) -> Specs:
-        replies, dead = self._pool.gather(workers, self._pool.timeout_s)
+        replies, dead = self._pool.gather(workers, self._build_timeout_s)
         if dead:
             worker = min(dead)
             raise self._recovery.lost_while_building(worker, self._pool.reap(worker))
@@ -493,7 +492,7 @@ class Batcher:
     def _ready(self, worker: int, resume: bool) -> bool:
         """Builds and attaches ``worker``'s replacement (and resets it with ``resume``);
         False if it died meanwhile."""
-        replies, dead = self._pool.gather([worker], self._pool.timeout_s)
+        replies, dead = self._pool.gather([worker], self._build_timeout_s)
         if not dead:
             self._raise_errors(replies, while_building=True)
             messages = [self._attach_message()]
@@ -573,26 +572,7 @@ def _check_arguments(
         raise ValueError(f"backend must be 'local' or 'ray', got {backend!r}")
 
 
-def _make_pool(
-    backend: Backend,
-    n_processes: int,
-    timeout_s: float | None,
-    start_method: StartMethod,
-    ray_actor_options: Mapping[str, Any] | None,
-) -> Any:
-    """The workers' transport: a `WorkerPool` of processes, or a `RayWorkerPool` of actors."""
-    if backend == "ray":
-        try:
-            import ray  # noqa: F401 - only whether it imports
-        except ImportError as error:
-            raise ImportError(
-                f"Batcher(backend='ray') needs Ray ({error}): pip install 'cadence[ray]'"
-            ) from error
-        from cadence.collect.batcher.ray_backend import RayWorkerPool
-
-        return RayWorkerPool(n_processes, timeout_s, ray_actor_options)
-    context = mp.get_context(start_method)
-    if start_method == "forkserver":
-        context.set_forkserver_preload(["cadence.collect.batcher.worker"])
-    start_resource_tracker()  # the workers' own would unlink the blocks as they die
-    return WorkerPool(context, n_processes, timeout_s)
+def _check_timeouts(**timeouts: float | None) -> None:
+    for name, value in timeouts.items():
+        if value is not None and not value > 0:
+            raise ValueError(f"{name} must be > 0 or None, got {value}")

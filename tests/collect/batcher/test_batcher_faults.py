@@ -40,6 +40,21 @@ def test_an_exception_in_a_worker_reaches_the_caller_with_its_traceback():
     assert trajectories.n_elems() == 4 and running == 4
 
 
+def test_building_has_its_own_timeout_apart_from_the_acquisitions():
+    # A spawned worker imports torch before it answers: seconds, more on a busy machine.
+    # A hang timeout sized for acquisitions must not cut that build short.
+    with Batcher(
+        5, 1, 1, helpers.cartpole, helpers.PolicyAgent, timeout_s=0.5, start_method="spawn"
+    ) as b:
+        b.reset()
+        b.execute()
+        trajectories, running = b.get()
+    assert trajectories.trajectories.full() and running == 1
+    for name in ("timeout_s", "build_timeout_s"):
+        with pytest.raises(ValueError, match=f"{name} must be > 0 or None, got 0"):
+            Batcher(5, 1, 1, helpers.cartpole, helpers.PolicyAgent, **{name: 0})
+
+
 def _dying(tmp_path, how="exit", at_step=8, **kwargs):
     env_args = {"flag_file": str(tmp_path / "fired"), "at_step": at_step, "how": how}
     return Batcher(10, 2, 2, helpers.dying_env, helpers.PolicyAgent, env_args=env_args, **kwargs)
