@@ -177,6 +177,18 @@ def test_the_attempts_choices_depend_on_the_seed_alone(campaign):
     assert 1 <= staged.staging <= 10 and 0 <= staged.delay_s <= 0.04
 
 
+def test_a_reference_that_measured_auto_is_told_from_one_that_read_the_record(campaign):
+    measured = [
+        "cadence.accel.update_compiler: compile=auto: SACAlgorithm.update_step: eager "
+        "23.078 ms, compiled 0.508 ms per call: compiled",
+        "cadence.accel.unroll_compiler: compile=auto: the unroll: eager 43.54 ms, compiled "
+        "6.23 ms: compiled",
+    ]
+    read = "compile=auto: SACAlgorithm.update_step: compiled, as first measured on this machine"
+    assert all(campaign.AUTO_MEASURED.search(line) for line in measured)
+    assert not campaign.AUTO_MEASURED.search(read)
+
+
 def test_a_short_runs_long_exit_does_not_push_its_faults_past_the_end(campaign):
     # 8 iterations in half a second, then 8 s of final save and interpreter exit: a moment
     # between rows must be a fraction of the rows' pace, not of the whole tail's.
