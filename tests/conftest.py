@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import functools
 import os
-import warnings
 
 import pytest
 import torch
@@ -116,7 +115,7 @@ def own_compile_auto_record(monkeypatch, tmp_path):
 
 @pytest.fixture(autouse=True)
 def compile_marker_kept(request, monkeypatch):
-    """Warns where a test compiles without the ``compile`` marker, so that ``-m compile``
+    """Fails a test that compiles without the ``compile`` marker, so that ``-m compile``
     and ``-m "not compile"`` keep splitting the suite where it costs (see the module
     docstring): where it calls ``torch.compile`` (directly or through cadence) or loads a
     graph saved whole, which a cold compile cache would have compiled."""
@@ -135,11 +134,9 @@ def compile_marker_kept(request, monkeypatch):
     monkeypatch.setattr(compiled_function, "load_or_compile", counted(load))
     yield
     if calls and request.node.get_closest_marker("compile") is None:
-        warnings.warn(
+        pytest.fail(
             f"{request.node.nodeid} compiles (or loads a compiled graph) but is not marked "
-            "compile: add @pytest.mark.compile (or pytestmark = pytest.mark.compile for its module)",
-            pytest.PytestWarning,
-            stacklevel=1,
+            "compile: add @pytest.mark.compile (or pytestmark = pytest.mark.compile for its module)"
         )
 
 
