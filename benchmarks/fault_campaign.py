@@ -446,10 +446,13 @@ def draw_signal_fault(
     after_row = int(position) + 1
     if after_row >= final:
         span = max(reference.wall_s - reference.last_row_s, 0.0)
-    else:
-        rows = max(1, final - reference.iterations[0])
-        span = max(reference.last_row_s - reference.first_row_s, 0.0) / rows
-    return Fault(sig, after_row=after_row, delay_s=(position % 1) * span)
+        return Fault(sig, after_row=after_row, delay_s=(position % 1) * span)
+    rows = max(1, final - reference.iterations[0])
+    span = max(reference.last_row_s - reference.first_row_s, 0.0) / rows
+    # Between rows the live run's own pace sets the delay (`Fault.row_fraction`): a run on a
+    # machine busier or idler than the reference's is hit at the same point of an iteration.
+    fraction = position % 1
+    return Fault(sig, after_row=after_row, delay_s=fraction * span, row_fraction=fraction)
 
 
 def file_attempt(campaign: Campaign, config: str, kind: str, index: int) -> list[Result]:

@@ -181,7 +181,10 @@ class Invocation:
 @dataclasses.dataclass(frozen=True)
 class Fault:
     """When to signal a process: ``at_s`` after its start, or ``delay_s`` after the row
-    of iteration ``after_row`` is logged, or ``delay_s`` after the ``staging``-th
+    of iteration ``after_row`` is logged (with ``row_fraction``: that fraction of the time
+    the live run took between its two rows before, when it logged two; so a run faster or
+    slower than the reference is hit at the same point of its iteration), or ``delay_s``
+    after the ``staging``-th
     checkpoint staging directory appears, or once ``after_checkpoint`` is published."""
 
     sig: int
@@ -189,6 +192,7 @@ class Fault:
     after_row: int | None = None
     staging: int | None = None
     delay_s: float = 0.0
+    row_fraction: float | None = None
     after_checkpoint: int | None = None
 
     def describe(self) -> str:
@@ -271,15 +275,20 @@ def _send_when_due(
     checkpoints = run_dir / "checkpoints"
     start = time.monotonic()
     seen: set[str] = set()
+    rows: list[tuple[int, float]] = []  # (iteration, when it was seen) as rows appear
     while process.poll() is None and time.monotonic() < deadline:
         if fault.at_s is not None and time.monotonic() - start >= fault.at_s:
             break
         if fault.after_checkpoint is not None:
             if latest_iteration(checkpoints) >= fault.after_checkpoint:
                 break
-        if fault.after_row is not None and last_logged_iteration(run_dir) >= fault.after_row:
-            time.sleep(fault.delay_s)
-            break
+        if fault.after_row is not None:
+            logged = last_logged_iteration(run_dir)
+            if logged and (not rows or rows[-1][0] != logged):
+                rows.append((logged, time.monotonic()))
+            if logged >= fault.after_row:
+                time.sleep(_row_delay(fault, rows))
+                break
         if fault.staging is not None:
             seen |= _staging_names(checkpoints)
             if len(seen) >= fault.staging:
@@ -291,6 +300,15 @@ def _send_when_due(
     in_write = bool(_staging_names(checkpoints))
     process.send_signal(fault.sig)
     return True, "during a checkpoint write" if in_write else ""
+
+
+def _row_delay(fault: Fault, rows: list[tuple[int, float]]) -> float:
+    """``fault``'s delay after its row: ``row_fraction`` of the live run's last row interval
+    (per iteration) when it has logged two rows, else the reference's ``delay_s``."""
+    if fault.row_fraction is None or len(rows) < 2:
+        return fault.delay_s
+    (before, seen_before), (last, seen_last) = rows[-2], rows[-1]
+    return fault.row_fraction * (seen_last - seen_before) / max(1, last - before)
 
 
 def last_logged_iteration(run_dir: Path) -> int:

@@ -177,6 +177,19 @@ def test_the_attempts_choices_depend_on_the_seed_alone(campaign):
     assert 1 <= staged.staging <= 10 and 0 <= staged.delay_s <= 0.04
 
 
+def test_a_fault_between_rows_follows_the_live_runs_pace(campaign, tools):
+    reference = campaign.Reference(Path("r"), [], 10.0, 1.5, 2.0, list(range(1, 9)), [], {})
+    moments = [campaign.draw_signal_fault("sigkill", random.Random(i), reference, 2) for i in range(50)]  # fmt: skip
+    between = [f for f in moments if f.after_row is not None and f.after_row < 8]
+    assert between and all(f.row_fraction is not None for f in between)
+    assert all(f.row_fraction is None for f in moments if f.after_row == 8)  # the exit's own
+    fault = tools.Fault(9, after_row=5, delay_s=0.07, row_fraction=0.5)
+    # A live run four times slower than the reference: 0.4 s from iteration 3's row to 5's.
+    assert tools._row_delay(fault, [(3, 10.0), (5, 10.4)]) == pytest.approx(0.1)
+    assert tools._row_delay(fault, [(5, 10.4)]) == 0.07  # one row seen: the reference's
+    assert tools._row_delay(tools.Fault(9, after_row=5, delay_s=0.07), [(3, 10.0), (5, 10.4)]) == 0.07  # fmt: skip
+
+
 def test_a_reference_that_measured_auto_is_told_from_one_that_read_the_record(campaign):
     measured = [
         "cadence.accel.update_compiler: compile=auto: SACAlgorithm.update_step: eager "
