@@ -94,6 +94,9 @@ class CompiledWithFallback:
         self.state_key = state_key
         self.on_compile = on_compile
         self._guarded_calls: dict[Hashable, int] = {}
+        self.signatures_worked_out = 0
+        """Calls whose signature was worked out from their inputs (the callers of
+        `call_with` that know it save that work: e.g. an unroll of uniform time steps)."""
         self.precompile = precompilable(fn) and os.environ.get("CADENCE_PRECOMPILE") != "0"
         # Per signature: its graph saved whole (`cadence.accel.precompiled`), or None
         # where it runs through `compiled`.
@@ -240,6 +243,7 @@ class CompiledWithFallback:
     def _signatures(self, args: tuple[Any, ...]) -> tuple[Hashable, tuple[torch.Size, ...]]:
         """`signature`, and the exact sizes of the input tensors (which a dynamic
         signature shows only as 0, 1 or more)."""
+        self.signatures_worked_out += 1
         described: list[Hashable] = []
         sizes: list[torch.Size] = []
         self._describe(args, described, sizes)

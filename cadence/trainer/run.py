@@ -44,7 +44,7 @@ from cadence.trainer.placement import (
 from cadence.trainer.rng import rank_seed, seed_everything
 from cadence.trainer.run_config import CHANGES_FILE, check_resume_config, first_budget
 from cadence.trainer.run_plan import RunPlan, unroll_graph_steps
-from cadence.trainer.snapshot import write_snapshot
+from cadence.trainer.snapshot import SNAPSHOT_FILE, write_snapshot
 from cadence.trainer.trainer import EvaluationHook, Outcome, Trainer
 from cadence.transforms.build import make_data_transformer
 from cadence.transforms.transformer import DataTransformer
@@ -195,7 +195,7 @@ def prepare_run(config: Any, resume_with_changes: bool = False) -> bool:
         _warn_of_other_files(run_dir)
         (run_dir / "config.yaml").write_text(config.to_yaml())
         record_registration(run_dir, config.algorithm.name)  # for eval, play, a resume
-        write_snapshot(run_dir / "snapshot.tar.gz")
+        write_snapshot(run_dir / SNAPSHOT_FILE)
     return True
 
 

@@ -282,7 +282,7 @@ def test_the_trainer_unrolls_off_policy_one_step_per_graph(tmp_path):
 @pytest.mark.parametrize(
     ("backend", "uniform"), [("serial", True), ("vector", True), ("serial", False)]
 )
-def test_gymnasium_envs_step_eagerly_beside_a_compiled_policy_step(backend, uniform, monkeypatch):
+def test_gymnasium_envs_step_eagerly_beside_a_compiled_policy_step(backend, uniform):
     # A Gymnasium env steps outside any graph; the policy's step alone runs compiled, with
     # the eager one's actions. Time steps of one layout (cadence's back ends) have their
     # signature worked out at an unroll's first two steps only; others' at every step.
@@ -301,19 +301,11 @@ def test_gymnasium_envs_step_eagerly_beside_a_compiled_policy_step(backend, unif
     eager_algorithm = make_ppo(PPOConfig(), *_specs(), NetworkConfig(hidden_sizes=(16, 16)))
     compiled_algorithm = copy.deepcopy(eager_algorithm)
     _, expected = unrolls("off", eager_algorithm)
-    signatures = []
-    work_out = CompiledWithFallback._signatures
-    monkeypatch.setattr(
-        CompiledWithFallback,
-        "_signatures",
-        lambda self, args: signatures.append(args) or work_out(self, args),
-    )
     collector, got = unrolls("default", compiled_algorithm)
     assert collector.strategy.compiled_steps is None
-    assert (
-        collector.strategy.compiled_act is not None and collector.strategy.compiled_act.is_compiled
-    )
-    assert len(signatures) == (2 if uniform else 16) * len(got)
+    act = collector.strategy.compiled_act
+    assert act is not None and act.is_compiled
+    assert act.signatures_worked_out == (2 if uniform else 16) * len(got)
     for experience, eager_experience in zip(got, expected, strict=True):
         assert torch.equal(experience.action, eager_experience.action)
         torch.testing.assert_close(experience.info["log_prob"], eager_experience.info["log_prob"])

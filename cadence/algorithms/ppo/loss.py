@@ -40,13 +40,13 @@ class PPOLoss:
         terms = weighted_terms(policy_loss, value_loss, entropy, config.vf_coef, config.ent_coef)
         with torch.no_grad():
             extra = {
-                "train/entropy": entropy,
+                "train/entropy": entropy.detach(),
                 # The low-variance KL estimator of http://joschu.net/blog/kl-approx.html.
                 "train/approx_kl": distributed.mean((ratio - 1) - log_ratio, count),
                 "train/clip_fraction": distributed.mean(
                     ((ratio - 1).abs() > config.clip_coef).float(), count
                 ),
-                "train/value_error": value_loss,
+                "train/value_error": value_loss.detach(),
             }
         return LossInfo(sum(terms.values()), {**terms, **extra})
 
