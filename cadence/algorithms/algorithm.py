@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, ClassVar, NamedTuple
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 import torch
 from torch import nn
@@ -48,6 +48,9 @@ from cadence.algorithms.accelerator import (
 )
 from cadence.data.nest import Nest, map_structure
 from cadence.data.time_step import StepType, TimeStep
+
+if TYPE_CHECKING:
+    from cadence.algorithms.agent_view import AlgorithmAgent
 
 _OWN_UPDATE_METHODS = frozenset({"update", "update_step", "minimize", "priorities"})
 """The methods whose writing declares `Algorithm.own_update`: `update`, and the parts of
@@ -197,6 +200,21 @@ class Algorithm(nn.Module, abc.ABC):
     @abc.abstractmethod
     def rollout_step(self, time_step: TimeStep, state: Nest, agent_info: Nest = ()) -> AlgStep:
         """Chooses exploratory actions during an unroll; ``info`` goes into the experience."""
+
+    def as_agent(self) -> AlgorithmAgent:
+        """This policy as an rlstructures `Agent` for the `cadence.collect.Batcher`
+        (`cadence.algorithms.AlgorithmAgent`), where the algorithm's registration declares
+        ``agent_view`` (PPO, A2C and SAC), whose class returns ``AlgorithmAgent(self)``.
+
+        Raises:
+            NotImplementedError: the algorithm offers none; the message names those that do.
+        """
+        from cadence.algorithms.registry import agent_view_algorithms
+
+        raise NotImplementedError(
+            f"{type(self).__name__} offers no agent view (as_agent); the algorithms that "
+            f"declare one (agent_view) are: {', '.join(agent_view_algorithms())}"
+        )
 
     # ---------------------------------------------------------------- learning
     @abc.abstractmethod
