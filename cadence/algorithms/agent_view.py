@@ -1,8 +1,8 @@
 """`AlgorithmAgent`: an algorithm's policy as an rlstructures `Agent` (DESIGN §5).
 
-PPO, A2C and SAC offer it through ``as_agent()``, so that their policies collect
-through the `cadence.collect.Batcher`, in worker processes or on a Ray cluster. Each
-step of the agent is one `rollout_step` of the algorithm on the Batcher's
+PPO, A2C and SAC offer it through ``as_agent()`` (their registrations declare
+``agent_view``), so that their policies collect through the `cadence.collect.Batcher`,
+in worker processes or on a Ray cluster. Each step of the agent is one `rollout_step` of the algorithm on the Batcher's
 observation seen as a `TimeStep`: the same action for the same inputs (and, where
 the policy samples, the same draws of torch's generator). A recurrent algorithm's
 state travels as the agent's state (``agent_state/*`` in the trajectories' info),

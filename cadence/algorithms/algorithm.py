@@ -35,9 +35,8 @@ same parts (`minimize`, `update_result`).
 from __future__ import annotations
 
 import abc
-import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, ClassVar, NamedTuple
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 import torch
 from torch import nn
@@ -49,6 +48,14 @@ from cadence.algorithms.accelerator import (
 )
 from cadence.data.nest import Nest, map_structure
 from cadence.data.time_step import StepType, TimeStep
+
+if TYPE_CHECKING:
+    from cadence.algorithms.agent_view import AlgorithmAgent
+
+_OWN_UPDATE_METHODS = frozenset({"update", "update_step", "minimize", "priorities"})
+"""The methods whose writing declares `Algorithm.own_update`: `update`, and the parts of
+the default pipeline whose `Algorithm` versions a fused call (`update_rows_many`) relies on
+(its ``update_index`` reaches `update_step` and `minimize`; no replay priorities)."""
 
 Batch = dict[str, Any]
 """A batch of experience as `preprocess_experience` makes it: a dict of nests whose leaves
@@ -109,10 +116,18 @@ class Algorithm(nn.Module, abc.ABC):
             (``trainer.skip_nonfinite_updates``): an update whose loss or gradients are
             NaN or infinite is not applied (`finite_or_dropped`), and the scheme counts it
             instead of averaging it in. Off, such an update stops the run.
-        own_update: the class writes its own `update` (several losses or optimizers):
-            `update_rows` calls it on each minibatch's rows, gathered eagerly. False, the
-            default pipeline runs, with the rows gathered inside its graph. A class that
-            defines `update` without declaring ``own_update`` is taken to declare True.
+        own_update: the class writes its own `update` (several losses or optimizers), or
+            its own part of the default pipeline (`update_step`, `minimize` or
+            `priorities`): `update_rows` calls `update` on each minibatch's rows, gathered
+            eagerly, and the updates are never fused (`fuses_updates`). False, the default
+            pipeline runs, with the rows gathered inside its graph. A class that defines
+            any of those four methods without declaring ``own_update`` in its own body is
+            taken to declare True; a subclass inherits its parent's declaration.
+        may_stop_epochs: `stop_epochs` may ever return True: the on-policy scheme then
+            checks it after each pass, rather than running the passes' updates together. A
+            class that defines `stop_epochs` without declaring ``may_stop_epochs`` in its
+            own body (a class attribute, or a property where it depends on the config) is
+            taken to declare True.
     """
 
     num_updates_per_train_iter: int = 1
@@ -122,11 +137,15 @@ class Algorithm(nn.Module, abc.ABC):
     skip_nonfinite_updates: bool = False
     variable_batch_size: bool = False
     own_update: ClassVar[bool] = False
+    may_stop_epochs: bool = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        if "update" in vars(cls) and "own_update" not in vars(cls):
-            cls.own_update = True  # writing `update` declares it (docs/adding-an-algorithm.md)
+        written = _OWN_UPDATE_METHODS.intersection(vars(cls))
+        if written and "own_update" not in vars(cls):
+            cls.own_update = True  # writing one declares it (docs/adding-an-algorithm.md)
+        if "stop_epochs" in vars(cls) and "may_stop_epochs" not in vars(cls):
+            cls.may_stop_epochs = True
 
     def __init__(self) -> None:
         super().__init__()
@@ -182,6 +201,21 @@ class Algorithm(nn.Module, abc.ABC):
     def rollout_step(self, time_step: TimeStep, state: Nest, agent_info: Nest = ()) -> AlgStep:
         """Chooses exploratory actions during an unroll; ``info`` goes into the experience."""
 
+    def as_agent(self) -> AlgorithmAgent:
+        """This policy as an rlstructures `Agent` for the `cadence.collect.Batcher`
+        (`cadence.algorithms.AlgorithmAgent`), where the algorithm's registration declares
+        ``agent_view`` (PPO, A2C and SAC), whose class returns ``AlgorithmAgent(self)``.
+
+        Raises:
+            NotImplementedError: the algorithm offers none; the message names those that do.
+        """
+        from cadence.algorithms.registry import agent_view_algorithms
+
+        raise NotImplementedError(
+            f"{type(self).__name__} offers no agent view (as_agent); the algorithms that "
+            f"declare one (agent_view) are: {', '.join(agent_view_algorithms())}"
+        )
+
     # ---------------------------------------------------------------- learning
     @abc.abstractmethod
     def preprocess_experience(self, experience: Any) -> Batch:
@@ -218,10 +252,11 @@ class Algorithm(nn.Module, abc.ABC):
     @property
     def fuses_updates(self) -> bool:
         """Whether `update_rows_many` runs its updates as one accelerated call: the update is
-        accelerated, in one process, the default pipeline (`update_step`) without replay
-        priorities, and no update may be skipped (`skip_nonfinite_updates`)."""
+        accelerated, in one process, the default pipeline as `Algorithm` writes it (the
+        class declares no `own_update`), and no update may be skipped
+        (`skip_nonfinite_updates`)."""
         return (
-            _default_pipeline(type(self))
+            not self.own_update
             and self._accelerator is not None
             and self._gradient_sync is None
             and not self.skip_nonfinite_updates
@@ -277,15 +312,9 @@ class Algorithm(nn.Module, abc.ABC):
 
     def stop_epochs(self, metrics: Mapping[str, float]) -> bool:
         """On-policy: whether to stop the passes over an unroll after the one that just
-        ended, given the mean of every metric over that pass's updates."""
+        ended, given the mean of every metric over that pass's updates (writing it declares
+        `may_stop_epochs`)."""
         return False
-
-    @property
-    def may_stop_epochs(self) -> bool:
-        """Whether `stop_epochs` may ever return True (an algorithm that overrides it says
-        so unless it overrides this too): the on-policy scheme then checks it after each
-        pass, rather than running the passes' updates together."""
-        return type(self).stop_epochs is not Algorithm.stop_epochs
 
     def summaries(self) -> dict[str, torch.Tensor]:
         """Videos to log at each evaluation, by TensorBoard tag: uint8 ``[T, H, W, 3]``
@@ -421,17 +450,6 @@ class Algorithm(nn.Module, abc.ABC):
         if self._accelerator is not None:
             self._accelerator.reattach()
         return super().load_state_dict(state_dict, strict=strict)
-
-
-@functools.cache
-def _default_pipeline(kind: type[Algorithm]) -> bool:
-    """Whether ``kind`` updates through the default pipeline (`Algorithm.update_step`;
-    it declares no ``own_update``) without replay priorities; per class, as the scheme
-    asks before every call."""
-    names = ("update_step", "minimize", "priorities")
-    return not kind.own_update and all(
-        getattr(kind, name) is getattr(Algorithm, name) for name in names
-    )
 
 
 def stack_results(results: Sequence[UpdateResult]) -> UpdateResult:

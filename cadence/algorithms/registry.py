@@ -38,10 +38,14 @@ its registration, as `AlgorithmCapabilities`, never probed from its objects:
 - ``previous_action``: whether the policy's acting steps read the action it gave at the
   previous step (a world model's belief update does): an export then feeds that action
   back, and folds no action wrapper into the policy, so the action stays in its units.
+- ``agent_view``: whether the built algorithm offers its policy as an rlstructures agent
+  (`Algorithm.as_agent`, an `cadence.algorithms.AlgorithmAgent`) for the
+  `cadence.collect.Batcher`; where it is False, ``as_agent()`` fails naming the
+  algorithms that declare one (`agent_view_algorithms`).
 
 The one-line form, ``register_algorithm(name, config, builder)``, declares nothing and
 gets the defaults: the scheme by the config, a recurrent core allowed (the builder gets
-the network config and decides for itself), no previous action.
+the network config and decides for itself), no previous action, no agent view.
 
 >>> sorted(algorithm_names())[:3]
 ['a2c', 'ddpg', 'denoised_mdp']
@@ -96,11 +100,13 @@ class AlgorithmCapabilities:
             exactly when it has an ``off_policy`` field holding an `OffPolicyConfig`).
         recurrent_network: its network may take a recurrent core (``network.recurrent``).
         previous_action: its acting steps read the action given at the previous step.
+        agent_view: it offers its policy as an agent (`Algorithm.as_agent`).
     """
 
     scheme: Scheme | None = None
     recurrent_network: bool = True
     previous_action: bool = False
+    agent_view: bool = False
 
     def __post_init__(self) -> None:
         if self.scheme is not None and self.scheme not in SCHEMES:
@@ -135,8 +141,9 @@ def _builtin(
     )
 
 
-_ON_POLICY = AlgorithmCapabilities(scheme="on_policy", recurrent_network=True)
+_ON_POLICY = AlgorithmCapabilities(scheme="on_policy", recurrent_network=True, agent_view=True)
 _OFF_POLICY = AlgorithmCapabilities(scheme="off_policy", recurrent_network=False)
+_SAC = dataclasses.replace(_OFF_POLICY, agent_view=True)
 _MODEL_BASED = AlgorithmCapabilities(
     scheme="off_policy", recurrent_network=False, previous_action=True
 )
@@ -145,7 +152,7 @@ BUILTIN_ALGORITHMS: dict[str, AlgorithmRegistration] = {
     "ppo": _builtin("ppo", "PPOConfig", "make_ppo", _ON_POLICY),
     "a2c": _builtin("a2c", "A2CConfig", "make_a2c", _ON_POLICY),
     "dqn": _builtin("dqn", "DQNConfig", "make_dqn", _OFF_POLICY),
-    "sac": _builtin("sac", "SACConfig", "make_sac", _OFF_POLICY),
+    "sac": _builtin("sac", "SACConfig", "make_sac", _SAC),
     "td3": _builtin("td3", "TD3Config", "make_td3", _OFF_POLICY),
     "ddpg": _builtin("ddpg", "DDPGConfig", "make_ddpg", _OFF_POLICY),
     # The model-based family (cadence.mbrl): one builder, three sets of defaults; its
@@ -174,6 +181,7 @@ def register_algorithm(
     scheme: Scheme | None = None,
     recurrent_network: bool = True,
     previous_action: bool = False,
+    agent_view: bool = False,
 ) -> AlgorithmRegistration:
     """Registers algorithm ``name`` for this process (see the module docstring).
 
@@ -184,6 +192,7 @@ def register_algorithm(
         scheme: ``"on_policy"`` or ``"off_policy"``; None lets the config decide.
         recurrent_network: its network may take a recurrent core (``network.recurrent``).
         previous_action: its acting steps read the action given at the previous step.
+        agent_view: its algorithm's ``as_agent()`` returns its policy as an agent.
 
     Raises:
         ValueError: ``name`` is one of cadence's own algorithms, or ``scheme`` is none of
@@ -191,7 +200,7 @@ def register_algorithm(
     """
     if name in BUILTIN_ALGORITHMS:
         raise ValueError(f"{name!r} is one of cadence's own algorithms; choose another name")
-    capabilities = AlgorithmCapabilities(scheme, recurrent_network, previous_action)
+    capabilities = AlgorithmCapabilities(scheme, recurrent_network, previous_action, agent_view)
     registration = AlgorithmRegistration(config, builder, capabilities)
     _registered[name] = registration
     return registration
@@ -251,6 +260,16 @@ def algorithm_capabilities(name: str) -> AlgorithmCapabilities:
     True
     """
     return algorithm_registration(name).capabilities
+
+
+def agent_view_algorithms() -> list[str]:
+    """The registered algorithms that declare an agent view (``agent_view``), in
+    `algorithm_names` order.
+
+    >>> agent_view_algorithms()[:3]
+    ['ppo', 'a2c', 'sac']
+    """
+    return [name for name in algorithm_names() if algorithm_capabilities(name).agent_view]
 
 
 class AlgorithmConfigClasses(Mapping[str, type]):

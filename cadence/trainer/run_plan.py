@@ -43,19 +43,26 @@ class RunPlan:
         algorithm = config.algorithm
         off_policy = off_policy_config(algorithm)
         unroll_rows = config.trainer.unroll_length * config.env.num_envs
+        mini_batch_size = declared_value(algorithm, "mini_batch_size", None)  # A2C has none
         if off_policy is not None:
             update_rows = off_policy.mini_batch_size * off_policy.mini_batch_length
-        elif "mini_batch_size" in attrs.fields_dict(type(algorithm)):  # PPO's; A2C has none
-            update_rows = min(unroll_rows, algorithm.mini_batch_size)
         else:
-            update_rows = unroll_rows
+            update_rows = min(unroll_rows, mini_batch_size or unroll_rows)
         return cls(
             off_policy=off_policy,
-            # A registered algorithm's config may leave `compile` out (docs/adding-an-algorithm.md).
-            compile=getattr(algorithm, "compile", "off"),
+            compile=declared_value(algorithm, "compile", "off"),
             update_rows=update_rows,
             unroll_graph_steps=config.trainer.unroll_graph_steps,
         )
+
+
+def declared_value(algorithm_config: Any, name: str, default: Any) -> Any:
+    """The value of field ``name`` of ``algorithm_config`` where its attrs class declares
+    that field, else ``default``: a registered algorithm's config declares only the fields
+    it uses (``compile`` and ``mini_batch_size`` among them, docs/adding-an-algorithm.md)."""
+    if name not in attrs.fields_dict(type(algorithm_config)):
+        return default
+    return getattr(algorithm_config, name)
 
 
 def unroll_graph_steps(plan: RunPlan) -> int:

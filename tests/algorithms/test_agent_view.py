@@ -5,13 +5,21 @@ deterministic slots, its `predict_step`'s; a recurrent PPO's state travels as ag
 from __future__ import annotations
 
 import copy
+import typing
 
 import pytest
 import torch
 
 from cadence.algorithms.a2c import A2CConfig, make_a2c
-from cadence.algorithms.algorithm import reset_state
+from cadence.algorithms.agent_view import AlgorithmAgent
+from cadence.algorithms.algorithm import Algorithm, reset_state
 from cadence.algorithms.ppo import PPOConfig, make_ppo
+from cadence.algorithms.registry import (
+    BUILTIN_ALGORITHMS,
+    agent_view_algorithms,
+    algorithm_builder,
+    algorithm_capabilities,
+)
 from cadence.algorithms.sac import SACConfig, make_sac
 from cadence.collect import Batcher, make_gym_env
 from cadence.data import DictTensor
@@ -162,3 +170,25 @@ def test_an_algorithms_agent_loads_a_part_of_its_state_dict():
     for (name, value), loaded in zip(source.named_parameters(), target.parameters(), strict=True):
         assert torch.equal(value, loaded), name
     assert target.state_dict()["optim/actor_critic"] == optimizer_state
+
+
+@pytest.mark.parametrize("name", ["ppo_gru", "a2c", "sac"])
+def test_an_algorithm_that_declares_an_agent_view_returns_its_agent(name):
+    algorithm, _ = ALGORITHMS[name]()
+    assert isinstance(algorithm.as_agent(), AlgorithmAgent)
+
+
+def test_asking_for_the_agent_of_an_algorithm_that_declares_none_fails_naming_those_that_do():
+    from cadence.algorithms.dqn import DQNConfig, make_dqn
+
+    assert agent_view_algorithms() == ["ppo", "a2c", "sac"]
+    dqn = _cartpole(make_dqn, DQNConfig(), NetworkConfig())
+    with pytest.raises(NotImplementedError, match=r"DQNAlgorithm offers no agent.*ppo, a2c, sac"):
+        dqn.as_agent()
+
+
+def test_the_built_in_declarations_of_an_agent_view_match_the_classes():
+    for name in BUILTIN_ALGORITHMS:
+        kind = typing.get_type_hints(algorithm_builder(name))["return"]  # the class it builds
+        writes_one = kind.as_agent is not Algorithm.as_agent
+        assert algorithm_capabilities(name).agent_view == writes_one, name

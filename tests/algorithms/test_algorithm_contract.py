@@ -276,3 +276,42 @@ def test_the_update_an_algorithm_declares_is_the_one_its_minibatches_go_through(
     assert own.rows_seen == [3]
     assert declared.rows_seen == []  # the default pipeline, on the rows
     assert own.weight.item() == declared.weight.item() == pytest.approx(1.0 - 0.1 * 6.0)
+
+
+class _OwnPriorities(_DeclaredDefault):
+    """The default `update`, with replay priorities of its own."""
+
+    def priorities(self, info):
+        return info["x"].abs()
+
+
+class _OwnMinimize(_DeclaredDefault):
+    def minimize(self, loss, optimizers=None, update_index=0):
+        return super().minimize(loss, optimizers)
+
+
+class _OwnUpdateStep(_DeclaredDefault):
+    def update_step(self, batch, update_index=0):
+        return super().update_step(batch)
+
+
+@pytest.mark.parametrize("kind", [_OwnPriorities, _OwnMinimize, _OwnUpdateStep])
+def test_writing_a_part_of_the_pipeline_declares_an_own_update_that_never_fuses(kind):
+    algorithm = kind()
+    algorithm.set_accelerator(object())  # only whether one is installed matters here
+    assert kind.own_update and not algorithm.fuses_updates
+    declared = _DeclaredDefault()
+    declared.set_accelerator(object())
+    assert declared.fuses_updates  # the default pipeline, declared: fused when accelerated
+
+
+def test_which_built_in_algorithms_fuse_their_updates_is_declared():
+    from cadence.algorithms.actor_critic import ActorCriticAlgorithm
+    from cadence.algorithms.deterministic_actor_critic import DeterministicActorCritic
+    from cadence.algorithms.dqn.algorithm import DQNAlgorithm
+    from cadence.algorithms.sac.algorithm import SACAlgorithm
+    from cadence.mbrl.algorithm import ModelBasedAlgorithm
+
+    assert not ActorCriticAlgorithm.own_update  # PPO and A2C: the default pipeline, fused
+    for kind in (DQNAlgorithm, SACAlgorithm, DeterministicActorCritic, ModelBasedAlgorithm):
+        assert kind.own_update

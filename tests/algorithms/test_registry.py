@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from cadence.algorithms import registry
 from cadence.cli import main
@@ -217,9 +218,10 @@ def test_the_scheme_its_registration_declares_is_the_one_a_run_trains_with(reinf
 def test_a_run_records_the_capabilities_its_algorithm_declared(reinforce, tmp_path):
     registry.register_algorithm(
         "reinforce", "reinforce:ReinforceConfig", "reinforce:make_reinforce",
-        recurrent_network=False, previous_action=True,
+        recurrent_network=False, previous_action=True, agent_view=True,
     )  # fmt: skip
     declared = registry.algorithm_capabilities("reinforce")
+    assert registry.agent_view_algorithms() == ["ppo", "a2c", "sac", "reinforce"]
     registry.record_registration(tmp_path, "reinforce")
     registry.unregister_algorithm("reinforce")
     assert registry.register_recorded(tmp_path) == "reinforce"
@@ -230,3 +232,16 @@ def test_a_run_records_the_capabilities_its_algorithm_declared(reinforce, tmp_pa
     registry.unregister_algorithm("reinforce")
     registry.register_recorded(tmp_path)
     assert registry.algorithm_capabilities("reinforce") == registry.AlgorithmCapabilities()
+
+
+def test_the_one_line_form_declares_no_agent_view_and_as_agent_says_which_have_one(reinforce):
+    from cadence.algorithms.build import build_algorithm
+    from cadence.data.specs import DiscreteTensorSpec, TensorSpec
+    from cadence.networks import NetworkConfig
+
+    assert not registry.algorithm_capabilities("reinforce").agent_view
+    config = registry.algorithm_config_class("reinforce")()
+    spec, action_spec = TensorSpec((4,)), DiscreteTensorSpec((), torch.int64, 2)
+    algorithm = build_algorithm(config, spec, action_spec, NetworkConfig())
+    with pytest.raises(NotImplementedError, match="agent_view.*: ppo, a2c, sac$"):
+        algorithm.as_agent()
