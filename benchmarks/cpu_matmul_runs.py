@@ -1,13 +1,14 @@
 """Whole training runs with each CPU matmul backend: the evidence `trainer.cpu_matmul` is kept by.
 
 Each named config trains a fixed number of env steps as a fresh ``cadence train``
-process, as a user starts it, once per backend per round (``trainer.cpu_matmul=aten``,
-``onednn``, ``avx512``; evaluation off, ``trainer.num_threads`` as given). The runs of a
-config share one compile cache, warmed by an untimed run per backend first, so compiled
-configs load their graphs and the timed runs measure training, not compiling. Within a
-round the backends run one after another in a rotating order, so a machine whose load
-changes slows them alike. The table gives each backend's median wall seconds, its speedup
-over ``aten`` (the median of the rounds' ratios) and the rounds' spread of that ratio.
+process, as a user starts it, once per backend per round (``trainer.cpu_matmul=aten`` and
+``onednn``; evaluation off, ``trainer.num_threads`` as given). The runs of a config share
+one compile cache, warmed by an untimed run per backend first, so compiled configs load
+their graphs and the timed runs measure training, not compiling. Within a round the
+backends run one after another in a rotating order, so a machine whose load changes slows
+them alike. The table gives each backend's median wall seconds, oneDNN's
+speedup over ``aten`` (the median of the rounds' ratios) and the rounds' spread of that
+ratio.
 
 A fixed step count rather than time to solve: the backends round differently, so a seed's
 runs part ways after the first update and the steps each needs to reach a bar differ by
@@ -44,7 +45,7 @@ RUNS = {
     "dreamer_pendulum": (4000, 0, ()),
     "denoised_mdp_pendulum_noisy": (3000, 0, ()),
 }
-BACKENDS = ("aten", "onednn", "avx512")
+BACKENDS = ("aten", "onednn")
 
 
 def run_once(config: str, backend: str, steps: int, threads: int, cache: Path, env: dict) -> float:
@@ -78,7 +79,7 @@ def measure(
     seconds: dict[str, list[float]] = {backend: [] for backend in backends}
     with tempfile.TemporaryDirectory() as cache:
         warm_up = RUNS[config][1]
-        for backend in backends:  # untimed: compiles graphs, builds the kernel, records choices
+        for backend in backends:  # untimed: compiles graphs, records choices
             run_once(config, backend, max(warm_up, 1), threads, Path(cache), env)
         for round_ in range(rounds):
             shift = round_ % len(backends)

@@ -8,9 +8,9 @@ second can say what fraction of the machine's matmul peak it reaches::
 
 The peak is the best rate over a few square sizes (small ones fit the caches, large ones
 amortise the threading) and over the CPU backends cadence's layers can use
-(`cadence.accel.cpu_matmul`): ``torch.mm`` (MKL), oneDNN and cadence's own kernel, the last
-two running AVX-512 code on AMD processors where MKL runs AVX2. Each size is timed as the fastest of ``repeats`` calls
-after one untimed call, with ``threads`` intra-op threads. Run it to print the peaks::
+(`cadence.accel.cpu_matmul`): ``torch.mm`` (MKL) and oneDNN, the latter running AVX-512 code
+on AMD processors where MKL runs AVX2. Each size is timed as the fastest of ``repeats``
+calls after one untimed call, with ``threads`` intra-op threads. Run it to print the peaks::
 
     python benchmarks/matmul_peak.py --threads 1 2
 """
@@ -46,20 +46,12 @@ def matmul_peak_gflops(
 def matmul_peaks_gflops(
     threads: int, sizes: Sequence[int] = DEFAULT_SIZES, repeats: int = 5
 ) -> dict[str, float]:
-    """`matmul_peak_gflops` per backend: ``aten`` and, where they run, ``onednn`` and
-    ``avx512``."""
-    from cadence.accel.cpu_matmul import (
-        avx512_matmul,
-        avx512_unavailable,
-        onednn_available,
-        onednn_matmul,
-    )
+    """`matmul_peak_gflops` per backend: ``aten`` and, where it runs, ``onednn``."""
+    from cadence.accel.cpu_matmul import onednn_available, onednn_matmul
 
     multiplies = {"aten": lambda a, b: torch.mm(a, b)}
     if onednn_available():
         multiplies["onednn"] = lambda a, b: onednn_matmul(a, b, None)
-    if avx512_unavailable() is None:
-        multiplies["avx512"] = lambda a, b: avx512_matmul(a, b, None)
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:

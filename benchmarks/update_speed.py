@@ -187,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         "--cpu-matmul",
         nargs="+",
         default=["auto"],
-        choices=["auto", "aten", "onednn", "avx512"],
+        choices=["auto", "aten", "onednn"],
         help="the backends of cadence's layer multiplies to measure (trainer.cpu_matmul; "
         "'auto' is what a run picks on this machine)",
     )

@@ -1,14 +1,13 @@
-"""The CPU matrix multiplies of linear layers, run by ATen's BLAS, by oneDNN or by cadence's
-own AVX-512 kernel, whichever is fastest here.
+"""The CPU matrix multiplies of linear layers, run by ATen's BLAS or by oneDNN, whichever is
+fastest on the user's machine.
 
 PyTorch's CPU builds multiply float32 matrices with Intel's MKL. On AMD processors MKL
 takes its AVX2 code path even where the core has AVX-512, so a network's matmuls run at
 half the arithmetic the machine has: on a 2-core AMD EPYC (Zen 5), 110
 GFLOP/s against 240 for oneDNN (the library torch ships for its CPU convolutions), and a
 256-wide SAC update's forward and backward multiplies take 1.9x as long. oneDNN costs
-about 10 us per call, though, as much as a 256 x 64 by 64 x 64 multiply (PPO's layers);
-cadence's own kernel (`cadence.accel.native`, ``torch.ops.cadence_native.mm``) runs that
-one in about 10 us where MKL takes 22. On Intel processors all are about equal.
+about 10 us per call, though, as much as a 256 x 64 by 64 x 64 multiply (PPO's layers).
+On Intel processors both are about equal.
 
 `set_cpu_matmul` picks the backend for the layers of `cadence.networks.linear` (`Linear`,
 which `MLP` uses, `GRUCell`) and `EnsembleLinear`, by installing its `BackendRoute` as their
@@ -19,15 +18,10 @@ matmul route (none for ``aten``):
   oneDNN (`onednn_matmul`, a custom op with its own backward, so eager and compiled
   graphs both use it); smaller ones, where oneDNN's fixed cost per call outweighs its
   speed (a policy acting on 8 environments), stay with ATen;
-- ``avx512``: a layer's multiplies from `AVX512_MIN_MACS` multiply-adds go to cadence's
-  kernel (`avx512_matmul`, forward and backward, eager and compiled), an ensemble's as
-  ``onednn`` sends them; built on this machine at first use (a C++ compiler and an
-  AVX-512 CPU are needed);
-- ``auto``: times them on a 256 x 256 x 256 multiply and its two backward multiplies
-  (`measure_cpu_matmul`), and the kernel also at 256 x 64 x 64, and leaves ATen for the
-  fastest when it is at least `MIN_SPEEDUP` faster. Measured once per machine and thread
-  count, by the first process that needs it, and recorded in the compile cache
-  (`MACHINE_RECORD`): later processes read it there.
+- ``auto``: times both on a 256 x 256 x 256 multiply and its two backward multiplies
+  (`measure_cpu_matmul`), and leaves ATen for oneDNN when it is at least `MIN_SPEEDUP`
+  faster. Measured once per machine and thread count, by the first process that needs
+  it, and recorded in the compile cache (`MACHINE_RECORD`): later processes read it there.
 
 Only CPU float32 tensors are affected; CUDA tensors always use ATen. The choice is
 process-wide, and children started afterwards inherit it (``CADENCE_CPU_MATMUL``). The
@@ -35,12 +29,16 @@ backends round differently, so a run's numbers depend on the choice: the trainer
 it (``trainer.cpu_matmul``, in the run's ``placement.json``) and a resume reuses it, and
 ``auto`` reads the machine's record rather than measuring again, so that a seed gives the
 same numbers in every run on a machine however busy it is.
+
+cadence's own AVX-512 matmul kernel (``avx512``) was removed: no whole run gained the 1.3x
+that kept it (docs/compile.md). Asking for it (`set_cpu_matmul`, ``CADENCE_CPU_MATMUL``)
+fails with `REMOVED_AVX512`; a record of it is decided again (the machine's is measured
+anew, a run's resumes on ``auto``'s choice with a warning, in the trainer's placement).
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 import math
 import os
@@ -60,11 +58,15 @@ from cadence.networks.linear import CPU_MATMUL_ENV_VAR, set_matmul_route
 
 logger = logging.getLogger(__name__)
 
-CPU_MATMULS = ("auto", "aten", "onednn", "avx512")
+CPU_MATMULS = ("auto", "aten", "onednn")
+
+REMOVED_AVX512 = (
+    "cadence's AVX-512 matmul kernel (cpu_matmul=avx512) was removed, as no whole run gained "
+    "1.3x from it (docs/compile.md); use auto, aten or onednn"
+)
 
 ENV_VAR = CPU_MATMUL_ENV_VAR
-"""Holds the process's resolved backend (``aten``, ``onednn`` or ``avx512``), for its child
-processes."""
+"""Holds the process's resolved backend (``aten`` or ``onednn``), for its child processes."""
 
 ONEDNN_MIN_MACS = 1 << 21
 """A multiply goes to oneDNN from this many multiply-adds per matrix (rows x in x out), e.g.
@@ -72,17 +74,9 @@ ONEDNN_MIN_MACS = 1 << 21
 256 x 64 x 64 ran 0.74x as fast as ATen, 256 x 64 x 256 1.36x, 256 x 256 x 256 1.9x;
 8 x 256 x 256 0.55x."""
 
-AVX512_MIN_MACS = 1 << 17
-"""Under ``avx512``, a layer's multiplies go to the kernel from this many multiply-adds (256
-x 64 x 8). Below it the custom op's call costs more than it saves: 8 x 64 x 64 (acting on
-8 envs) takes 3.9 us against ATen's 3.3."""
-
 MIN_SPEEDUP = 1.25
 """``auto`` leaves ATen for another backend when ATen takes at least this many times as
 long."""
-
-_MIN_MACS = {"onednn": ONEDNN_MIN_MACS, "avx512": AVX512_MIN_MACS}
-"""A layer's multiplies leave ATen from this size, by backend."""
 
 _backend: str | None = None
 
@@ -93,17 +87,18 @@ def onednn_available() -> bool:
 
 
 def set_cpu_matmul(name: str) -> str:
-    """Sets the backend of CPU float32 matmuls: ``aten``, ``onednn``, ``avx512`` or
-    ``auto`` (measured).
+    """Sets the backend of CPU float32 matmuls: ``aten``, ``onednn`` or ``auto`` (measured).
 
     Returns:
-        The backend in effect: ``aten``, ``onednn`` or ``avx512``.
+        The backend in effect: ``aten`` or ``onednn``.
 
     Raises:
-        ValueError: an unknown name, ``onednn`` on a torch build without it, or ``avx512``
-            where the kernel cannot run (the reason is in the message).
+        ValueError: an unknown name, the removed ``avx512`` (`REMOVED_AVX512`), or
+            ``onednn`` on a torch build without it.
     """
     global _backend
+    if name == "avx512":
+        raise ValueError(REMOVED_AVX512)
     if name not in CPU_MATMULS:
         raise ValueError(f"cpu_matmul={name!r} is not one of {', '.join(CPU_MATMULS)}")
     if name == "onednn" and not onednn_available():
@@ -111,25 +106,29 @@ def set_cpu_matmul(name: str) -> str:
             f"cpu_matmul=onednn but this torch build ({torch.__version__}) has no oneDNN "
             "(torch.backends.mkldnn.is_available() is False); use aten or auto"
         )
-    if name == "avx512" and (reason := avx512_unavailable()) is not None:
-        raise ValueError(f"cpu_matmul=avx512 cannot run here: {reason}; use aten or auto")
     if name == "auto":
         name = _fastest_backend()
     _backend = name
-    set_matmul_route(BackendRoute(name) if name in _MIN_MACS else None)
+    set_matmul_route(BackendRoute(name) if name == "onednn" else None)
     os.environ[ENV_VAR] = name
     return name
 
 
 def inherit_cpu_matmul() -> str:
     """Sets and returns the backend this process or its parent decided
-    (``CADENCE_CPU_MATMUL``), measuring where none did."""
+    (``CADENCE_CPU_MATMUL``), measuring where none did.
+
+    Raises:
+        ValueError: ``CADENCE_CPU_MATMUL`` holds the removed ``avx512`` (`REMOVED_AVX512`).
+    """
     inherited = os.environ.get(ENV_VAR, "auto")
+    if inherited == "avx512":  # set by hand, or by a process of a cadence that had it
+        raise ValueError(f"{ENV_VAR}=avx512 in the environment: {REMOVED_AVX512}")
     return set_cpu_matmul(inherited if inherited in CPU_MATMULS else "auto")
 
 
 def cpu_matmul() -> str:
-    """The backend in effect (``aten``, ``onednn`` or ``avx512``), decided on first use
+    """The backend in effect (``aten`` or ``onednn``), decided on first use
     (`inherit_cpu_matmul`)."""
     return _backend if _backend is not None else inherit_cpu_matmul()
 
@@ -148,16 +147,12 @@ def using_cpu_matmul(name: str) -> Iterator[str]:
 CUBE = (256, 256, 256)
 """`measure_cpu_matmul`'s default shape (rows, inputs, outputs): a 256-wide SAC layer."""
 
-NARROW = (256, 64, 64)
-"""The second shape ``auto`` times the kernel at: a 64-wide PPO layer, where oneDNN loses."""
-
 
 def measure_cpu_matmul(shape: tuple[int, int, int] = CUBE, repeats: int = 10) -> dict[str, float]:
     """The median microseconds of a layer's three multiplies at ``shape`` (rows, inputs,
     outputs: ``x @ w``, ``g @ w.T``, ``x.T @ g``), by backend, at the current thread count.
 
-    Uses no random numbers. ``onednn`` where this torch has oneDNN, ``avx512`` where the
-    kernel runs (building it the first time on a machine).
+    Uses no random numbers. ``onednn`` where this torch has oneDNN.
     """
     rows, inputs, outputs = shape
     x = torch.linspace(-1, 1, rows * inputs).reshape(rows, inputs)
@@ -166,8 +161,6 @@ def measure_cpu_matmul(shape: tuple[int, int, int] = CUBE, repeats: int = 10) ->
     multiplies = {"aten": lambda a, b: a @ b}
     if onednn_available():
         multiplies["onednn"] = lambda a, b: _onednn_2d(a, b, None)
-    if avx512_unavailable() is None:
-        multiplies["avx512"] = lambda a, b: torch.ops.cadence_native.mm(a, b, None)
     times = {}
     with torch.no_grad():
         for name, multiply in multiplies.items():
@@ -188,7 +181,7 @@ def _fastest_backend() -> str:
 
     The backends round differently, so the choice decides a run's numbers. Measured in
     every process, it followed the machine's load: with another run beside it, a seed's
-    PPO run took ATen where it took the kernel alone, and reached another return. Read
+    run took ATen where it took another backend alone, and reached another return. Read
     from the record, a seed gives the same numbers in every run on the machine, sweeps
     and test sessions included. Delete the record to measure again.
     """
@@ -212,30 +205,23 @@ def machine_record() -> Path:
 
 
 def _usable(backend: Any) -> bool:
-    """Whether this process can run a recorded ``backend`` (the kernel needs to load)."""
-    if backend == "avx512":
-        return avx512_unavailable() is None
+    """Whether this process can run a recorded ``backend``: not oneDNN where this torch lacks
+    it, nor the removed ``avx512``, whose record is measured again."""
     return backend == "aten" or (backend == "onednn" and onednn_available())
 
 
 def _measured_fastest_backend() -> str:
-    """ATen unless oneDNN or the kernel is `MIN_SPEEDUP` faster on a `CUBE`; the kernel
-    over oneDNN when it also is on a `NARROW` layer."""
-    cube = measure_cpu_matmul()
-
-    def faster(times: dict[str, float], name: str) -> bool:
-        return name in times and times["aten"] >= MIN_SPEEDUP * times[name]
-
-    if faster(cube, "avx512") and faster(measure_cpu_matmul(NARROW), "avx512"):
-        return "avx512"
-    return "onednn" if faster(cube, "onednn") else "aten"
+    """ATen unless oneDNN is `MIN_SPEEDUP` faster on a `CUBE`."""
+    times = measure_cpu_matmul()
+    faster = "onednn" in times and times["aten"] >= MIN_SPEEDUP * times["onednn"]
+    return "onednn" if faster else "aten"
 
 
 def _routed(x: torch.Tensor) -> str | None:
     """The backend ``x``'s multiplies may leave ATen for (then their size decides), or
     None. Reads the backend the layers decided when they were built, before any size
     arithmetic: this runs for every layer of every acting step."""
-    if _backend in _MIN_MACS and x.dtype == torch.float32 and x.device.type == "cpu":
+    if _backend == "onednn" and x.dtype == torch.float32 and x.device.type == "cpu":
         return _backend
     return None
 
@@ -295,47 +281,16 @@ def _matmul_flops(a_shape, b_shape, *args, **kwargs) -> int:
 register_flop_formula(torch.ops.cadence.onednn_matmul)(_matmul_flops)
 
 
-@functools.cache
-def avx512_unavailable() -> str | None:
-    """None where cadence's AVX-512 kernel runs (built, loaded and registered at the first
-    call of the process), else why not."""
-    from cadence.accel.native import NativeKernelsUnavailable, load_native_kernels
-
-    try:
-        load_native_kernels()
-    except NativeKernelsUnavailable as error:
-        return str(error)
-    _register_avx512()
-    return None
-
-
-def avx512_matmul(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """``a @ b + bias`` (``[N, K] @ [K, M] + [M]``, CPU float32) by cadence's AVX-512
-    kernel, differentiable in all three; `avx512_unavailable` must have returned None."""
-    return torch.ops.cadence_native.mm(a, b, bias)
-
-
-def _register_avx512() -> None:
-    """The kernel's shape function, for compiled graphs (its backward is in C++), and its
-    FLOP count."""
-    torch.library.register_fake("cadence_native::mm")(
-        lambda a, b, bias: a.new_empty((a.shape[0], b.shape[1]))
-    )
-    register_flop_formula(torch.ops.cadence_native.mm)(_matmul_flops)
-
-
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     """``F.linear(x, weight, bias)`` (``x`` ``[*B, in]``, ``weight`` ``[out, in]``) on the
     backend `cpu_matmul` picks for its size."""
-    backend = _routed(x)
-    if backend is None:
+    if _routed(x) is None:
         return F.linear(x, weight, bias)
     out_features, in_features = weight.shape
     rows = x.numel() // in_features if in_features else 0
-    if rows * in_features * out_features < _MIN_MACS[backend]:
+    if rows * in_features * out_features < ONEDNN_MIN_MACS:
         return F.linear(x, weight, bias)
-    multiply = avx512_matmul if backend == "avx512" else onednn_matmul
-    flat = multiply(x.reshape(rows, in_features), weight.t(), bias)
+    flat = onednn_matmul(x.reshape(rows, in_features), weight.t(), bias)
     return flat.reshape(*x.shape[:-1], out_features)
 
 
@@ -343,11 +298,8 @@ def batched_linear(
     x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
 ) -> torch.Tensor | None:
     """``x @ weight + bias`` per ensemble member (``[E, N, K] @ [E, K, M] + [E, 1, M]``) by
-    oneDNN when `cpu_matmul` picks it or the kernel (which multiplies one matrix at a time)
-    for the size, else None (the caller's ATen path)."""
+    oneDNN when `cpu_matmul` picks it for the size, else None (the caller's ATen path)."""
     if _routed(x) is None or x.shape[1] * x.shape[2] * weight.shape[2] < ONEDNN_MIN_MACS:
-        return None
-    if _backend == "avx512" and not onednn_available():  # a torch without oneDNN: ATen's
         return None
     return onednn_matmul(x, weight, bias)
 
@@ -357,12 +309,12 @@ class BackendRoute:
     `set_cpu_matmul` installs for the layers.
 
     Args:
-        backend: ``onednn`` or ``avx512``.
+        backend: ``onednn``.
     """
 
     def __init__(self, backend: str):
         self.backend = backend
-        self.min_macs = _MIN_MACS[backend]
+        self.min_macs = ONEDNN_MIN_MACS
 
     def takes(self, x: torch.Tensor) -> bool:
         """Whether ``x``'s multiplies may leave ATen: CPU float32 under this backend."""

@@ -25,8 +25,8 @@ import torch.nn.functional as F
 from torch import nn
 
 CPU_MATMUL_ENV_VAR = "CADENCE_CPU_MATMUL"
-"""Holds the backend a process decided for its CPU multiplies (``aten``, ``onednn`` or
-``avx512``), for the child processes it starts."""
+"""Holds the backend a process decided for its CPU multiplies (``aten`` or ``onednn``), for
+the child processes it starts."""
 
 NARROW_INPUT_MAX = 16
 """`Linear` layers with at most this many inputs, and more outputs than inputs, take their

@@ -32,6 +32,22 @@ def check_device(name: str, *, collector: bool = False) -> None:
     raise ValueError(f"{key} must be one of {allowed}; got {name!r}")
 
 
+CPU_MATMULS = ("auto", "aten", "onednn")
+"""``trainer.cpu_matmul``'s settings (`cadence.accel.cpu_matmul`)."""
+
+
+def check_cpu_matmul(name: str) -> None:
+    """Raises ValueError when ``name`` is not a ``trainer.cpu_matmul`` setting, saying so
+    plainly for ``avx512``, a kernel of earlier versions that was removed."""
+    if name == "avx512":
+        raise ValueError(
+            "cadence's AVX-512 matmul kernel was removed, as no whole run gained 1.3x from "
+            "it (docs/compile.md); use auto, aten or onednn"
+        )
+    if name not in CPU_MATMULS:
+        raise ValueError(f"expected one of {', '.join(repr(s) for s in CPU_MATMULS)}")
+
+
 @attrs.define(kw_only=True, on_setattr=CHECKED_SETATTR)
 class TrainerConfig:
     """When to stop, how much to unroll, and how often to log, evaluate and checkpoint.
@@ -147,17 +163,17 @@ class TrainerConfig:
             "takes the recorded counts. The count changes how results round."
         },
     )
-    cpu_matmul: Literal["auto", "aten", "onednn", "avx512"] = field(
+    # A str checked by its validator rather than a Literal, so that the removed 'avx512' is
+    # refused with why, not only with the accepted values.
+    cpu_matmul: str = field(
         default="auto",
-        validator=in_(["auto", "aten", "onednn", "avx512"]),
+        validator=lambda _, __, value: check_cpu_matmul(value),
         metadata={
             "doc": "Who multiplies the CPU layers' matrices: 'aten' (torch's BLAS, MKL), "
             "'onednn' (oneDNN, for multiplies large enough to gain: on AMD processors about "
-            "twice MKL's speed), 'avx512' (cadence's own kernel, built at first use, from "
-            "256x64x8-sized multiplies; oneDNN for ensembles), or 'auto': whichever "
-            "measures fastest on this machine, measured once per machine and thread count "
-            "(recorded in the compile cache's cpu_matmul.json, and in the run's "
-            "placement.json; a resume reuses it)."
+            "twice MKL's speed), or 'auto': whichever measures fastest on the machine, "
+            "measured once per machine and thread count (recorded in the compile cache's "
+            "cpu_matmul.json, and in the run's placement.json; a resume reuses it)."
         },
     )
     progress_bar: Literal["auto", "on", "off"] = field(

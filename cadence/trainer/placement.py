@@ -13,9 +13,9 @@ acts in the environments:
   CPU, where a GPU would spend more on launching kernels and copying than on the math;
 - a device (``cpu``, ``cuda``, ``cuda:1``): acts there.
 
-``trainer.cpu_matmul`` picks who multiplies the CPU layers' matrices (ATen's BLAS or
-oneDNN or a kernel of the optional fast path, `cadence.accel.cpu_matmul`); ``auto`` measures
-them. ``aten`` loads none of that layer.
+``trainer.cpu_matmul`` picks who multiplies the CPU layers' matrices (ATen's BLAS or oneDNN,
+through the optional fast path's `cadence.accel.cpu_matmul`); ``auto`` measures them.
+``aten`` loads none of that layer.
 
 When the collector's device differs from the learner's, the collector acts with a copy of
 the algorithm refreshed from the learner before every unroll, and its experience moves to
@@ -55,6 +55,10 @@ logger = logging.getLogger(__name__)
 
 PLACEMENT_FILE = "placement.json"
 
+REMOVED_CPU_MATMUL = "avx512"
+"""The backend of cadence's own AVX-512 matmul kernel, removed; a run that recorded it
+resumes on ``auto``'s choice (`resolve_cpu_matmul`)."""
+
 
 def learner_device(name: str) -> str:
     """The learner's device for ``trainer.device``: ``auto`` is ``cuda`` when a CUDA GPU is
@@ -93,9 +97,9 @@ class Placement:
         env: the device tensor-native environments run on (``cpu`` for Gymnasium ones).
         rollout_step_us: when ``auto`` measured it, one rollout step's microseconds per
             candidate device (transfers included); empty otherwise.
-        cpu_matmul: the backend of the CPU layers' multiplies, ``aten``, ``onednn`` or
-            ``avx512``
-            (empty in a placement recorded before it was part of one).
+        cpu_matmul: the backend of the CPU layers' multiplies, ``aten`` or ``onednn``
+            (empty in a placement recorded before it was part of one; ``avx512``, the
+            removed kernel, in one recorded by an earlier version).
         num_threads: torch's intra-op threads (``torch.get_num_threads``) while the run
             updates and evaluates, which change how reductions round (0 in a placement
             recorded before it was part of one).
@@ -227,11 +231,21 @@ def resolve_cpu_matmul(setting: str, run_dir: Path) -> str:
     this process or its parent decided (``CADENCE_CPU_MATMUL``: the ranks of a launch all
     take the launcher's), else measured. Call before any network is built.
 
+    A run that recorded ``avx512`` (cadence's AVX-512 matmul kernel, since removed) goes on
+    with ``auto``'s choice, with a warning that its numbers round differently from here on.
+
     ATen, where the fast path's backend choice is not loaded yet, is set here without it
     (an eager run never imports `cadence.accel`); every other choice is that layer's."""
     if setting == "auto":
         recorded = Placement.load(run_dir, warn=False)  # `record_placement` names a damaged one
-        if recorded is not None and recorded.cpu_matmul:
+        if recorded is not None and recorded.cpu_matmul == REMOVED_CPU_MATMUL:
+            logger.warning(
+                "this run multiplied its CPU matrices with cadence's AVX-512 matmul kernel "
+                "(cpu_matmul=avx512 in %s), which was removed: it continues with what "
+                "cpu_matmul=auto picks, so its numbers differ from the ones recorded",
+                run_dir / PLACEMENT_FILE,
+            )
+        elif recorded is not None and recorded.cpu_matmul:
             setting = recorded.cpu_matmul
     if setting == "aten" and "cadence.accel.cpu_matmul" not in sys.modules:
         set_matmul_route(None)

@@ -20,7 +20,7 @@ from cadence.accel import cpu_matmul as matmul
 from cadence.accel.cpu_matmul import CPU_MATMULS, cpu_matmul
 from cadence.algorithms.build import build_algorithm
 from cadence.collect.unroll import Collector
-from cadence.config import load_config
+from cadence.config import ConfigError, load_config
 from cadence.envs.make import make_env
 from cadence.testing.resume import (
     SimulatedCrash,
@@ -105,6 +105,14 @@ def test_unknown_device_names_are_rejected_with_the_accepted_ones():
     TrainerConfig(device="cuda:1", collector_device="learner")  # accepted; checked at start
 
 
+def test_the_removed_avx512_backend_is_refused_when_the_config_is_read():
+    with pytest.raises(ConfigError, match="kernel was removed.*use auto, aten or onednn"):
+        load_config("ppo_cartpole", ["trainer.cpu_matmul=avx512"])
+    with pytest.raises(ConfigError, match="expected one of 'auto', 'aten', 'onednn'"):
+        load_config("ppo_cartpole", ["trainer.cpu_matmul=fast"])
+    assert load_config("ppo_cartpole", ["trainer.cpu_matmul=onednn"]).trainer.cpu_matmul == "onednn"
+
+
 def test_a_resumed_run_reuses_the_measured_placement_of_the_same_learner(tmp_path):
     measured = Placement("cuda", "cpu", "cpu", {"cpu": 80.0, "cuda": 300.0})
     measured.save(tmp_path)
@@ -143,6 +151,30 @@ def test_a_resumed_run_multiplies_on_the_backend_it_started_with(
     matmul.machine_record().unlink()
     monkeypatch.delenv(matmul.ENV_VAR)
     assert resolve_cpu_matmul("auto", tmp_path / "new") == "aten"
+
+
+def test_a_run_recorded_on_the_removed_avx512_kernel_resumes_on_autos_choice_and_warns(
+    tmp_path, monkeypatch, unmeasured_machine, caplog
+):
+    monkeypatch.setattr(
+        matmul, "measure_cpu_matmul", lambda shape=None: {"aten": 1.0, "onednn": 3.0}
+    )
+    root = tmp_path / "run"
+    with crash_after(5), pytest.raises(SimulatedCrash):
+        train_named("ppo_cartpole", root, PPO)
+    # As an earlier version of cadence recorded a run whose matmuls its kernel took.
+    recorded = json.loads((root / PLACEMENT_FILE).read_text())
+    (root / PLACEMENT_FILE).write_text(json.dumps({**recorded, "cpu_matmul": "avx512"}))
+    with caplog.at_level(logging.WARNING, logger="cadence.trainer.placement"):
+        assert train_named("ppo_cartpole", root, PPO) == "complete"
+    assert "AVX-512 matmul kernel (cpu_matmul=avx512" in caplog.text
+    assert "its numbers differ from the ones recorded" in caplog.text
+    # The run now records what it multiplied on, and a later resume reads that silently.
+    assert Placement.load(root).cpu_matmul == "aten"
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="cadence.trainer.placement"):
+        assert resolve_cpu_matmul("auto", root) == "aten"
+    assert "avx512" not in caplog.text
 
 
 def test_a_run_leaves_torchs_thread_count_and_determinism_as_it_found_them(tmp_path):
