@@ -125,13 +125,23 @@ def machine() -> str:
     return f"{platform.machine()}:{hashlib.sha256(flags.encode()).hexdigest()[:16]}"
 
 
-def _cpu_model() -> str:
+def cpu_vendor() -> str:
+    """The processor's vendor as Linux names it (``GenuineIntel``, ``AuthenticAMD``), or
+    empty where it does not say."""
+    return _cpuinfo_field("vendor_id")
+
+
+def _cpuinfo_field(name: str) -> str:
     try:
         with open("/proc/cpuinfo") as cpuinfo:
-            line = next((line for line in cpuinfo if line.startswith("model name")), "")
+            line = next((line for line in cpuinfo if line.startswith(name)), "")
     except OSError:
         line = ""
-    return line.partition(":")[2].strip() or platform.processor() or "unknown"
+    return line.partition(":")[2].strip()
+
+
+def _cpu_model() -> str:
+    return _cpuinfo_field("model name") or platform.processor() or "unknown"
 
 
 def _read(path: Path) -> dict[str, Any]:

@@ -143,7 +143,9 @@ def compile_marker_kept(request, monkeypatch):
 @pytest.fixture
 def unmeasured_machine(monkeypatch, tmp_path):
     """A process on a machine where `auto` has not yet chosen a matmul backend: no choice
-    in the process, none inherited, none in the machine's record (a fresh compile cache)."""
+    in the process, none inherited, none in the machine's record (a fresh compile cache),
+    and one where oneDNN can win, so that `auto` measures (`onednn_can_win`)."""
+    monkeypatch.setattr(matmul, "onednn_can_win", lambda: True)
     monkeypatch.setattr(matmul, "_backend", None)
     monkeypatch.setattr(linear, "_route", None)
     monkeypatch.delenv(matmul.ENV_VAR, raising=False)

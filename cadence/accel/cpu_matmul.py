@@ -18,10 +18,12 @@ matmul route (none for ``aten``):
   oneDNN (`onednn_matmul`, a custom op with its own backward, so eager and compiled
   graphs both use it); smaller ones, where oneDNN's fixed cost per call outweighs its
   speed (a policy acting on 8 environments), stay with ATen;
-- ``auto``: times both on a 256 x 256 x 256 multiply and its two backward multiplies
-  (`measure_cpu_matmul`), and leaves ATen for oneDNN when it is at least `MIN_SPEEDUP`
-  faster. Measured once per machine and thread count, by the first process that needs
-  it, and recorded in the compile cache (`MACHINE_RECORD`): later processes read it there.
+- ``auto``: ATen, unless oneDNN can win here (`onednn_can_win`: a processor with AVX-512
+  whose MKL runs AVX2 code, as on AMD processors); there it times both on a 256 x 256 x
+  256 multiply and its two backward multiplies (`measure_cpu_matmul`), and leaves ATen for
+  oneDNN when it is at least `MIN_SPEEDUP` faster. Decided once per machine and thread
+  count, by the first process that needs it, and recorded in the compile cache
+  (`MACHINE_RECORD`): later processes read it there.
 
 Only CPU float32 tensors are affected; CUDA tensors always use ATen. The choice is
 process-wide, and children started afterwards inherit it (``CADENCE_CPU_MATMUL``). The
@@ -53,7 +55,7 @@ import torch.nn.functional as F
 from torch.utils.flop_counter import register_flop_formula
 
 from cadence.accel.torch_private import onednn_linear, onednn_linear_available
-from cadence.machine_record import machine_key, record_directory, recorded
+from cadence.machine_record import cpu_vendor, machine_key, record_directory, recorded
 from cadence.networks.linear import CPU_MATMUL_ENV_VAR, set_matmul_route
 
 logger = logging.getLogger(__name__)
@@ -194,8 +196,10 @@ MACHINE_RECORD = "cpu_matmul.json"
 
 def record_key() -> str:
     """What ``auto``'s measurement depends on, and what its choice is recorded under in
-    `machine_record`: the processor, torch and the thread count."""
-    return f"{machine_key()} torch {torch.__version__} threads {torch.get_num_threads()}"
+    `machine_record`: the processor, torch, the thread count (and a limit on MKL's
+    instructions)."""
+    limit = f" MKL {limit}" if (limit := _mkl_instructions()) else ""
+    return f"{machine_key()} torch {torch.__version__} threads {torch.get_num_threads()}{limit}"
 
 
 def machine_record() -> Path:
@@ -210,8 +214,27 @@ def _usable(backend: Any) -> bool:
     return backend == "aten" or (backend == "onednn" and onednn_available())
 
 
+def onednn_can_win() -> bool:
+    """Whether oneDNN may multiply faster than ATen here, so that ``auto`` measures: the
+    processor has AVX-512 and MKL runs narrower code on it, which it does on AMD
+    processors and where ``MKL_ENABLE_INSTRUCTIONS`` holds it below AVX-512. On Intel
+    processors MKL runs AVX-512 itself and the two are about equal; elsewhere torch does
+    not multiply with MKL."""
+    if torch.backends.cpu.get_cpu_capability() != "AVX512":
+        return False
+    return bool(_mkl_instructions()) or cpu_vendor() == "AuthenticAMD"
+
+
+def _mkl_instructions() -> str:
+    """``MKL_ENABLE_INSTRUCTIONS`` where it holds MKL below AVX-512, else empty."""
+    limit = os.environ.get("MKL_ENABLE_INSTRUCTIONS", "").upper()
+    return limit if limit and not limit.startswith("AVX512") else ""
+
+
 def _measured_fastest_backend() -> str:
-    """ATen unless oneDNN is `MIN_SPEEDUP` faster on a `CUBE`."""
+    """ATen unless oneDNN can win here and is `MIN_SPEEDUP` faster on a `CUBE`."""
+    if not onednn_can_win():
+        return "aten"
     times = measure_cpu_matmul()
     faster = "onednn" in times and times["aten"] >= MIN_SPEEDUP * times["onednn"]
     return "onednn" if faster else "aten"

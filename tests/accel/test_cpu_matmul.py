@@ -258,7 +258,7 @@ def test_networks_give_the_same_values_and_gradients_on_either_backend():
 @needs_onednn
 @pytest.mark.compile
 @pytest.mark.skipif(sys.platform == "win32", reason="inductor needs a C++ compiler")
-def test_a_compiled_graph_runs_the_onednn_multiplies_as_eager_does(monkeypatch):
+def test_a_compiled_graph_runs_the_onednn_multiplies_as_eager_does():
     torch.manual_seed(3)
     set_cpu_matmul("onednn")
     mlp = MLP(17, (256, 256), out_dim=1, activation="relu")
@@ -270,14 +270,11 @@ def test_a_compiled_graph_runs_the_onednn_multiplies_as_eager_does(monkeypatch):
     with torch._dynamo.config.patch(trace_autograd_ops=True):
         compiled = torch.compile(step, fullgraph=True)
         compiled(x)
-        multiplies = []
-        by_onednn = matmul._onednn_2d
-        monkeypatch.setattr(
-            matmul, "_onednn_2d", lambda *args: multiplies.append(1) or by_onednn(*args)
-        )
-        got = compiled(x)
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            got = compiled(x)
     # The 256 x 256 layer's forward and two backward multiplies (the others are smaller
     # than ONEDNN_MIN_MACS).
+    multiplies = [e for e in prof.events() if e.name == "cadence::onednn_matmul"]
     assert len(multiplies) == 3
     for g, e in zip(got, expected, strict=True):
         torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-6)
@@ -363,3 +360,32 @@ def test_only_layers_with_few_inputs_and_more_outputs_multiply_transposed():
     assert not layers.Linear(64, 64).narrow_input
     assert not layers.Linear(64, 2).narrow_input
     assert not layers.Linear(layers.NARROW_INPUT_MAX + 1, 256).narrow_input
+
+
+@pytest.mark.parametrize(
+    ("vendor", "capability", "mkl_limit", "can_win"),
+    [
+        ("AuthenticAMD", "AVX512", "", True),  # MKL takes its AVX2 code on AMD processors
+        ("GenuineIntel", "AVX512", "", False),  # MKL runs AVX-512 itself
+        ("GenuineIntel", "AVX512", "AVX2", True),  # held below AVX-512
+        ("GenuineIntel", "AVX512", "AVX512_E1", False),
+        ("AuthenticAMD", "AVX2", "", False),  # oneDNN has no wider code either
+    ],
+)
+def test_onednn_can_win_only_where_mkl_runs_narrower_code_than_the_processor_has(
+    monkeypatch, vendor, capability, mkl_limit, can_win
+):
+    monkeypatch.setattr(matmul, "cpu_vendor", lambda: vendor)
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
+    monkeypatch.setenv("MKL_ENABLE_INSTRUCTIONS", mkl_limit)
+    assert matmul.onednn_can_win() is can_win
+
+
+def test_auto_keeps_aten_without_measuring_where_onednn_cannot_win(monkeypatch, unmeasured_machine):
+    def no_measuring(shape=matmul.CUBE):
+        raise AssertionError("measured where oneDNN cannot win")
+
+    monkeypatch.setattr(matmul, "onednn_can_win", lambda: False)
+    monkeypatch.setattr(matmul, "measure_cpu_matmul", no_measuring)
+    assert set_cpu_matmul("auto") == "aten"
+    assert json.loads(matmul.machine_record().read_text()) == {matmul.record_key(): "aten"}
