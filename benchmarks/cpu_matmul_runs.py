@@ -108,8 +108,11 @@ def main() -> None:
 
     import torch  # noqa: PLC0415 - after argument errors, which need no torch
 
+    from cadence.machine_record import machine_key  # noqa: PLC0415
+
     print(
-        f"torch {torch.__version__}, CPU capability {torch.backends.cpu.get_cpu_capability()}, "
+        f"{machine_key()}, {os.cpu_count()} cores; torch {torch.__version__}, "
+        f"CPU capability {torch.backends.cpu.get_cpu_capability()}, "
         f"{args.threads} thread(s), MKL_ENABLE_INSTRUCTIONS={env.get('MKL_ENABLE_INSTRUCTIONS', '')}, "
         f"load average at start {os.getloadavg()[0]:.1f}"
     )
