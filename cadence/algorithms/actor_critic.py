@@ -1,15 +1,16 @@
 """`ActorCriticAlgorithm`: the on-policy actor-critic shared by PPO and A2C.
 
 PPO and A2C differ only in their loss and their update schedule, so both are
-this one algorithm composed with a different loss (`PPOLoss`, `A2CLoss`) and a
-different update schedule (``num_updates_per_train_iter`` passes over each unroll in
-minibatches of ``mini_batch_size``, DESIGN §5): no subclass switches anything off.
+this one algorithm composed with a different loss (`PPOLoss`, `A2CLoss`), run under a
+different update schedule (`OnPolicySchedule`: ``num_updates_per_train_iter`` passes over
+each unroll in minibatches of ``mini_batch_size``, DESIGN §5, which the run reads from
+the config and hands to `OnPolicyScheme`): no subclass switches anything off.
 
 With a recurrent network (`RecurrentActorCriticNetwork`, ``network.recurrent``) the
 state is explicit: the collector carries it and resets it at FIRST steps, and training
 runs on the unroll's whole env sequences ``[B, T]`` (truncated BPTT over the unroll),
-each from the state stored at its first step and reset at every FIRST inside it, so
-``mini_batch_size`` counts sequences rather than steps.
+each from the state stored at its first step and reset at every FIRST inside it, so the
+schedule's ``mini_batch_size`` counts sequences rather than steps.
 """
 
 from __future__ import annotations
@@ -45,9 +46,6 @@ class ActorCriticAlgorithm(Algorithm):
         learning_rate: the initial learning rate.
         lr_schedule: ``"linear"`` anneals it to 0 as training progresses.
         max_grad_norm: global gradient-norm clipping threshold.
-        num_updates_per_train_iter: passes over each unroll (PPO's epochs).
-        mini_batch_size: samples per minibatch, or env sequences with a recurrent
-            network (``None``: the whole unroll).
         target_kl: stop the epochs early when the approximate KL exceeds it.
     """
 
@@ -63,8 +61,6 @@ class ActorCriticAlgorithm(Algorithm):
         learning_rate: float,
         lr_schedule: Literal["constant", "linear"] = "constant",
         max_grad_norm: float = 0.5,
-        num_updates_per_train_iter: int = 1,
-        mini_batch_size: int | None = None,
         target_kl: float | None = None,
     ):
         super().__init__()
@@ -79,8 +75,6 @@ class ActorCriticAlgorithm(Algorithm):
         self.learning_rate = learning_rate
         self.lr_schedule = lr_schedule
         self.max_grad_norm: float | None = max_grad_norm
-        self.num_updates_per_train_iter = num_updates_per_train_iter
-        self.mini_batch_size = mini_batch_size
         self.target_kl = target_kl
         self._optimizer = optimizer(self.network.parameters())
         # Continuous actions (each continuous entry of a Dict or Tuple) are clipped to

@@ -103,9 +103,11 @@ class Algorithm(nn.Module, abc.ABC):
 
     Class attributes an algorithm sets when they apply:
 
+    The update schedule is not among them: the run reads it from the algorithm config
+    (an on-policy `cadence.algorithms.on_policy.OnPolicySchedule`, an off-policy
+    `OffPolicyConfig`) and hands it to the scheme.
+
     Attributes:
-        num_updates_per_train_iter: on-policy: passes (epochs) over each unroll.
-        mini_batch_size: on-policy: samples (or sequences) per minibatch; None for all.
         replay_fields: off-policy: the replay row keys `preprocess_experience` reads
             (``"time_step/observation"``, ``"action"``, ...); None gathers every field.
             Ignored when data transformers run first, since they may read any field.
@@ -130,8 +132,6 @@ class Algorithm(nn.Module, abc.ABC):
             taken to declare True.
     """
 
-    num_updates_per_train_iter: int = 1
-    mini_batch_size: int | None = None
     replay_fields: Sequence[str] | None = None
     max_grad_norm: float | None = None
     skip_nonfinite_updates: bool = False

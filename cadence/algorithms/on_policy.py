@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
+import attrs
 import torch
 
 from cadence.algorithms.algorithm import Algorithm, Batch
@@ -24,13 +25,33 @@ class ExperienceSource(Protocol):
     def unroll(self) -> tuple[Experience, dict[str, torch.Tensor]]: ...
 
 
+@attrs.frozen
+class OnPolicySchedule:
+    """The update schedule of an on-policy run: passes over each unroll, in minibatches of
+    what size (the run's `cadence.trainer.run_plan.RunPlan` reads it from the algorithm
+    config; the default is one pass over the whole unroll, A2C's).
+
+    Attributes:
+        num_updates_per_train_iter: passes (PPO's epochs) over each unroll.
+        mini_batch_size: samples per minibatch, or env sequences with a recurrent policy
+            (None: the whole unroll).
+
+    >>> OnPolicySchedule(num_updates_per_train_iter=4, mini_batch_size=128)
+    OnPolicySchedule(num_updates_per_train_iter=4, mini_batch_size=128)
+    """
+
+    num_updates_per_train_iter: int = 1
+    mini_batch_size: int | None = None
+
+
 class OnPolicyScheme:
-    """``train_iter()``: one unroll, then ``num_updates_per_train_iter`` passes over it.
+    """``train_iter()``: one unroll, then the schedule's ``num_updates_per_train_iter``
+    passes over it.
 
     ``preprocess_experience`` turns the unroll into a batch whose leaves share their first
     dim: ``[T * B]`` samples for a feed-forward policy (it may drop some, e.g. actions
     ignored by auto-reset), or ``[B]`` whole env sequences for a recurrent one. Each pass
-    shuffles that dim and cuts it into minibatches of the algorithm's ``mini_batch_size``
+    shuffles that dim and cuts it into minibatches of the schedule's ``mini_batch_size``
     (all of it when None), each one `Algorithm.update_rows`; after each pass,
     `Algorithm.stop_epochs` sees that pass's mean metrics and may end the passes early.
 
@@ -49,6 +70,8 @@ class OnPolicyScheme:
     Args:
         algorithm: the algorithm.
         source: where unrolls come from.
+        schedule: the passes over each unroll and their minibatch size (default: one
+            pass over the whole unroll).
         updates_per_graph: compiled updates per call at most (calls of nearly equal
             sizes); 1: one call per update.
     """
@@ -57,6 +80,7 @@ class OnPolicyScheme:
         self,
         algorithm: Algorithm,
         source: ExperienceSource,
+        schedule: OnPolicySchedule = OnPolicySchedule(),
         updates_per_graph: int = DEFAULT_UPDATES_PER_GRAPH,
     ):
         if not 1 <= updates_per_graph <= MAX_UPDATES_PER_GRAPH:
@@ -65,6 +89,7 @@ class OnPolicyScheme:
             )
         self.algorithm = algorithm
         self.source = source
+        self.schedule = schedule
         self.updates_per_graph = updates_per_graph
         self.progress: IterationProgress = NoProgress()
 
@@ -107,8 +132,8 @@ class OnPolicyScheme:
         algorithm = self.algorithm
         first_leaf = flatten(batch)[0]
         num_samples = int(first_leaf.shape[0])
-        mini_batch_size = algorithm.mini_batch_size or num_samples
-        epochs = algorithm.num_updates_per_train_iter
+        mini_batch_size = self.schedule.mini_batch_size or num_samples
+        epochs = self.schedule.num_updates_per_train_iter
         # Passes whose shuffles are drawn before their updates: all of them, unless
         # `stop_epochs` may end them after any one.
         together = 1 if algorithm.may_stop_epochs else epochs
@@ -163,12 +188,13 @@ class OnPolicyScheme:
         num_samples = int(first_leaf.shape[0])
         counts = distributed.counts_over_ranks(num_samples, device)
         total = sum(counts)
-        mini_batch_size = algorithm.mini_batch_size or total
+        mini_batch_size = self.schedule.mini_batch_size or total
         num_minibatches = max(1, min(-(-total // mini_batch_size), min(counts)))
         totals = UpdateTotals(algorithm.skip_nonfinite_updates)
-        updates, done = algorithm.num_updates_per_train_iter * num_minibatches, 0
+        epochs = self.schedule.num_updates_per_train_iter
+        updates, done = epochs * num_minibatches, 0
         self.progress.updating(0, updates)
-        for _ in range(algorithm.num_updates_per_train_iter):
+        for _ in range(epochs):
             epoch = UpdateTotals(algorithm.skip_nonfinite_updates)
             permutation = torch.randperm(num_samples, device=device)
             for indices in permutation.tensor_split(num_minibatches):

@@ -493,11 +493,14 @@ def make_scheme(
     replay_buffer: ReplayBuffer | None,
     trainer_config: Any,
 ) -> TrainingScheme:
-    """The on-policy scheme, or the off-policy one (for ``plan.off_policy``), which trains on
-    ``replay_buffer`` and applies the collector's data transformers to every replayed
-    minibatch."""
-    if plan.off_policy is None:
-        return OnPolicyScheme(algorithm, collector, trainer_config.updates_per_graph)
+    """The on-policy scheme, with ``plan.on_policy``'s schedule, or the off-policy one (for
+    ``plan.off_policy``), which trains on ``replay_buffer`` and applies the collector's data
+    transformers to every replayed minibatch."""
+    if plan.on_policy is not None:
+        return OnPolicyScheme(
+            algorithm, collector, plan.on_policy, updates_per_graph=trainer_config.updates_per_graph
+        )
+    assert plan.off_policy is not None  # a plan is on-policy or off-policy
     assert replay_buffer is not None  # `_build_learner` makes one for an off-policy plan
     check_first_window(
         plan.off_policy,

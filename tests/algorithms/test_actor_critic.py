@@ -15,7 +15,7 @@ from cadence.algorithms.a2c import A2CConfig, make_a2c
 from cadence.algorithms.actor_critic import ActorCriticAlgorithm
 from cadence.algorithms.algorithm import Algorithm, UpdateResult
 from cadence.algorithms.build import build_algorithm
-from cadence.algorithms.on_policy import OnPolicyScheme
+from cadence.algorithms.on_policy import OnPolicySchedule, OnPolicyScheme
 from cadence.algorithms.ppo import PPOConfig, make_ppo
 from cadence.algorithms.returns import generalized_advantage_estimation
 from cadence.collect import Collector
@@ -224,9 +224,11 @@ def _record_minibatches(algorithm):
 
 
 def test_each_pass_visits_every_sample_once_in_minibatches():
-    algorithm = _ppo(num_updates_per_train_iter=3, mini_batch_size=5)
+    algorithm = _ppo()
     seen = _record_minibatches(algorithm)
-    metrics = OnPolicyScheme(algorithm, _FixedSource(_fixed_experience())).train_iter().metrics
+    schedule = OnPolicySchedule(num_updates_per_train_iter=3, mini_batch_size=5)
+    scheme = OnPolicyScheme(algorithm, _FixedSource(_fixed_experience()), schedule)
+    metrics = scheme.train_iter().metrics
     assert metrics["train/num_updates"] == 3 * 5  # 24 samples: minibatches of 5, 5, 5, 5, 4
     for epoch in range(3):
         minibatches = seen[epoch * 5 : (epoch + 1) * 5]
@@ -239,10 +241,10 @@ def test_each_pass_visits_every_sample_once_in_minibatches():
 
 
 def test_target_kl_stops_the_passes_early():
-    algorithm = _ppo(
-        num_updates_per_train_iter=4, mini_batch_size=8, target_kl=1e-12, learning_rate=1e-2
-    )
-    metrics = OnPolicyScheme(algorithm, _FixedSource(_fixed_experience())).train_iter().metrics
+    algorithm = _ppo(target_kl=1e-12, learning_rate=1e-2)
+    schedule = OnPolicySchedule(num_updates_per_train_iter=4, mini_batch_size=8)
+    scheme = OnPolicyScheme(algorithm, _FixedSource(_fixed_experience()), schedule)
+    metrics = scheme.train_iter().metrics
     assert metrics["train/num_updates"] == 3  # one pass of 24 / 8, then the KL is over the target
 
 
@@ -257,7 +259,7 @@ def test_a_compiled_scheme_runs_several_updates_per_call_with_the_eager_minibatc
 
     def run(compile_mode, **config):
         torch.manual_seed(4)
-        algorithm = _ppo(num_updates_per_train_iter=2, mini_batch_size=12, **config)
+        algorithm = _ppo(**config)
         from cadence.accel import compile_update
 
         compile_update(algorithm, compile_mode)
@@ -274,7 +276,9 @@ def test_a_compiled_scheme_runs_several_updates_per_call_with_the_eager_minibatc
 
         algorithm.update_rows, algorithm.update_rows_many = one_recorded, many_recorded
         torch.manual_seed(5)
-        scheme = OnPolicyScheme(algorithm, _FixedSource(_fixed_experience()), updates_per_graph=3)
+        schedule = OnPolicySchedule(num_updates_per_train_iter=2, mini_batch_size=12)
+        source = _FixedSource(_fixed_experience())
+        scheme = OnPolicyScheme(algorithm, source, schedule, updates_per_graph=3)
         return algorithm, calls, scheme.train_iter().metrics
 
     eager, eager_calls, eager_metrics = run("off")
@@ -301,13 +305,16 @@ def test_a2c_takes_one_step_on_the_whole_unroll():
     assert metrics["train/num_updates"] == 1 and [len(m) for m in seen] == [24]
 
 
-def _train_on_bandit(make, config, observation, action, iterations):
+ONE_PASS = OnPolicySchedule()  # A2C's: one update on the whole unroll
+
+
+def _train_on_bandit(make, config, observation, action, iterations, schedule=ONE_PASS):
     torch.manual_seed(0)
     env = make_env(functools.partial(ContextBandit, observation, action), 8, "serial", seed=0)
     try:
         algorithm = make(config, env.observation_spec, env.action_spec, NETWORK)
         collector = Collector(env, algorithm, unroll_length=16)
-        scheme = OnPolicyScheme(algorithm, collector)
+        scheme = OnPolicyScheme(algorithm, collector, schedule)
         for _ in range(iterations):
             scheme.train_iter()
         time_step = env.reset()
@@ -352,8 +359,10 @@ def _assert_solved(reward, action):
 
 @pytest.mark.parametrize(("observation", "action"), PPO_CASES)
 def test_ppo_learns_a_contextual_bandit(observation, action):
-    config = PPOConfig(learning_rate=3e-3, lr_schedule="constant", mini_batch_size=32, gamma=0.0)
-    _assert_solved(_train_on_bandit(make_ppo, config, observation, action, iterations=25), action)
+    config = PPOConfig(learning_rate=3e-3, lr_schedule="constant", gamma=0.0)
+    schedule = OnPolicySchedule(num_updates_per_train_iter=4, mini_batch_size=32)
+    reward = _train_on_bandit(make_ppo, config, observation, action, 25, schedule)
+    _assert_solved(reward, action)
 
 
 @pytest.mark.parametrize(("observation", "action"), A2C_CASES)
@@ -365,8 +374,6 @@ def test_a2c_learns_a_contextual_bandit(observation, action):
 class _ScriptedKL(Algorithm):
     """Reports a scripted approximate KL per update and stops its passes as PPO does."""
 
-    num_updates_per_train_iter = 4
-    mini_batch_size = 2
     stop_epochs = ActorCriticAlgorithm.stop_epochs
 
     def __init__(self, kl_per_update, target_kl):
@@ -394,7 +401,8 @@ def test_target_kl_judges_each_pass_on_its_own():
     # Pass 1 has KL 0, pass 2 KL 0.03: over the target 0.02, though the running mean
     # over both passes (0.015) is not. The passes stop after pass 2.
     algorithm = _ScriptedKL([0.0, 0.0, 0.03, 0.03, 0.0, 0.0, 0.0, 0.0], target_kl=0.02)
-    result = OnPolicyScheme(algorithm, _FixedSource(_fixed_experience())).train_iter()
+    schedule = OnPolicySchedule(num_updates_per_train_iter=4, mini_batch_size=2)
+    result = OnPolicyScheme(algorithm, _FixedSource(_fixed_experience()), schedule).train_iter()
     assert result.metrics["train/num_updates"] == 4
     assert result.metrics["train/approx_kl"] == pytest.approx(0.015)
 

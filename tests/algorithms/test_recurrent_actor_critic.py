@@ -12,7 +12,7 @@ from bandits import DelayedCue  # tests/algorithms/bandits.py
 
 from cadence.algorithms.a2c import A2CConfig, make_a2c
 from cadence.algorithms.actor_critic_network import RecurrentActorCriticNetwork
-from cadence.algorithms.on_policy import OnPolicyScheme
+from cadence.algorithms.on_policy import OnPolicySchedule, OnPolicyScheme
 from cadence.algorithms.ppo import PPOConfig, make_ppo
 from cadence.collect import Collector
 from cadence.config import ConfigError, load_config
@@ -180,12 +180,8 @@ def test_training_recomputes_the_rollout_policy_exactly(kind, share_encoder):
 def test_minibatches_are_whole_env_sequences_from_their_stored_state():
     torch.manual_seed(0)
     env = _masked_cartpole(4, seed=1)
-    algorithm = make_ppo(
-        PPOConfig(num_updates_per_train_iter=2, mini_batch_size=2),
-        env.observation_spec,
-        env.action_spec,
-        _network(),
-    )
+    algorithm = make_ppo(PPOConfig(), env.observation_spec, env.action_spec, _network())
+    schedule = OnPolicySchedule(num_updates_per_train_iter=2, mini_batch_size=2)  # sequences
     collector = Collector(env, algorithm, unroll_length=12)
     seen = []
     train_step = algorithm.train_step
@@ -196,21 +192,25 @@ def test_minibatches_are_whole_env_sequences_from_their_stored_state():
 
     algorithm.train_step = recording
     try:
-        metrics = OnPolicyScheme(algorithm, collector).train_iter().metrics
+        metrics = OnPolicyScheme(algorithm, collector, schedule).train_iter().metrics
     finally:
         env.close()
     assert metrics["train/num_updates"] == 4  # 2 passes x 2 minibatches of 2 sequences
     assert seen == [(torch.Size([2, 12, 2]), torch.Size([2, 8]))] * 4
 
 
-def _train_on_delayed_cue(make, config, kind, iterations):
+ONE_PASS = OnPolicySchedule()  # A2C's: one update on the whole unroll
+
+
+def _train_on_delayed_cue(make, config, kind, iterations, schedule=ONE_PASS):
     torch.manual_seed(0)
     env = make_env(functools.partial(DelayedCue, delay=2), 8, "serial", seed=0)
     eval_env = make_env(functools.partial(DelayedCue, delay=2), 16, "serial", seed=100)
     try:
         network = _network(kind, hidden_sizes=(32,))
         algorithm = make(config, env.observation_spec, env.action_spec, network)
-        scheme = OnPolicyScheme(algorithm, Collector(env, algorithm, unroll_length=12))
+        collector = Collector(env, algorithm, unroll_length=12)
+        scheme = OnPolicyScheme(algorithm, collector, schedule)
         for _ in range(iterations):
             scheme.train_iter()
         return evaluate_episodes(algorithm, eval_env)["return"]
@@ -223,8 +223,9 @@ def _train_on_delayed_cue(make, config, kind, iterations):
 # 10-15 (A2C).
 @pytest.mark.parametrize("kind", ["gru", "lstm"])
 def test_ppo_remembers_a_cue(kind):
-    config = PPOConfig(learning_rate=1e-2, lr_schedule="constant", mini_batch_size=4, gamma=0.9)
-    returns = _train_on_delayed_cue(make_ppo, config, kind, iterations=20)
+    config = PPOConfig(learning_rate=1e-2, lr_schedule="constant", gamma=0.9)
+    schedule = OnPolicySchedule(num_updates_per_train_iter=4, mini_batch_size=4)
+    returns = _train_on_delayed_cue(make_ppo, config, kind, 20, schedule)
     assert returns.min().item() == 1.0, returns  # without memory: 0.5 on average
 
 

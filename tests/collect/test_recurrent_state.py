@@ -7,7 +7,7 @@ import torch
 from cadence.algorithms.algorithm import Algorithm, AlgStep, LossInfo
 from cadence.algorithms.off_policy import OffPolicyScheme, make_replay_buffer
 from cadence.algorithms.off_policy_config import OffPolicyConfig
-from cadence.algorithms.on_policy import OnPolicyScheme
+from cadence.algorithms.on_policy import OnPolicySchedule, OnPolicyScheme
 from cadence.collect.unroll import Collector
 from cadence.data.time_step import StepType
 from cadence.envs.make import make_env
@@ -126,8 +126,6 @@ def test_evaluation_resets_the_state_at_each_new_episode():
 class SequenceAlgorithm(CountingAlgorithm):
     """On-policy over whole env sequences ``[B, T]`` carrying each one's initial state."""
 
-    num_updates_per_train_iter = 2
-    mini_batch_size = 2
     update = Algorithm.update  # the contract's default pipeline
     own_update = False  # declared: the default pipeline, rows gathered in its graph
 
@@ -160,7 +158,8 @@ def test_on_policy_minibatches_of_sequences_start_from_their_stored_state():
     env = make_env("CartPole-v1", 4, backend="serial", seed=3)
     algorithm = SequenceAlgorithm()
     collector = Collector(env, algorithm, unroll_length=12)
-    scheme = OnPolicyScheme(algorithm, collector)
+    schedule = OnPolicySchedule(num_updates_per_train_iter=2, mini_batch_size=2)  # sequences
+    scheme = OnPolicyScheme(algorithm, collector, schedule)
     try:
         collector.unroll()  # the next unroll starts mid-episode, from a carried state
         result = scheme.train_iter()

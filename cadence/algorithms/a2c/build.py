@@ -17,7 +17,8 @@ from cadence.data.specs import Spec
 def make_a2c(
     config: A2CConfig, observation_spec: Spec, action_spec: Spec, network_config: Any
 ) -> ActorCriticAlgorithm:
-    """A2C as an `ActorCriticAlgorithm`: one gradient step on each whole unroll."""
+    """A2C as an `ActorCriticAlgorithm`: one gradient step on each whole unroll (its
+    config has no schedule fields, so the run's `OnPolicySchedule` is the default)."""
     a2c = ActorCriticAlgorithm(
         make_actor_critic_network(observation_spec, action_spec, network_config),
         A2CLoss(config),
@@ -28,8 +29,6 @@ def make_a2c(
         learning_rate=config.learning_rate,
         lr_schedule=config.lr_schedule,
         max_grad_norm=config.max_grad_norm,
-        num_updates_per_train_iter=1,
-        mini_batch_size=None,
     )
     return a2c
 

@@ -15,7 +15,9 @@ from cadence.data.specs import Spec
 def make_ppo(
     config: PPOConfig, observation_spec: Spec, action_spec: Spec, network_config: Any
 ) -> ActorCriticAlgorithm:
-    """PPO as an `ActorCriticAlgorithm` with the clipped loss and minibatch epochs."""
+    """PPO as an `ActorCriticAlgorithm` with the clipped loss (the run reads its minibatch
+    epochs, ``config.num_updates_per_train_iter`` and ``config.mini_batch_size``, into an
+    `OnPolicySchedule`)."""
     ppo = ActorCriticAlgorithm(
         make_actor_critic_network(observation_spec, action_spec, network_config),
         PPOLoss(config),
@@ -26,8 +28,6 @@ def make_ppo(
         learning_rate=config.learning_rate,
         lr_schedule=config.lr_schedule,
         max_grad_norm=config.max_grad_norm,
-        num_updates_per_train_iter=config.num_updates_per_train_iter,
-        mini_batch_size=config.mini_batch_size,
         target_kl=config.target_kl,
     )
     return ppo
