@@ -53,6 +53,10 @@ if TYPE_CHECKING:
     from cadence.algorithms.agent_view import AlgorithmAgent
 
 _OWN_UPDATE_METHODS = frozenset({"update", "update_step", "minimize", "priorities"})
+
+_SCHEDULE_FIELDS = frozenset({"num_updates_per_train_iter", "mini_batch_size"})
+"""The on-policy schedule's keys, once `Algorithm` class attributes, now the config's
+(`cadence.algorithms.on_policy.OnPolicySchedule`)."""
 """The methods whose writing declares `Algorithm.own_update`: `update`, and the parts of
 the default pipeline whose `Algorithm` versions a fused call (`update_rows_many`) relies on
 (its ``update_index`` reaches `update_step` and `minimize`; no replay priorities)."""
@@ -146,6 +150,12 @@ class Algorithm(nn.Module, abc.ABC):
             cls.own_update = True  # writing one declares it (docs/adding-an-algorithm.md)
         if "stop_epochs" in vars(cls) and "may_stop_epochs" not in vars(cls):
             cls.may_stop_epochs = True
+        if moved := _SCHEDULE_FIELDS.intersection(vars(cls)):
+            raise TypeError(
+                f"{cls.__name__} sets {', '.join(sorted(moved))} as a class attribute, which "
+                "no scheme reads: the on-policy schedule is the config's. Give the "
+                "algorithm's config class these fields instead (docs/adding-an-algorithm.md)"
+            )
 
     def __init__(self) -> None:
         super().__init__()

@@ -315,3 +315,11 @@ def test_which_built_in_algorithms_fuse_their_updates_is_declared():
     assert not ActorCriticAlgorithm.own_update  # PPO and A2C: the default pipeline, fused
     for kind in (DQNAlgorithm, SACAlgorithm, DeterministicActorCritic, ModelBasedAlgorithm):
         assert kind.own_update
+
+
+def test_an_on_policy_schedule_set_on_the_class_fails_and_says_where_it_belongs():
+    # Once read from Algorithm's class attributes; the scheme now takes the config's.
+    with pytest.raises(TypeError, match="mini_batch_size.*the on-policy schedule is the config's"):
+
+        class Epochs(Algorithm):  # noqa: F841 - defining it is the point
+            mini_batch_size = 64
