@@ -53,13 +53,13 @@ if TYPE_CHECKING:
     from cadence.algorithms.agent_view import AlgorithmAgent
 
 _OWN_UPDATE_METHODS = frozenset({"update", "update_step", "minimize", "priorities"})
+"""The methods whose writing declares `Algorithm.own_update`: `update`, and the parts of
+the default pipeline whose `Algorithm` versions a fused call (`update_rows_many`) relies on
+(its ``update_index`` reaches `update_step` and `minimize`; no replay priorities)."""
 
 _SCHEDULE_FIELDS = frozenset({"num_updates_per_train_iter", "mini_batch_size"})
 """The on-policy schedule's keys, once `Algorithm` class attributes, now the config's
 (`cadence.algorithms.on_policy.OnPolicySchedule`)."""
-"""The methods whose writing declares `Algorithm.own_update`: `update`, and the parts of
-the default pipeline whose `Algorithm` versions a fused call (`update_rows_many`) relies on
-(its ``update_index`` reaches `update_step` and `minimize`; no replay priorities)."""
 
 Batch = dict[str, Any]
 """A batch of experience as `preprocess_experience` makes it: a dict of nests whose leaves
@@ -105,11 +105,10 @@ class UpdateResult(NamedTuple):
 class Algorithm(nn.Module, abc.ABC):
     """Base of all algorithms: step functions, loss, update and optimizers.
 
-    Class attributes an algorithm sets when they apply:
-
-    The update schedule is not among them: the run reads it from the algorithm config
-    (an on-policy `cadence.algorithms.on_policy.OnPolicySchedule`, an off-policy
-    `OffPolicyConfig`) and hands it to the scheme.
+    Class attributes an algorithm sets when they apply are below. The update schedule is
+    not among them: the run reads it from the algorithm config (an on-policy
+    `cadence.algorithms.on_policy.OnPolicySchedule`, an off-policy `OffPolicyConfig`) and
+    hands it to the scheme.
 
     Attributes:
         replay_fields: off-policy: the replay row keys `preprocess_experience` reads
