@@ -10,8 +10,10 @@ import pytest
 import torch
 
 from cadence.data.time_step import StepType
-from cadence.envs import GymEnvFactory, ParallelEnvironment, SerialEnvironment
+from cadence.envs import GymEnvFactory, ParallelEnvironment, SerialEnvironment, make_env
 from cadence.envs.async_batch import workers_per_batch
+from cadence.envs.backend_choice import check_async_batch
+from cadence.envs.config import EnvConfig
 from cadence.testing.fakes import PacedEnv
 
 SLOW_S = 0.2
@@ -118,3 +120,17 @@ def test_env_state_is_saved_between_unrolls_only():
         assert len(env.get_state()) == 4
         with pytest.raises(ValueError, match="not whole workers' envs"):
             env.send(torch.zeros(1, 1), [1])
+
+
+def test_auto_never_picks_async_stepping_for_a_run_that_promises_same_seed_results():
+    assert check_async_batch("auto", 8, None, reproducible=True) == "auto"
+    assert check_async_batch("auto", 8, 8, reproducible=True) == "auto"  # M = N: lockstep
+    assert check_async_batch("auto", 8, 4, reproducible=False) == "parallel"
+    assert check_async_batch("parallel", 8, 4, reproducible=True) == "parallel"
+    with pytest.raises(ValueError, match="trainer.deterministic=false"):
+        check_async_batch("auto", 8, 4, reproducible=True)
+    with pytest.raises(ValueError, match="use backend 'parallel'"):
+        check_async_batch("serial", 8, 4, reproducible=False)
+    with pytest.raises(ValueError, match="trainer.deterministic=false"):
+        make_env("CartPole-v1", 4, "auto", async_batch_size=2)
+    assert EnvConfig(num_envs=4, async_batch_size=2).async_batch_size == 2
