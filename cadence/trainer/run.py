@@ -237,9 +237,7 @@ def build_trainer(
     placement = _placement_without_measurement(config, trainer_config, learner, run_dir, ranks)
     env_device = placement.env if placement is not None else "cpu"
     num_envs = config.env.num_envs
-    env = make_training_env(
-        config, num_envs, config.seed + ranks.rank * num_envs, env_device, training=True
-    )
+    env = make_training_env(config, num_envs, config.seed + ranks.rank * num_envs, env_device)
     algorithm, transformer, replay_buffer = _build_learner(
         config, plan, env, torch.device(learner), trainer_config.schedule_horizon
     )
@@ -570,18 +568,12 @@ def check_training_env(config: Any) -> None:
 
 
 def make_training_env(
-    config: Any,
-    num_envs: int,
-    seed: int,
-    device: Any = "cpu",
-    backend: str | None = None,
-    training: bool = False,
+    config: Any, num_envs: int, seed: int, device: Any = "cpu", backend: str | None = None
 ) -> Environment:
     """The environments of ``config.env`` with ``num_envs`` copies seeded from ``seed``,
-    delivering time steps on ``device`` (where tensor-native ones run); the ``training``
-    envs step asynchronously where ``env.async_batch_size`` asks (evaluation's never)."""
+    delivering time steps on ``device`` (where tensor-native ones run); without a
+    ``backend`` of its own (evaluation's), as ``env.async_batch_size`` asks."""
     env_config = config.env
-    asynchronous = training and env_config.async_batch_size is not None
     return make_env(
         env_config.name,
         num_envs,
@@ -596,7 +588,7 @@ def make_training_env(
         pin_workers=env_config.pin_workers,
         step_timeout_s=env_config.step_timeout_s,
         build_timeout_s=env_config.build_timeout_s,
-        async_batch_size=env_config.async_batch_size if asynchronous else None,
+        async_batch_size=env_config.async_batch_size if backend is None else None,
         reproducible=config.trainer.deterministic,
     )
 
