@@ -16,6 +16,10 @@ The seam to the optional fast path: the collector unrolls eagerly, one step at a
 runs its unrolls; a strategy steps through `Collector.run_steps` or its own calls of
 `run_steps`, carrying the current time step and state with `carried` and `carry`, and gives
 the eager unroll's numbers. The collector never imports a strategy.
+
+An env that steps asynchronously (`ParallelEnvironment`'s ``async_batch_size``) is
+unrolled by `cadence.collect.async_unroll` (eagerly): the experience has the same
+``[T, N]`` layout, each env's steps in its own column and order.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from typing import Any, Protocol
 import torch
 
 from cadence.algorithms.algorithm import Algorithm, AlgStep, reset_state
+from cadence.collect.async_unroll import is_async, run_async_steps
 from cadence.collect.episode_stats import EpisodeStats
 from cadence.data.devices import same_device
 from cadence.data.experience import Experience
@@ -164,7 +169,7 @@ class Collector:
                 self._transform_state = self.transformer.initial_state(self.env.batch_size)
             self._time_step = self._transform(self.env.reset().to(self.device))
             self._state = initial_state
-        if policy is None and self.strategy is not None:
+        if policy is None and self.strategy is not None and not is_async(self.env):
             time_steps, actions, infos, states = self.strategy.unroll(initial_state, stateful)
         else:
             act = policy or self.acting.rollout_step
@@ -197,6 +202,17 @@ class Collector:
         # An env on the acting device (the usual case) hands over its time steps as they
         # are: `TimeStep.to` rebuilds one (4 us of a 100 us step of 8 CartPoles).
         on_device = same_device(self.env.device, self.device)
+        if is_async(self.env):
+
+            def received(time_step: TimeStep) -> TimeStep:
+                raw = time_step if on_device else time_step.to(self.device)
+                return self._transform_rows(raw, raw.env_id.to(self.device))
+
+            *stacked, self._time_step, self._state = run_async_steps(
+                act, self.env, received, self._time_step, self._state, self.agent_info,
+                initial_state, self.unroll_length, stateful,
+            )  # fmt: skip
+            return tuple(stacked)
 
         def env_step(action: Nest) -> TimeStep:
             time_step = self.env.step(action)
@@ -236,6 +252,19 @@ class Collector:
         self.episode_stats.load_state_dict(state["episode_stats"])
         if self.strategy is not None:
             self.strategy.choice = state.get("compile_choice")
+
+    def _transform_rows(self, raw: TimeStep, rows: torch.Tensor) -> TimeStep:
+        """`_transform` of the envs ``rows`` alone (an asynchronous env's partial batch):
+        their rows of the transformers' ``[N, ...]`` state are gathered and written back."""
+        if self.transformer is None:
+            return raw
+        state = self._transform_state
+        time_step, new = self.transformer.transform_time_step(
+            raw, map_structure(lambda x: x[rows], state)
+        )
+        for target, value in zip(flatten(state), flatten(new), strict=True):
+            target[rows] = value
+        return time_step.replace(untransformed=raw)
 
     def _transform(self, raw: TimeStep) -> TimeStep:
         if self.transformer is None:

@@ -108,6 +108,39 @@ def refuse_vector_only(name: str | Callable[..., gym.Env]) -> None:
         )
 
 
+def check_async_batch(
+    backend: Backend, num_envs: int, async_batch_size: int | None, reproducible: bool
+) -> Backend:
+    """The back end for an asynchronous batch (``async_batch_size`` below ``num_envs``):
+    "parallel", the one back end that steps so; ``backend`` unchanged for a lockstep one.
+
+    "auto" never picks it for a run that promises same-seed reproducibility: which envs
+    come back together depends on timing and is not recorded.
+
+    Raises:
+        ValueError: another back end is asked for, or "auto" in a ``reproducible`` run.
+    """
+    if async_batch_size is None or async_batch_size >= num_envs:
+        return backend
+    if backend == "parallel":
+        return backend
+    if backend not in ("auto", "prefer_tensor"):
+        raise ValueError(
+            f"env.async_batch_size={async_batch_size} steps the 'parallel' back end "
+            f"asynchronously; env.backend={backend!r} cannot: use backend 'parallel' (or "
+            "leave async_batch_size unset)"
+        )
+    if reproducible:
+        raise ValueError(
+            f"env.async_batch_size={async_batch_size} with env.backend={backend!r} in a run "
+            "that promises same-seed results (trainer.deterministic=true): the order in "
+            "which envs come back depends on timing and is not recorded, so 'auto' does not "
+            "pick asynchronous stepping; set trainer.deterministic=false, or env.backend="
+            "'parallel' to accept it"
+        )
+    return "parallel"
+
+
 def pick_cpu_backend(
     factory: GymEnvFactory, num_envs: int, num_workers: int | None = None
 ) -> Backend:

@@ -96,6 +96,17 @@ class EnvConfig:
             "worker per core)."
         },
     )
+    async_batch_size: int | None = field(
+        default=None,
+        validator=optional(ge(1)),
+        metadata={
+            "doc": "Step the 'parallel' back end asynchronously: each step returns the "
+            "async_batch_size envs ready first (a multiple of the envs per worker, below "
+            "num_envs) while the others still step. Per-env data is lockstep's but a run's "
+            "numbers depend on timing: with backend 'auto' it needs "
+            "trainer.deterministic=false. None (or num_envs): lockstep."
+        },
+    )
     env_kwargs: dict[str, Any] = field(
         factory=dict,
         validator=deep_mapping(key_validator=instance_of(str), mapping_validator=instance_of(dict)),

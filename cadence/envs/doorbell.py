@@ -187,6 +187,85 @@ class ParentDoorbell:
         pending = self._spin([w * _SLOTS for w in workers], start)
         return self._collect(workers, pending, channels, sentinels, start, timeout_s)
 
+    def wait_any(
+        self,
+        deadlines: dict[int, float | None],
+        count: int,
+        channels: Sequence[Channel],
+        sentinels: Sequence[int],
+    ) -> tuple[list[int], dict[int, Any], set[int], set[int]]:
+        """Waits until ``count`` of the workers rung (the keys of ``deadlines``) answered or
+        died, or one of them passed its deadline (the asynchronous mode's wait).
+
+        Args:
+            deadlines: each worker waited for, with the `time.perf_counter` time by which it
+                must answer (``None``: none).
+            count: how many answers (or deaths) end the wait.
+            channels, sentinels: every worker's channel and process sentinel, by worker index.
+
+        Returns:
+            The workers that answered (those found in one look in worker order), their
+            messages (``None`` for a plain "done"), those that died, and those late.
+        """
+        start = time.perf_counter()
+        bases = [w * _SLOTS for w in deadlines]
+        budget_end = start + self._policy.budget()
+        answered = [b // _SLOTS for b in bases if self._answered(b // _SLOTS)]
+        while len(answered) < count and time.perf_counter() < budget_end:
+            _yield()
+            answered = [b // _SLOTS for b in bases if self._answered(b // _SLOTS)]
+        dead: set[int] = set()
+        late: set[int] = set()
+        if len(answered) < count:
+            answered, dead, late = self._sleep_until_some(deadlines, count, channels, sentinels)
+        self._policy.record(time.perf_counter() - start)
+        replies: dict[int, Any] = {}
+        for worker in answered:
+            if self._slots[worker * _SLOTS + REPLY_IS_MESSAGE]:
+                try:
+                    replies[worker] = channels[worker].receive_message()
+                except (EOFError, OSError):
+                    dead.add(worker)
+            else:
+                replies[worker] = None
+        return [w for w in answered if w not in dead], replies, dead, late
+
+    def _sleep_until_some(
+        self,
+        deadlines: dict[int, float | None],
+        count: int,
+        channels: Sequence[Channel],
+        sentinels: Sequence[int],
+    ) -> tuple[list[int], set[int], set[int]]:
+        """`wait_any`'s sleep, as `_sleep_until_answered` sleeps: until ``count`` of the
+        workers answered or died, or one passed its deadline (those are late)."""
+        self._slots[self._parent] = 1
+        dead: set[int] = set()
+        try:
+            timeouts = _sleep_timeouts_ms()
+            while True:
+                answered = [w for w in deadlines if w not in dead and self._answered(w)]
+                if len(answered) + len(dead) >= count:
+                    return answered, dead, set()
+                waiting = [w for w in deadlines if w not in dead and not self._answered(w)]
+                now = time.perf_counter()
+                late = {w for w in waiting if deadlines[w] is not None and deadlines[w] <= now}
+                if late:
+                    return answered, dead, late
+                timeout_ms = next(timeouts)
+                due = [deadlines[w] for w in waiting if deadlines[w] is not None]
+                if due:
+                    timeout_ms = max(1, min(timeout_ms, math.ceil((min(due) - now) * 1000)))
+                owners = {channels[w].fd: (w, False) for w in waiting}
+                owners.update({sentinels[w]: (w, True) for w in waiting})
+                for worker, by_sentinel in _poll(owners, timeout_ms):
+                    if worker in dead or self._answered(worker):
+                        continue
+                    if by_sentinel or not channels[worker].drain_signal():
+                        dead.add(worker)
+        finally:
+            self._slots[self._parent] = 0
+
     def _spin(self, bases: Sequence[int], start: float) -> list[int]:
         """Polls the rows at ``bases`` (yielding the core) until all answered or the spin
         budget from ``start`` is spent; returns the rows still pending."""

@@ -11,6 +11,7 @@ import gymnasium as gym
 from cadence.envs.backend_choice import (
     BACKENDS,
     Backend,
+    check_async_batch,
     has_vector_env,
     pick_cpu_backend,
     picks_tensor,
@@ -98,6 +99,8 @@ def make_env(
     pin_workers: bool | None = None,
     step_timeout_s: float | None = 60.0,
     build_timeout_s: float | None = 300.0,
+    async_batch_size: int | None = None,
+    reproducible: bool = True,
 ) -> Environment:
     """Builds a batch of ``num_envs`` environments; environment ``i`` is seeded ``seed + i``.
 
@@ -135,6 +138,10 @@ def make_env(
             (``None``: wait for ever).
         build_timeout_s: how long ``"parallel"`` workers may take to build their envs
             before that is an error (``None``: wait for ever).
+        async_batch_size: step ``"parallel"`` asynchronously, returning this many envs
+            per step (`cadence.envs.async_batch`); ``"auto"`` takes it only where not
+            ``reproducible`` (`check_async_batch`).
+        reproducible: whether the caller promises same-seed results.
 
     Raises:
         UnknownEnvironmentError: ``name`` is not a registered id (close ids are suggested).
@@ -144,6 +151,7 @@ def make_env(
             or with ``gym_wrappers``.
     """
     _check_arguments(name, num_envs, backend)
+    backend = check_async_batch(backend, num_envs, async_batch_size, reproducible)
     if picks_tensor(name, num_envs, backend, device, gym_wrappers):
         return _make_tensor_env(
             name, num_envs, seed, device, max_episode_steps, gym_wrappers, env_kwargs
@@ -178,6 +186,7 @@ def make_env(
         pin_workers=pin_workers,
         step_timeout_s=step_timeout_s,
         build_timeout_s=build_timeout_s,
+        async_batch_size=async_batch_size,
     )
 
 
@@ -239,6 +248,7 @@ def _gym_env_batch(
     pin_workers: bool | None,
     step_timeout_s: float | None,
     build_timeout_s: float | None,
+    async_batch_size: int | None = None,
 ) -> Environment:
     """The batch of ``factories``' envs on back end ``backend``: "serial", "thread" or
     (anything else) "parallel", whose options are `make_env`'s."""
@@ -262,6 +272,7 @@ def _gym_env_batch(
         pin_workers=pin_workers,
         step_timeout_s=step_timeout_s,
         build_timeout_s=build_timeout_s,
+        async_batch_size=async_batch_size,
     )
 
 

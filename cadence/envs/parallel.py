@@ -38,6 +38,9 @@ and without importing anything per worker. Workers never run the user's main
 script (see `cadence.envs.main_module`): a script without an
 ``if __name__ == "__main__":`` guard works, and env classes it defines are sent
 to the workers by value.
+
+With ``async_batch_size`` below the batch, steps are asynchronous (see
+`cadence.envs.async_batch`): each returns the envs that are ready first.
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ import torch
 from cadence.data.nest import Nest
 from cadence.data.specs import CompositeSpec, Spec
 from cadence.data.time_step import StepType, TimeStep
+from cadence.envs.async_batch import AsyncStepping, busy_error, lockstep_error, workers_per_batch
 from cadence.envs.channel import STEP
 from cadence.envs.env_state import UnsavableEnvStateError
 from cadence.envs.environment import Environment, PyEnvironment
@@ -103,6 +107,8 @@ class ParallelEnvironment(Environment):
             share the machine. Pinned, the two halves of a batch can never be left on
             one core: after a pause (a training phase) the scheduler's load estimate
             of the woken workers is low and it did not separate them for ~100 ms.
+        async_batch_size: envs per step in the asynchronous mode (`cadence.envs.async_batch`),
+            a multiple of the envs per worker; ``None`` or the batch size: lockstep.
 
     Raises:
         EnvironmentWorkerError: an env raised in a worker (with the worker's
@@ -132,6 +138,7 @@ class ParallelEnvironment(Environment):
         pin_workers: bool | None = None,
         step_timeout_s: float | None = 60.0,
         build_timeout_s: float | None = 300.0,
+        async_batch_size: int | None = None,
     ):
         if not env_fns:
             raise ValueError("ParallelEnvironment needs at least one environment")
@@ -146,6 +153,8 @@ class ParallelEnvironment(Environment):
         self._build_timeout_s = build_timeout_s
         self._num_envs = len(env_fns)
         self._slices = split_evenly(self._num_envs, num_workers or available_cores())
+        batch_workers = workers_per_batch(async_batch_size, self._num_envs, self._slices)
+        self._async: AsyncStepping | None = None
         self._pending_cuts: dict[int, list[int]] = {}  # worker -> its envs whose episodes were cut
         self._last: TimeStep | None = None  # the last time step delivered
         self._prepared: tuple[np.ndarray, TimeStep] | None = None  # the next one, unfilled
@@ -170,6 +179,8 @@ class ParallelEnvironment(Environment):
             self._observation_spec, self._action_spec, self._env_info_spec = specs
             self._attach_shared_memory()
             self._recovery.built = True
+            if batch_workers is not None:
+                self._async = AsyncStepping(self, batch_workers)
         except BaseException:
             self.close()
             raise
@@ -193,6 +204,13 @@ class ParallelEnvironment(Environment):
     @property
     def device(self) -> torch.device:
         return self._device
+
+    @property
+    def async_batch_size(self) -> int:
+        """Envs per step: the batch size in lockstep, fewer in the asynchronous mode."""
+        if self._async is None:
+            return self._num_envs
+        return self._async.batch_workers * (self._slices[0][1] - self._slices[0][0])
 
     @property
     def num_workers(self) -> int:
@@ -223,11 +241,48 @@ class ParallelEnvironment(Environment):
         return list(range(*self._slices[worker]))
 
     def reset(self) -> TimeStep:
+        """Resets every env; returns the whole batch (in the asynchronous mode too)."""
+        if self._async is not None:
+            self._async.drain()
         self._request_all(dict.fromkeys(range(self.num_workers), _RESET), stepping=True)
         self._pending_cuts.clear()  # every env starts a new episode
-        return self._deliver()
+        time_step = self._deliver()
+        if self._async is not None:
+            self._async.reset(time_step)
+        return time_step
 
     def step(self, action: Nest) -> TimeStep:
+        """Steps the envs the last step (or reset) returned with ``action`` (their rows in
+        that order); returns them all in lockstep, else the next envs ready."""
+        if self._async is not None:
+            self._async.send(action, self._delivered_ids())
+            return self._async.recv()
+        return self._step_lockstep(action)
+
+    def send(self, action: Nest, env_ids: Sequence[int]) -> None:
+        """Asynchronous mode: steps envs ``env_ids`` (whole workers' envs a step returned)
+        with ``action``'s rows; ValueError in lockstep or for other envs."""
+        self._require_async("send")
+        self._async.send(action, env_ids)
+
+    def recv(self) -> TimeStep:
+        """Asynchronous mode: the next ``async_batch_size`` envs ready, by ``env_id``."""
+        self._require_async("recv")
+        return self._async.recv()
+
+    def _require_async(self, what: str) -> None:
+        if self._async is None:
+            raise lockstep_error(what)
+
+    def _delivered_ids(self) -> list[int]:
+        return [i for w in self._async.delivered for i in range(*self._slices[w])]
+
+    def _refuse_busy(self, what: str) -> None:
+        """Asynchronous mode: ``what`` needs every env's last step delivered."""
+        if self._async is not None and self._async.busy:
+            raise busy_error(what)
+
+    def _step_lockstep(self, action: Nest) -> TimeStep:
         self._shared.write_actions(action)
         cuts, self._pending_cuts = self._pending_cuts, {}
         try:
@@ -251,6 +306,7 @@ class ParallelEnvironment(Environment):
         return self._deliver()
 
     def render(self, env_index: int = 0) -> np.ndarray | None:
+        self._refuse_busy("render")
         worker, local = self._locate(env_index)
         replies, died = self._request({worker: ("render", local)})
         if died:
@@ -263,6 +319,7 @@ class ParallelEnvironment(Environment):
         Raises:
             UnsavableEnvStateError: an env's state cannot be saved (e.g. a Box2D env).
         """
+        self._refuse_busy("get_state")
         replies, died = self._request({w: ("get_state", None) for w in range(self.num_workers)})
         if died:
             raise self._lost_request_error(min(died), "get_state")
@@ -276,6 +333,7 @@ class ParallelEnvironment(Environment):
                 another number of envs).
         """
         check_batch_state(state, self._num_envs)
+        self._refuse_busy("set_state")
         self._request_all(
             {
                 w: ("set_state", list(state[start:stop]))
@@ -286,6 +344,8 @@ class ParallelEnvironment(Environment):
         # delivered by this object, so a worker dying before the next step cuts none.
         self._pending_cuts.clear()
         self._last = None
+        if self._async is not None:
+            self._async.forget_last()
 
     def close(self) -> None:
         """Stops the workers (killing any that do not exit) and frees the shared memory; idempotent."""
@@ -386,10 +446,11 @@ class ParallelEnvironment(Environment):
 
     def _unfinished_rows(self, worker: int) -> list[int]:
         """``worker``'s envs (local indices) whose last delivered step was not LAST."""
-        if self._last is None:
-            return []  # nothing delivered (since a set_state): no episode to cut
         start, stop = self._slices[worker]
-        step_types = self._last.step_type[start:stop].cpu().tolist()
+        last = self._last if self._async is None else self._async.last()
+        step_types = None if last is None else last.step_type[start:stop].cpu().tolist()
+        if step_types is None:
+            return []  # nothing delivered (since a set_state): no episode to cut
         return [i for i, step_type in enumerate(step_types) if step_type != _LAST]
 
     def _end_episodes(self, cuts: dict[int, list[int]]) -> None:

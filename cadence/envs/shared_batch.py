@@ -85,6 +85,24 @@ class SharedBatch:
                 )
             np.copyto(array, value, casting="unsafe")
 
+    def write_action_rows(self, action: Nest, rows: list[int]) -> None:
+        """Writes actions for the envs ``rows`` alone (row ``i`` of ``action`` to env
+        ``rows[i]``; the asynchronous mode's partial batches).
+
+        Raises:
+            ValueError: a leaf's shape is not ``len(rows)`` rows of the action's.
+        """
+        action = action_to_numpy(action)
+        for name, array in self.actions.items():
+            value = action if name == "" else leaf(action, name)
+            expected = (len(rows), *array.shape[1:])
+            if np.shape(value) != expected:
+                raise ValueError(
+                    f"action{'/' + name if name else ''} has shape {np.shape(value)}, "
+                    f"expected {expected} (one row per env the last step returned)"
+                )
+            array[rows] = value
+
     def end_episodes(self, rows: list[int], last: TimeStep) -> None:
         """Writes LAST rows (discount 1, reward 0, zero ``env_info``) for the envs ``rows``,
         repeating their observation in ``last``, the time step delivered before."""

@@ -158,6 +158,29 @@ class WorkerPool:
             return None
         return self._replies(*outcome)
 
+    def ring_steps(self, workers: Iterable[int], messages: dict[int, Any] | None = None) -> None:
+        """Rings each of ``workers`` (all reached through the doorbell) for a step, or for
+        its message in ``messages``, without waiting: `wait_any` waits for the answers."""
+        messages = messages or {}
+        for worker in workers:
+            self._doorbell.ring(worker, self._channels[worker], messages.get(worker))
+
+    def wait_any(
+        self, deadlines: dict[int, float | None], count: int
+    ) -> tuple[list[int], dict[int, Reply], set[int]]:
+        """Waits until ``count`` of the rung workers (the keys of ``deadlines``, each with
+        the `time.perf_counter` time it must answer by) answered or died.
+
+        Returns:
+            The workers that answered, in the order found; their replies; and the workers
+            that died or passed their deadline (those are killed, as `request` kills them).
+        """
+        answered, answers, dead, late = self._doorbell.wait_any(
+            deadlines, count, self._channels, self._sentinels
+        )
+        replies, dead = self._replies(answers, dead, late)
+        return answered, replies, dead
+
     def _request_by_doorbell(
         self, messages: dict[int, Any], while_waiting: Callable[[], None] | None
     ) -> tuple[dict[int, Reply], set[int]]:

@@ -3,6 +3,7 @@
 - `DictObservationEnv`: ``Dict`` observations and ``Dict`` actions of mixed dtypes;
 - `ImageEnv`: small uint8 RGB frames, ``[H, W, 3]`` or channel-first;
 - `FailingEnv`: raises at a chosen step (or at construction), for error paths;
+- `PacedEnv`: each step takes a set time, for the asynchronous mode's arrival order;
 - `FaultyEnv`: a learnable task whose worker raises, exits, segfaults or hangs once,
   for the recovery paths of the parallel back end (registered as
   ``cadence-testing/Faulty-v0`` when this module is imported).
@@ -27,7 +28,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-__all__ = ["DictObservationEnv", "FailingEnv", "FaultyEnv", "ImageEnv"]
+__all__ = ["DictObservationEnv", "FailingEnv", "FaultyEnv", "ImageEnv", "PacedEnv"]
 
 FAULTY_ENV_ID = "cadence-testing/Faulty-v0"
 Fault = Literal["raise", "exit", "segfault", "hang"]
@@ -229,6 +230,48 @@ class FailingEnv(gym.Env):
             raise RuntimeError(f"FailingEnv failed at step {self._count} as asked")
         observation = self.np_random.uniform(-1.0, 1.0, 2).astype(np.float32)
         return observation, float(action), False, False, {}
+
+
+class PacedEnv(gym.Env):
+    """A deterministic walk whose every step sleeps ``step_s`` seconds first.
+
+    The observation is ``[position, steps in episode]``: the position starts at a point
+    drawn from the seed and moves by the action (``Box(-1, 1, (1,))``); the reward is
+    ``-|position|``; episodes are truncated after ``max_steps`` steps. Envs of different
+    ``step_s`` in one `ParallelEnvironment` answer in a known order.
+
+    >>> env = PacedEnv(step_s=0.0)
+    >>> env.reset(seed=0)[0].shape
+    (2,)
+    """
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, step_s: float = 0.0, max_steps: int = 7):
+        self._step_s = step_s
+        self._max_steps = max_steps
+        self.observation_space = spaces.Box(-np.inf, np.inf, (2,), np.float32)
+        self.action_space = spaces.Box(-1.0, 1.0, (1,), np.float32)
+        self._position = 0.0
+        self._count = 0
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)
+        self._position = float(self.np_random.uniform(-1.0, 1.0))
+        self._count = 0
+        return self._observation(), {}
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        if self._step_s:
+            time.sleep(self._step_s)
+        self._position += float(np.asarray(action, np.float32).reshape(-1)[0])
+        self._count += 1
+        return self._observation(), -abs(self._position), False, self._count >= self._max_steps, {}
+
+    def _observation(self) -> np.ndarray:
+        return np.array([self._position, self._count], np.float32)
 
 
 class FaultyEnv(gym.Env):

@@ -571,7 +571,8 @@ def make_training_env(
     config: Any, num_envs: int, seed: int, device: Any = "cpu", backend: str | None = None
 ) -> Environment:
     """The environments of ``config.env`` with ``num_envs`` copies seeded from ``seed``,
-    delivering time steps on ``device`` (where tensor-native ones run)."""
+    delivering time steps on ``device`` (where tensor-native ones run); without a
+    ``backend`` of its own (evaluation's), as ``env.async_batch_size`` asks."""
     env_config = config.env
     return make_env(
         env_config.name,
@@ -587,6 +588,8 @@ def make_training_env(
         pin_workers=env_config.pin_workers,
         step_timeout_s=env_config.step_timeout_s,
         build_timeout_s=env_config.build_timeout_s,
+        async_batch_size=env_config.async_batch_size if backend is None else None,
+        reproducible=config.trainer.deterministic,
     )
 
 
