@@ -115,7 +115,7 @@ def reset_where(state: DictTensor, initial_state: DictTensor, mask: torch.Tensor
     for key, value in state.to_dict().items():
         where = mask.reshape(-1, *([1] * (value.dim() - 1)))
         values[key] = torch.where(where, initial_state[key], value)
-    return DictTensor(values, batch_size=state.n_elems(), device=state.device)
+    return DictTensor(values, batch_size=state.n_elems(), device=state.device())
 
 
 def _check_reset(state: DictTensor, initial_state: DictTensor, mask: torch.Tensor) -> None:
