@@ -508,7 +508,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{len(os.sched_getaffinity(0))} cores, load {os.getloadavg()[0]:.1f},"
         f" torch {torch.__version__}, gymnasium {gym.__version__}"
     )
-    print(f"{'env':<16}" + "".join(f"{labels[c]:>15}" for c in COLUMNS), flush=True)
+    print(f"{'env':<16}" + "".join(f"{labels[c]:>17}" for c in COLUMNS), flush=True)
     table: dict[str, dict[str, float]] = {}
     notes: dict[str, str] = {}
     start = time.perf_counter()
@@ -523,7 +523,7 @@ def main(argv: list[str] | None = None) -> int:
             close_all(runners)
         for column, reason in missing.items():
             notes.setdefault(labels[column], reason)
-        print(f"{name:<16}" + "".join(f"{format_rate(table[name].get(c)):>15}" for c in COLUMNS))
+        print(f"{name:<16}" + "".join(f"{format_rate(table[name].get(c)):>17}" for c in COLUMNS))
     print(f"\n(total {time.perf_counter() - start:.0f} s, load {os.getloadavg()[0]:.1f})")
     for what, note in notes.items():
         print(f"  {what}: {note}")
