@@ -238,7 +238,8 @@ def masked_tensor(tensor0: torch.Tensor, tensor1: torch.Tensor, mask: torch.Tens
     """Row ``b`` of ``tensor1`` where ``mask[b]``, else of ``tensor0`` (rlstructures' name).
 
     Args:
-        tensor0, tensor1: ``[B, ...]`` of one shape.
+        tensor0: ``[B, ...]``, the rows where ``mask`` is unset.
+        tensor1: ``[B, ...]`` of the same shape, the rows where it is set.
         mask: ``[B]``, bool or 0/1 floats.
     """
     where = mask.bool().reshape(-1, *([1] * (tensor0.dim() - 1)))
