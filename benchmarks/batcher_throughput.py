@@ -17,6 +17,12 @@ continuous one), torch on the CPU with one thread in every process. Columns:
 - ``torchrl 2x16``: TorchRL's ``MultiSyncCollector`` over 2 workers, each a
   ``SerialEnv`` of 16 ``GymEnv``\\ s (`benchmarks/peers/torchrl_collector.py`, run in
   TorchRL's own virtual environment, driven round by round over a pipe);
+- ``replay mlp 2x16``, ``replay gru 2x16``: the learner's side of rlstructures' loop
+  on one acquisition of the ``batcher 2x16`` shape, `replay_agent` with autograd on
+  and a REINFORCE loss's backward (a log-likelihood of the actions taken, masked),
+  for the policy's MLP (stateless: one batched call) and for a GRU of 64 before its
+  head (state: step by step); the steps counted are the segments' lengths, so these
+  compare with the acquisition's env steps/s (the bars: >= 1x and >= 0.5x);
 - ``gym async x32``: the loop a Gymnasium user writes, an ``AsyncVectorEnv`` of 32
   envs (one process each: it cannot put several envs in a process) with the policy
   in the parent, storing observations, actions, rewards and dones in preallocated
@@ -61,7 +67,7 @@ import torch
 from torch import nn
 
 from cadence.algorithms.algorithm import AlgStep
-from cadence.collect import Agent, Batcher, Collector, make_gym_env
+from cadence.collect import Agent, Batcher, Collector, make_gym_env, replay_agent, reset_where
 from cadence.data import DictTensor
 from cadence.envs import make_env
 
@@ -131,6 +137,33 @@ class GreedyAgent(Agent):
         return DictTensor({"action": self.policy(observation["frame"])}), state
 
 
+class ReplayAgent(Agent):
+    """The learner's agent of the replay columns: the MLP's raw output (``recurrent``: a GRU
+    of ``HIDDEN`` on the frame, then the MLP on its state), as a REINFORCE loss reads it."""
+
+    def __init__(self, spec: PolicySpec, recurrent: bool):
+        torch.manual_seed(spec.seed)
+        self.gru = nn.GRUCell(spec.obs_dim, HIDDEN) if recurrent else None
+        self.head = spec.build().layers if self.gru is None else spec.build().layers[2:]
+
+    def initial_state(self, agent_info, n_elems):
+        if self.gru is None:
+            return DictTensor({}, batch_size=n_elems)
+        return DictTensor({"h": torch.zeros(n_elems, HIDDEN)})
+
+    def __call__(self, state, observation, agent_info, history=None):
+        frame = observation["frame"].float()
+        if self.gru is None:
+            return DictTensor({"out": self.head(frame)}), state
+        initial = self.initial_state(agent_info, frame.shape[0])
+        h = self.gru(frame, reset_where(state, initial, observation["initial_state"])["h"])
+        return DictTensor({"out": self.head(h)}), DictTensor({"h": h})
+
+    def parameters(self) -> list[nn.Parameter]:
+        modules = [self.head] if self.gru is None else [self.gru, self.head]
+        return [p for m in modules for p in m.parameters()]
+
+
 class GreedyAlgorithm:
     """The policy as what `Collector` unrolls (its ``initial_state`` and ``rollout_step``)."""
 
@@ -196,6 +229,36 @@ def ray_runner(name: str, spec: PolicySpec, processes: int, envs: int, steps: in
     except ImportError as error:
         raise NotAvailable(f"Ray is not installed ({error})") from error
     return BatcherRunner(name, spec, processes, envs, steps, backend="ray")
+
+
+class ReplayRunner(Runner):
+    """`replay_agent` + a REINFORCE loss's backward over one acquisition of ``processes x envs``."""
+
+    def __init__(self, name: str, spec: PolicySpec, processes: int, envs: int, steps: int, gru):
+        acquisition = BatcherRunner(name, spec, processes, envs, steps)
+        try:
+            acquisition.batcher.execute()
+            trajectories, _ = acquisition.batcher.get()
+        finally:
+            acquisition.close()
+        self.agent = ReplayAgent(spec, recurrent=gru)
+        state = self.agent.initial_state(None, trajectories.n_elems()).prepend_key("agent_state/")
+        self.trajectories = type(trajectories)(trajectories.info + state, trajectories.trajectories)
+        self.spec = spec
+
+    def acquire(self) -> int:
+        steps = self.trajectories.trajectories
+        out = replay_agent(self.agent, self.trajectories)["out"]
+        action = steps["action/action"]
+        if self.spec.discrete:
+            log_prob = torch.log_softmax(out, -1).gather(-1, action[..., None])[..., 0]
+        else:
+            log_prob = -(out - action).pow(2).sum(-1)
+        loss = -(log_prob * steps["_observation/reward"] * steps.mask()).sum()
+        loss.backward()
+        for parameter in self.agent.parameters():
+            parameter.grad = None
+        return int(steps.lengths.sum())
 
 
 class UnrollRunner(Runner):
@@ -310,6 +373,8 @@ COLUMNS = (
     "batcher 2x16",
     "ray 2x16",
     "unroll x32",
+    "replay mlp 2x16",
+    "replay gru 2x16",
     "torchrl 2x16",
     "gym async x32",
     "gym sync x32",
@@ -336,6 +401,8 @@ def build_row(name: str, setup: Setup) -> tuple[dict[str, Runner], dict[str, str
         "batcher 2x16": lambda: BatcherRunner(name, spec, 2, n, steps),
         "ray 2x16": lambda: ray_runner(name, spec, 2, n, steps),
         "unroll x32": lambda: UnrollRunner(name, spec, 2 * n, steps, setup.unroll_backend),
+        "replay mlp 2x16": lambda: ReplayRunner(name, spec, 2, n, steps, gru=False),
+        "replay gru 2x16": lambda: ReplayRunner(name, spec, 2, n, steps, gru=True),
         "gym async x32": lambda: GymVectorRunner(name, spec, 2 * n, steps, asynchronous=True),
         "gym sync x32": lambda: GymVectorRunner(name, spec, 2 * n, steps, asynchronous=False),
     }
@@ -441,7 +508,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{len(os.sched_getaffinity(0))} cores, load {os.getloadavg()[0]:.1f},"
         f" torch {torch.__version__}, gymnasium {gym.__version__}"
     )
-    print(f"{'env':<16}" + "".join(f"{labels[c]:>15}" for c in COLUMNS), flush=True)
+    print(f"{'env':<16}" + "".join(f"{labels[c]:>17}" for c in COLUMNS), flush=True)
     table: dict[str, dict[str, float]] = {}
     notes: dict[str, str] = {}
     start = time.perf_counter()
@@ -456,7 +523,7 @@ def main(argv: list[str] | None = None) -> int:
             close_all(runners)
         for column, reason in missing.items():
             notes.setdefault(labels[column], reason)
-        print(f"{name:<16}" + "".join(f"{format_rate(table[name].get(c)):>15}" for c in COLUMNS))
+        print(f"{name:<16}" + "".join(f"{format_rate(table[name].get(c)):>17}" for c in COLUMNS))
     print(f"\n(total {time.perf_counter() - start:.0f} s, load {os.getloadavg()[0]:.1f})")
     for what, note in notes.items():
         print(f"  {what}: {note}")
@@ -490,6 +557,11 @@ def print_bars(table: dict[str, dict[str, float]], labels: dict[str, str], envs:
         ("gym async x32", "AsyncVectorEnv"),
     ):
         bar = Bar(f"CartPole-v1 {labels[top]} / {text}", ratio(cartpole, top, other), 1.5)
+        print(bar.line())
+    for replay, target in (("replay mlp 2x16", 1.0), ("replay gru 2x16", 0.5)):
+        bar = Bar(
+            f"CartPole-v1 {labels[replay]} / {labels[top]}", ratio(cartpole, replay, top), target
+        )
         print(bar.line())
 
 

@@ -70,12 +70,9 @@ class ActorCritic(nn.Module):
 class A2CAgent(Agent):
     """Samples where ``agent_info["stochastic"]`` is True, else takes the likeliest action."""
 
-    def __init__(self, model: ActorCritic):
+    def __init__(self, model: ActorCritic, seed: int = 0):
         self.model = model
-        self.random = SlotRandom()  # one stream per env: the same runs whatever the processes
-
-    def seed(self, seed: int) -> None:
-        self.random.seed(seed)
+        self.random = SlotRandom(seed)  # one stream per env: the same runs whatever the processes
 
     def update(self, info):
         self.model.load_state_dict(info)
@@ -105,7 +102,7 @@ def gae(reward, discount, done, value, next_value, mask, gamma, gae_lambda):
 
 def a2c_loss(agent: A2CAgent, trajectories) -> tuple[torch.Tensor, torch.Tensor]:
     steps = trajectories.trajectories
-    mask = steps.mask().float()
+    mask = steps.mask()
     replayed = replay_agent(agent, trajectories)  # with gradients, unlike acquisition
     logits, value = replayed["logits"], replayed["value"]
     with torch.no_grad():
@@ -145,7 +142,7 @@ batcher = Batcher(
     create_env=make_gym_env,
     env_args={"name": "CartPole-v1"},
     create_agent=A2CAgent,
-    agent_args={"model": model},
+    agent_args={"model": model, "seed": args.seed},
     seed=args.seed,
     agent_info=DictTensor({"stochastic": torch.tensor([True])}),
     mode="continuing",
@@ -157,7 +154,7 @@ evaluation = Batcher(
     create_env=make_gym_env,
     env_args={"name": "CartPole-v1"},
     create_agent=A2CAgent,
-    agent_args={"model": model},
+    agent_args={"model": model, "seed": args.seed + 1000},
     seed=args.seed + 1000,  # other episodes than training's
     agent_info=DictTensor({"stochastic": torch.tensor([False])}),
     mode="episodic",

@@ -61,12 +61,9 @@ if args.address is not None:
 class PolicyAgent(Agent):
     """Samples from a small policy network where ``agent_info["stochastic"]`` is True."""
 
-    def __init__(self, model: nn.Module):
+    def __init__(self, model: nn.Module, seed: int = 0):
         self.model = model
-        self.random = SlotRandom()
-
-    def seed(self, seed: int) -> None:
-        self.random.seed(seed)
+        self.random = SlotRandom(seed)
 
     def update(self, info):
         self.model.load_state_dict(info)
@@ -91,7 +88,7 @@ batcher = Batcher(
     create_env=make_gym_env,
     env_args={"name": "CartPole-v1"},
     create_agent=PolicyAgent,
-    agent_args={"model": model},
+    agent_args={"model": model, "seed": args.seed},
     seed=args.seed,
     agent_info=DictTensor({"stochastic": torch.tensor([True])}),
     mode="episodic",
@@ -110,7 +107,7 @@ for iteration in range(args.iterations):
     env_steps += int(steps.lengths.sum())
 
     # REINFORCE with the mean return-to-go as a baseline, as in reinforce_batcher.py.
-    mask = steps.mask().float()
+    mask = steps.mask()
     reward = steps["_observation/reward"] * mask
     returns = reward.flip(1).cumsum(1).flip(1)  # undiscounted return-to-go
     advantage = (returns - (returns * mask).sum() / mask.sum()) * mask

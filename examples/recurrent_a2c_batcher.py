@@ -86,12 +86,9 @@ class RecurrentActorCritic(nn.Module):
 class RecurrentA2CAgent(Agent):
     """Samples where ``agent_info["stochastic"]`` is True, else takes the likeliest action."""
 
-    def __init__(self, model: RecurrentActorCritic):
+    def __init__(self, model: RecurrentActorCritic, seed: int = 0):
         self.model = model
-        self.random = SlotRandom()
-
-    def seed(self, seed: int) -> None:
-        self.random.seed(seed)
+        self.random = SlotRandom(seed)
 
     def update(self, info):
         self.model.load_state_dict(info)
@@ -127,7 +124,7 @@ def gae(reward, discount, done, value, next_value, mask, gamma, gae_lambda):
 
 def a2c_loss(agent: RecurrentA2CAgent, trajectories) -> tuple[torch.Tensor, torch.Tensor]:
     steps = trajectories.trajectories
-    mask = steps.mask().float()
+    mask = steps.mask()
     replayed = replay_agent(agent, trajectories)  # from info's agent_state, with gradients
     logits, value = replayed["logits"], replayed["value"]
     with torch.no_grad():
@@ -171,7 +168,7 @@ batcher = Batcher(
     create_env=make_gym_env,
     env_args=env_args,
     create_agent=RecurrentA2CAgent,
-    agent_args={"model": model},
+    agent_args={"model": model, "seed": args.seed},
     seed=args.seed,
     agent_info=DictTensor({"stochastic": torch.tensor([True])}),
     mode="continuing",
@@ -183,7 +180,7 @@ evaluation = Batcher(
     create_env=make_gym_env,
     env_args=env_args,
     create_agent=RecurrentA2CAgent,
-    agent_args={"model": model},
+    agent_args={"model": model, "seed": args.seed + 1000},
     seed=args.seed + 1000,
     agent_info=DictTensor({"stochastic": torch.tensor([False])}),
     mode="episodic",

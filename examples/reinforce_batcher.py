@@ -51,12 +51,9 @@ class PolicyNetwork(nn.Module):
 class ReinforceAgent(Agent):
     """Samples from the policy where ``agent_info["stochastic"]`` is True, else acts greedily."""
 
-    def __init__(self, model: PolicyNetwork):
+    def __init__(self, model: PolicyNetwork, seed: int = 0):
         self.model = model
-        self.random = SlotRandom()  # one stream per env: the same runs whatever the processes
-
-    def seed(self, seed: int) -> None:
-        self.random.seed(seed)
+        self.random = SlotRandom(seed)  # one stream per env: the same runs whatever the processes
 
     def update(self, info):
         self.model.load_state_dict(info)
@@ -80,7 +77,7 @@ def discounted_returns(reward: torch.Tensor, mask: torch.Tensor, gamma: float) -
 
 def reinforce_loss(agent: ReinforceAgent, trajectories, gamma: float) -> torch.Tensor:
     steps = trajectories.trajectories
-    mask = steps.mask().float()
+    mask = steps.mask()
     logits = replay_agent(agent, trajectories)["logits"]  # with gradients, unlike acquisition
     log_prob = torch.log_softmax(logits, -1).gather(-1, steps["action/action"][..., None])[..., 0]
     returns = discounted_returns(steps["_observation/reward"], mask, gamma)
@@ -101,7 +98,7 @@ batcher = Batcher(
     create_env=make_gym_env,
     env_args={"name": "CartPole-v1"},
     create_agent=ReinforceAgent,
-    agent_args={"model": model},
+    agent_args={"model": model, "seed": args.seed},
     seed=args.seed,
     agent_info=DictTensor({"stochastic": torch.tensor([True])}),
     mode="episodic",
@@ -113,7 +110,7 @@ evaluation = Batcher(
     create_env=make_gym_env,
     env_args={"name": "CartPole-v1"},
     create_agent=ReinforceAgent,
-    agent_args={"model": model},
+    agent_args={"model": model, "seed": args.seed + 1000},
     seed=args.seed + 1000,  # other episodes than training's
     agent_info=DictTensor({"stochastic": torch.tensor([False])}),
     mode="episodic",

@@ -52,12 +52,9 @@ agent_info = DictTensor(
 class ControllerAgent(Agent):
     """A softmax controller over CartPole's state; ``agent_info`` picks how each slot acts."""
 
-    def __init__(self, gain: float = 5.0):
+    def __init__(self, gain: float = 5.0, seed: int = 0):
         self.gain = gain
-        self.random = SlotRandom()
-
-    def seed(self, seed: int) -> None:
-        self.random.seed(seed)
+        self.random = SlotRandom(seed)
 
     def __call__(self, state, observation, agent_info, history=None):
         frame, env_id = observation["frame"], observation["env_id"]
@@ -81,6 +78,7 @@ batcher = Batcher(
     create_env=make_gym_env,
     env_args={"name": "CartPole-v1"},
     create_agent=ControllerAgent,
+    agent_args={"seed": args.seed},
     seed=args.seed,
     agent_info=agent_info[:1],
     mode="episodic",  # each round: one whole episode per slot
@@ -94,7 +92,7 @@ for _ in range(args.rounds):
     steps = trajectories.trajectories
     mask = steps.mask()
     episode_returns = (steps["_observation/reward"] * mask).sum(1)
-    explored_fraction = (steps["action/explored"] & mask).sum(1) / steps.lengths
+    explored_fraction = (steps["action/explored"] * mask).sum(1) / steps.lengths
     for slot, name in enumerate(names):
         returns[name].append(episode_returns[slot].item())
         explored[name].append(explored_fraction[slot].item())

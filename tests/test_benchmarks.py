@@ -86,9 +86,11 @@ def test_batcher_throughput_prints_every_row():
     out = run_benchmark("batcher_throughput.py", "--quick")
     for env in ("CartPole-v1", "HalfCheetah-v5"):
         (row,) = [line.split()[1:] for line in out.splitlines() if line.startswith(env)]
-        assert len(row) == 7, row  # a cell per column, "n/a" where one cannot run here
-        batcher_1, batcher_2, unroll, gym_async = row[0], row[1], row[3], row[5]
-        assert all(cell.endswith(("k", "M")) for cell in (batcher_1, batcher_2, unroll, gym_async))
+        assert len(row) == 9, row  # a cell per column, "n/a" where one cannot run here
+        batcher_1, batcher_2, unroll, gym_async = row[0], row[1], row[3], row[7]
+        replays = row[4], row[5]
+        cells = (batcher_1, batcher_2, unroll, gym_async, *replays)
+        assert all(cell.endswith(("k", "M")) for cell in cells), row
         if importlib.util.find_spec("ray") is not None:
             assert row[2].endswith(("k", "M")), row  # the Ray back end's column
     assert "batcher 2x4 / gym async x8" in out

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Mapping
+from typing import Any
 
 import torch
 
@@ -91,6 +92,24 @@ class Agent(abc.ABC):
     def seed(self, seed: int) -> None:  # noqa: B027 - an optional hook: most agents draw nothing
         """Seeds the agent's random streams (the `Batcher` calls it in each worker)."""
 
+    def call_replay(
+        self, trajectories: Trajectories, t: int, state: DictTensor | None
+    ) -> tuple[DictTensor, DictTensor]:
+        """Step ``t`` of a replay in rlstructures' protocol (``replay_agent(...,
+        replay_method_name="call_replay")``): the agent on ``trajectories``' step ``t``,
+        from ``state`` (``None`` at ``t = 0``: the stored ``agent_state/*``).
+
+        Returns:
+            The step's outputs ``[B, ...]`` and the state after it.
+        """
+        info = trajectories.info
+        if state is None:
+            state = info.truncate_key("agent_state/")
+        agent_info = info.truncate_key("agent_info/")
+        observation = trajectories.trajectories.temporal_index(t).truncate_key("observation/")
+        history = _history(trajectories.trajectories, t) if self.require_history() else None
+        return self(state, observation, agent_info, history)
+
     def close(self) -> None:  # noqa: B027 - an optional hook: most agents hold nothing to release
         """Releases what the agent holds."""
 
@@ -115,7 +134,7 @@ def reset_where(state: DictTensor, initial_state: DictTensor, mask: torch.Tensor
     for key, value in state.to_dict().items():
         where = mask.reshape(-1, *([1] * (value.dim() - 1)))
         values[key] = torch.where(where, initial_state[key], value)
-    return DictTensor(values, batch_size=state.n_elems(), device=state.device)
+    return DictTensor(values, batch_size=state.n_elems(), device=state.device())
 
 
 def _check_reset(state: DictTensor, initial_state: DictTensor, mask: torch.Tensor) -> None:
@@ -143,40 +162,90 @@ def _check_reset(state: DictTensor, initial_state: DictTensor, mask: torch.Tenso
             )
 
 
-def replay_agent(agent: Agent, trajectories: Trajectories) -> TemporalDictTensor:
-    """Runs ``agent`` again over ``trajectories``, step by step, to recompute its outputs.
+def replay_agent(
+    agent: Agent, trajectories: Trajectories, replay_method_name: str | None = None
+) -> TemporalDictTensor:
+    """Runs ``agent`` again over ``trajectories`` to recompute its outputs, with gradients.
 
     The state starts from each segment's stored ``agent_state/*`` and is threaded
     through the steps as during acquisition (the agent resets it where a step is
-    an ``initial_state``), with each segment's ``agent_info/*``. Gradients flow: this
-    is how a loss gets log-probabilities and values of the current weights.
+    an ``initial_state``), with each segment's ``agent_info/*``. This is how a loss
+    gets log-probabilities and values of the current weights.
+
+    A stateless agent (its initial state has no keys, and it needs no ``history``) is
+    replayed in one call over all ``B * T`` steps: its outputs equal the step-by-step
+    loop's within float rounding (a batch of another size may round otherwise), but an
+    agent that draws random numbers draws them in another order. An agent with state is
+    run step by step, each step batched over the ``B`` segments.
 
     Args:
         agent: the agent (usually the learner's copy of the one that acquired).
         trajectories: what a `Batcher` returned, ``[B, T]``.
+        replay_method_name: rlstructures' protocol instead: the agent's method of this
+            name is called as ``method(trajectories, t, state) -> (output, state)`` for
+            ``t = 0 .. lengths.max() - 1``, with ``state=None`` at ``t = 0`` (see
+            `Agent.call_replay`).
 
     Returns:
         ``[B, T, ...]`` by output key (``"action"`` and the agent's other outputs), with
         the lengths of ``trajectories``; steps past a segment's length are padding.
+
+    Raises:
+        ValueError: ``trajectories`` have no steps.
     """
     steps = trajectories.trajectories
+    if steps.n_steps() == 0:
+        raise ValueError("the trajectories have no steps (T = 0): nothing to replay")
+    if replay_method_name is not None:
+        return _replay_by_method(getattr(agent, replay_method_name), trajectories)
     state = trajectories.info.truncate_key("agent_state/")
     agent_info = trajectories.info.truncate_key("agent_info/")
-    history_keys = [k for k in steps.keys() if k.split("/")[0] in _HISTORY_ROOTS]
+    observations = steps.td.get("observation")
+    stateless = state.empty() and not agent.require_history()
+    if stateless and agent.initial_state(agent_info, state.n_elems()).empty():
+        return _replay_at_once(agent, steps, observations, agent_info)
     outputs: list[dict[str, torch.Tensor]] = []
-    for t in range(steps.n_steps()):
+    for t, observation in enumerate(observations.unbind(1)):
         history = None
         if agent.require_history():
-            history = TemporalDictTensor(
-                {k: steps[k][:, :t] for k in history_keys}, steps.lengths.clamp(max=t)
-            )
-        observation = steps.temporal_index(t).truncate_key("observation/")
-        action, state = agent(state, observation, agent_info, history)
+            history = _history(steps, t)
+        action, state = agent(state, DictTensor._wrap(observation), agent_info, history)
         outputs.append(action.to_dict())
-    if not outputs:
-        raise ValueError("the trajectories have no steps (T = 0): nothing to replay")
     stacked = {k: torch.stack([o[k] for o in outputs], dim=1) for k in outputs[0]}
     return TemporalDictTensor(stacked, steps.lengths)
+
+
+def _replay_at_once(
+    agent: Agent, steps: TemporalDictTensor, observations: Any, agent_info: DictTensor
+) -> TemporalDictTensor:
+    """One call of a stateless agent over the ``B * T`` steps, each with its row's info."""
+    n_elems, n_steps = steps.n_elems(), steps.n_steps()
+    info = {k: v.repeat_interleave(n_steps, 0) for k, v in agent_info.to_dict().items()}
+    rows = n_elems * n_steps
+    observation = DictTensor._wrap(observations.reshape(rows))
+    empty = DictTensor({}, batch_size=rows, device=steps.device())
+    info_rows = DictTensor(info, batch_size=rows, device=agent_info.device())
+    action, _ = agent(empty, observation, info_rows, None)
+    outputs = {k: v.reshape(n_elems, n_steps, *v.shape[1:]) for k, v in action.to_dict().items()}
+    return TemporalDictTensor(outputs, steps.lengths)
+
+
+def _replay_by_method(method: Any, trajectories: Trajectories) -> TemporalDictTensor:
+    """rlstructures' replay: ``method(trajectories, t, state)`` for every step up to the
+    longest segment, from ``state=None``."""
+    n_steps = int(trajectories.trajectories.lengths.max())
+    outputs, state = [], None
+    for t in range(n_steps):
+        output, state = method(trajectories, t, state)
+        outputs.append(output.to_dict())
+    stacked = {k: torch.stack([o[k] for o in outputs], dim=1) for k in outputs[0]}
+    return TemporalDictTensor(stacked, trajectories.trajectories.lengths)
+
+
+def _history(steps: TemporalDictTensor, t: int) -> TemporalDictTensor:
+    """The steps before ``t`` of every segment, as the agent saw them during acquisition."""
+    keys = [k for k in steps.keys() if k.split("/")[0] in _HISTORY_ROOTS]
+    return TemporalDictTensor({k: steps[k][:, :t] for k in keys}, steps.lengths.clamp(max=t))
 
 
 _HISTORY_ROOTS = ("observation", "action", "_observation")

@@ -6,6 +6,8 @@ __getattr__, __dir__ = lazy_exports(
     __name__,
     {
         "DictTensor": "dict_tensor",
+        "masked_dicttensor": "dict_tensor",
+        "masked_tensor": "dict_tensor",
         "Experience": "experience",
         "flatten": "nest",
         "map_structure": "nest",
@@ -39,6 +41,8 @@ __all__ = [
     "UnsupportedSpaceError",
     "flatten",
     "map_structure",
+    "masked_dicttensor",
+    "masked_tensor",
     "pack_sequence_as",
     "spec_from_space",
 ]

@@ -90,8 +90,8 @@ class DictTensor:
         """The underlying TensorDict (nested keys); shares storage with ``self``."""
         return self._td
 
-    @property
     def device(self) -> torch.device:
+        """The device of every tensor (a method, as in rlstructures: ``d.device()``)."""
         return self._td.device
 
     def n_elems(self) -> int:
@@ -115,6 +115,57 @@ class DictTensor:
 
     def __contains__(self, key: str) -> bool:
         return get_key(self._td, key, None) is not None
+
+    def get(self, keys: Sequence[str], clone: bool = False) -> DictTensor:
+        """The tensors under ``keys`` (the same tensors, or copies with ``clone``)."""
+        picked = DictTensor._wrap(select_keys(self._td, keys))
+        return picked.clone() if clone else picked
+
+    def specs(self) -> dict[str, dict[str, Any]]:
+        """``{key: {"size": shape of one row, "dtype": dtype}}``, as rlstructures gives it."""
+        return {k: {"size": v.shape[1:], "dtype": v.dtype} for k, v in self.to_dict().items()}
+
+    def slice(self, index_from: int, index_to: int | None = None) -> DictTensor:
+        """Rows ``index_from:index_to``.
+
+        Raises:
+            TypeError: no ``index_to``: rlstructures' ``slice(i)`` drops the batch
+                dimension, which a `DictTensor` always keeps; ``d[i]`` is row ``i``.
+        """
+        if index_to is None:
+            raise TypeError(
+                f"slice({index_from}) without index_to would drop the batch dimension, "
+                f"which a DictTensor keeps: use d[{index_from}] (a batch of one)"
+            )
+        return self[index_from:index_to]
+
+    def index(self, index: int) -> DictTensor:
+        """Raises: rlstructures' ``index(i)`` drops the batch dimension; ``d[i]`` keeps it."""
+        raise TypeError(
+            f"DictTensor.index({index}) would drop the batch dimension, which a DictTensor "
+            f"keeps: use d[{index}] (row {index} as a batch of one)"
+        )
+
+    def __add__(self, other: DictTensor) -> DictTensor:
+        """The tensors of both (same batch size and device).
+
+        Raises:
+            ValueError: a key in both, or other batch sizes or devices.
+        """
+        if self.empty():
+            return other.clone()
+        if other.empty():
+            return self.clone()
+        both = sorted(set(self.keys()) & set(other.keys()))
+        if both:
+            raise ValueError(f"both DictTensors hold the keys {both}: a sum keeps one of each")
+        return DictTensor({**self.to_dict(), **other.to_dict()})
+
+    def copy_(
+        self, source: DictTensor, source_indexes: torch.Tensor, destination_indexes: torch.Tensor
+    ) -> None:
+        """Copies rows ``source_indexes`` of ``source`` into rows ``destination_indexes``, in place."""
+        copy_rows(self._td, source.td, source_indexes, destination_indexes)
 
     def __getitem__(self, index: str | RowIndex) -> torch.Tensor | DictTensor:
         if isinstance(index, str):
@@ -170,13 +221,37 @@ class DictTensor:
     def cat(dict_tensors: Sequence[DictTensor]) -> DictTensor:
         """Concatenates along the batch dimension; all must have the same keys and device.
 
+        An empty sequence gives an empty `DictTensor` (no keys, no rows), as in rlstructures.
+
         Raises:
-            ValueError: an empty sequence, different keys or different devices.
+            ValueError: different keys or different devices.
         """
+        if len(dict_tensors) == 0:
+            return DictTensor({})
         return DictTensor._wrap(cat_tensordicts([d.td for d in dict_tensors], "DictTensor"))
 
     def __repr__(self) -> str:
-        return f"DictTensor(n_elems={self.n_elems()}, device={self.device}, {describe(self._td)})"
+        return f"DictTensor(n_elems={self.n_elems()}, device={self.device()}, {describe(self._td)})"
+
+
+def masked_tensor(tensor0: torch.Tensor, tensor1: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Row ``b`` of ``tensor1`` where ``mask[b]``, else of ``tensor0`` (rlstructures' name).
+
+    Args:
+        tensor0: ``[B, ...]``, the rows where ``mask`` is unset.
+        tensor1: ``[B, ...]`` of the same shape, the rows where it is set.
+        mask: ``[B]``, bool or 0/1 floats.
+    """
+    where = mask.bool().reshape(-1, *([1] * (tensor0.dim() - 1)))
+    return torch.where(where, tensor1, tensor0)
+
+
+def masked_dicttensor(
+    dicttensor0: DictTensor, dicttensor1: DictTensor, mask: torch.Tensor
+) -> DictTensor:
+    """`masked_tensor` key by key over the keys of ``dicttensor0`` (see also `reset_where`)."""
+    values = {k: masked_tensor(v, dicttensor1[k], mask) for k, v in dicttensor0.to_dict().items()}
+    return DictTensor(values, batch_size=dicttensor0.n_elems(), device=dicttensor0.device())
 
 
 def tensordict_from_values(
@@ -238,6 +313,42 @@ def set_key(td: TensorDictBase, key: str, value: torch.Tensor) -> None:
     items[key] = value
     _nest(items)  # refuses clashes such as "a" next to "a/b" before anything changes
     td.set(_split(key), value)
+
+
+def select_keys(td: TensorDictBase, keys: Sequence[str]) -> TensorDict:
+    """The leaves under ``keys`` (``/``-joined; a key that groups others takes them all)."""
+    if isinstance(keys, str):
+        raise TypeError(f"get takes a list of keys, not the str {keys!r}: use get([{keys!r}])")
+    items: dict[str, torch.Tensor] = {}
+    for key in keys:
+        value = get_key(td, key)
+        if isinstance(value, TensorDictBase):
+            items.update({f"{key}/{k}": v for k, v in flat_items(value).items()})
+        else:
+            items[key] = value
+    return _build(items, td.batch_size, td.device)
+
+
+def copy_rows(
+    destination: TensorDictBase,
+    source: TensorDictBase,
+    source_indexes: torch.Tensor,
+    destination_indexes: torch.Tensor,
+) -> None:
+    """``destination[destination_indexes] = source[source_indexes]`` for every key, in place.
+
+    Raises:
+        ValueError: index tensors of different sizes, or keys that differ.
+    """
+    if source_indexes.shape != destination_indexes.shape:
+        raise ValueError(
+            f"copy_ needs as many source as destination rows, got {list(source_indexes.shape)} "
+            f"and {list(destination_indexes.shape)}"
+        )
+    keys, other = set(flat_items(destination)), set(flat_items(source))
+    if keys != other:
+        raise ValueError(f"copy_: the source has keys {sorted(other)}, not {sorted(keys)}")
+    destination[destination_indexes] = source[source_indexes]
 
 
 def truncate_keys(td: TensorDictBase, prefix: str) -> TensorDict:
@@ -362,6 +473,12 @@ def _common_batch_shape(
     source = "the batch size"
     expected = None if expected is None else tuple(expected)
     for key, value in items.items():
+        if value.dim() == 0:
+            raise ValueError(
+                f"key {key!r} is a 0-d tensor (shape []), but every tensor here has "
+                f"{ndim} batch dims: keep scalars such as a loss in a plain dict "
+                f"{{{key!r}: value}}, or give value.reshape(1) for a batch of one"
+            )
         if value.dim() < ndim:
             raise ValueError(
                 f"key {key!r} has shape {list(value.shape)}: fewer than {ndim} batch dims"

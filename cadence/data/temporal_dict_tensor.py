@@ -3,12 +3,14 @@
 Follows the ``TemporalDictTensor`` of rlstructures (Denoyer et al., 2021,
 https://arxiv.org/abs/2102.01010), stored in a `tensordict.TensorDict` of batch
 size ``[B, T]``. Row ``b`` holds ``lengths[b]`` valid steps; the steps after them
-are padding (zeros when made by `expand` or `cat`).
+are padding (zeros when made by `pad_steps` or `cat`). Every name rlstructures gives
+its ``TemporalDictTensor`` means the same here, or raises saying what to use.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from tensordict import TensorDictBase, pad
@@ -19,11 +21,13 @@ from cadence.data.dict_tensor import (
     RowIndex,
     Values,
     cat_tensordicts,
+    copy_rows,
     describe,
     flat_items,
     get_key,
     prepend_keys,
     row_index,
+    select_keys,
     set_key,
     tensordict_from_values,
     truncate_keys,
@@ -52,8 +56,8 @@ class TemporalDictTensor:
     >>> tdt.n_elems(), tdt.n_steps()
     (2, 3)
     >>> tdt.mask()
-    tensor([[ True,  True,  True],
-            [ True, False, False]])
+    tensor([[1., 1., 1.],
+            [1., 0., 0.]])
     >>> tdt.masked_select()["observation/x"].shape
     torch.Size([4, 4])
     """
@@ -82,8 +86,8 @@ class TemporalDictTensor:
         """``[B]`` int64, the number of valid steps of each row."""
         return self._lengths
 
-    @property
     def device(self) -> torch.device:
+        """The device of every tensor and of ``lengths`` (a method, as in rlstructures)."""
         return self._td.device
 
     def n_elems(self) -> int:
@@ -108,6 +112,29 @@ class TemporalDictTensor:
     def __contains__(self, key: str) -> bool:
         return get_key(self._td, key, None) is not None
 
+    def get(self, keys: Sequence[str]) -> TemporalDictTensor:
+        """The tensors under ``keys``, with the same lengths."""
+        return TemporalDictTensor._wrap(select_keys(self._td, keys), self._lengths)
+
+    def specs(self) -> dict[str, dict[str, Any]]:
+        """``{key: {"size": shape of one step, "dtype": dtype}}``."""
+        return {k: {"size": v.shape[2:], "dtype": v.dtype} for k, v in self.to_dict().items()}
+
+    def unfold(self) -> list[TemporalDictTensor]:
+        """One `TemporalDictTensor` per row (``n_elems() == 1``; views, not copies)."""
+        return [self[b] for b in range(self.n_elems())]
+
+    def slice(self, index_from: int, index_to: int | None = None) -> TemporalDictTensor:
+        """Rows ``index_from:index_to``; without ``index_to``, row ``index_from`` (a batch of one)."""
+        return self[index_from] if index_to is None else self[index_from:index_to]
+
+    def index(self, index: int) -> TemporalDictTensor:
+        """Raises: rlstructures' ``index(i)`` drops the batch dimension; ``tdt[i]`` keeps it."""
+        raise TypeError(
+            f"TemporalDictTensor.index({index}) would drop the batch dimension, which is "
+            f"always kept here: use tdt[{index}] (row {index} as a batch of one)"
+        )
+
     def __getitem__(self, index: str | RowIndex) -> torch.Tensor | TemporalDictTensor:
         if isinstance(index, str):
             value = get_key(self._td, index)
@@ -126,7 +153,14 @@ class TemporalDictTensor:
         set_key(self._td, key, value)
 
     def mask(self) -> torch.Tensor:
-        """``[B, T]`` bool, True where ``t < lengths[b]`` (the valid steps)."""
+        """``[B, T]`` float32, 1.0 where ``t < lengths[b]`` (the valid steps), else 0.0.
+
+        Floats, as in rlstructures, so ``loss * mask`` and ``1.0 - mask`` work; index with
+        ``mask().bool()``.
+        """
+        return self._valid().float()
+
+    def _valid(self) -> torch.Tensor:
         steps = torch.arange(self.n_steps(), device=self._lengths.device)
         return steps.unsqueeze(0) < self._lengths.unsqueeze(1)
 
@@ -146,6 +180,20 @@ class TemporalDictTensor:
             return DictTensor._wrap(self._td[rows, t])
         return DictTensor._wrap(self._td[:, int(t)])
 
+    def temporal_multi_index(self, index_t: torch.Tensor) -> DictTensor:
+        """Step ``index_t[b]`` of row ``b``: `temporal_index` with a ``[B]`` int64 tensor."""
+        return self.temporal_index(index_t)
+
+    def masked_temporal_index(self, index_t: int) -> tuple[DictTensor, torch.Tensor]:
+        """Step ``index_t`` of the rows that last that long, and those rows' indices.
+
+        Returns:
+            ``[B', ...]`` the step of the ``B'`` rows with ``index_t < lengths[b]``, and
+            ``[B']`` int64 their indices in ``self``.
+        """
+        rows = torch.nonzero(self._lengths > index_t).squeeze(1)
+        return DictTensor._wrap(self._td[rows, index_t]), rows
+
     def temporal_slice(self, start: int | None, stop: int | None) -> TemporalDictTensor:
         """Steps ``start:stop`` of every row, lengths cut to the steps that remain valid.
 
@@ -161,7 +209,7 @@ class TemporalDictTensor:
         longest = int(self._lengths.max()) if self.n_elems() else 0
         return self.temporal_slice(0, longest)
 
-    def expand(self, n_steps: int) -> TemporalDictTensor:
+    def pad_steps(self, n_steps: int) -> TemporalDictTensor:
         """Padded with zeros along time to ``T = n_steps``; the lengths stay.
 
         Raises:
@@ -169,27 +217,53 @@ class TemporalDictTensor:
         """
         extra = n_steps - self.n_steps()
         if extra < 0:
-            raise ValueError(f"cannot expand {self.n_steps()} steps to {n_steps} (use shorten)")
+            raise ValueError(f"cannot pad {self.n_steps()} steps to {n_steps} (use shorten)")
         if extra == 0:
             return self
         return TemporalDictTensor._wrap(pad(self._td, [0, 0, 0, extra]), self._lengths)
 
+    def expand(self, new_batch_size: int) -> TemporalDictTensor:
+        """Padded with rows of zeros, each of length 0, to ``B = new_batch_size`` (as in
+        rlstructures; `pad_steps` pads the time axis).
+
+        Raises:
+            ValueError: ``new_batch_size`` is below the current ``B``.
+        """
+        extra = new_batch_size - self.n_elems()
+        if extra < 0:
+            raise ValueError(f"cannot expand {self.n_elems()} rows to {new_batch_size}")
+        lengths = torch.cat([self._lengths, self._lengths.new_zeros(extra)])
+        return TemporalDictTensor._wrap(pad(self._td, [0, extra, 0, 0]), lengths)
+
+    def copy_(
+        self,
+        source: TemporalDictTensor,
+        source_indexes: torch.Tensor,
+        destination_indexes: torch.Tensor,
+    ) -> None:
+        """Copies rows ``source_indexes`` of ``source`` (their first ``source.lengths.max()``
+        steps, and their lengths) into rows ``destination_indexes``, in place."""
+        steps = int(source.lengths.max()) if source.n_elems() else 0
+        copy_rows(self._td[:, :steps], source.td[:, :steps], source_indexes, destination_indexes)
+        self._lengths[destination_indexes] = source.lengths[source_indexes]
+
     def masked_select(self, mask: torch.Tensor | None = None) -> DictTensor:
-        """The steps where ``mask`` ``[B, T]`` is True, flattened row by row into a `DictTensor`.
+        """The steps where ``mask`` ``[B, T]`` is set, flattened row by row into a `DictTensor`.
 
         Args:
-            mask: ``[B, T]`` bool; the default, `mask`, selects every valid step.
+            mask: ``[B, T]`` bool, or 0/1 floats as `mask` gives; the default selects
+                every valid step.
 
         Returns:
             ``[N, ...]`` per key, ``N = mask.sum()``, in order of row then step.
         """
-        mask = self.mask() if mask is None else mask
-        if tuple(mask.shape) != tuple(self._td.batch_size) or mask.dtype != torch.bool:
+        if mask is None:
+            return DictTensor._wrap(self._td[self._valid()])
+        if tuple(mask.shape) != tuple(self._td.batch_size):
             raise ValueError(
-                f"the mask must be bool {list(self._td.batch_size)}, "
-                f"got {mask.dtype} {list(mask.shape)}"
+                f"the mask must be {list(self._td.batch_size)}, got {list(mask.shape)}"
             )
-        return DictTensor._wrap(self._td[mask])
+        return DictTensor._wrap(self._td[mask.bool()])
 
     def truncate_key(self, prefix: str) -> TemporalDictTensor:
         """The tensors whose key starts with ``prefix``, with it removed (see `DictTensor`)."""
@@ -213,17 +287,23 @@ class TemporalDictTensor:
         """Concatenates along the batch dim, padding each with zeros to the longest ``T``.
 
         Raises:
-            ValueError: an empty sequence, different keys or different devices.
+            ValueError: an empty sequence (it gives no keys nor ``T``), different keys or
+                different devices.
         """
-        n_steps = max((t.n_steps() for t in tensors), default=0)
-        tds = [t.expand(n_steps).td for t in tensors]
+        if len(tensors) == 0:
+            raise ValueError(
+                "TemporalDictTensor.cat needs at least one TemporalDictTensor (an empty "
+                "one has no keys to hold; DictTensor.cat([]) gives an empty DictTensor)"
+            )
+        n_steps = max(t.n_steps() for t in tensors)
+        tds = [t.pad_steps(n_steps).td for t in tensors]
         td = cat_tensordicts(tds, "TemporalDictTensor")
         return TemporalDictTensor._wrap(td, torch.cat([t.lengths for t in tensors]))
 
     def __repr__(self) -> str:
         return (
             f"TemporalDictTensor(n_elems={self.n_elems()}, n_steps={self.n_steps()}, "
-            f"device={self.device}, lengths={self._lengths.tolist()}, {describe(self._td)})"
+            f"device={self.device()}, lengths={self._lengths.tolist()}, {describe(self._td)})"
         )
 
 

@@ -43,8 +43,8 @@ class Trajectories:
     trajectories: TemporalDictTensor
 
     def __post_init__(self) -> None:
-        n_elems, device = self.trajectories.n_elems(), self.trajectories.device
-        if self.info.empty() and (self.info.n_elems(), self.info.device) != (n_elems, device):
+        n_elems, device = self.trajectories.n_elems(), self.trajectories.device()
+        if self.info.empty() and (self.info.n_elems(), self.info.device()) != (n_elems, device):
             # rlstructures allows an empty info of any size; keep rows aligned instead.
             object.__setattr__(self, "info", DictTensor({}, batch_size=n_elems, device=device))
         if self.info.n_elems() != n_elems:
@@ -52,12 +52,12 @@ class Trajectories:
                 f"info has {self.info.n_elems()} rows but trajectories have {n_elems}; "
                 "both must hold one row per segment"
             )
-        if self.info.device != device:
-            raise ValueError(f"info is on {self.info.device} but trajectories on {device}")
+        if self.info.device() != device:
+            raise ValueError(f"info is on {self.info.device()} but trajectories on {device}")
 
-    @property
     def device(self) -> torch.device:
-        return self.trajectories.device
+        """The device of ``info`` and ``trajectories`` (a method, as in rlstructures)."""
+        return self.trajectories.device()
 
     def n_elems(self) -> int:
         """``B``, the number of segments."""
@@ -80,6 +80,13 @@ class Trajectories:
 
     def detach(self) -> Trajectories:
         return Trajectories(self.info.detach(), self.trajectories.detach())
+
+    def sample(self, n: int) -> Trajectories:
+        """Raises: rlstructures declares ``sample`` without implementing it; index rows."""
+        raise NotImplementedError(
+            f"Trajectories.sample({n}) is not implemented (nor is it in rlstructures): index "
+            f"rows instead, e.g. trajectories[torch.randint(trajectories.n_elems(), ({n},))]"
+        )
 
     @staticmethod
     def cat(batches: Sequence[Trajectories]) -> Trajectories:

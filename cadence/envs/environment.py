@@ -55,6 +55,15 @@ class PyEnvironment(abc.ABC):
     def step(self, action: Nest) -> TimeStep:
         """Executes ``action``; after a LAST, resets instead (ignoring ``action``)."""
 
+    def set_reset_options(self, options: dict[str, Any] | None) -> None:  # noqa: B027
+        """Options for every later `reset`, until changed (``None``: none).
+
+        The `Batcher` gives each slot's ``{"env_info": {key: value}}`` here, so that a
+        multi-task env can pick its task. A Gymnasium env (`GymAdapter`) receives them as
+        ``reset(options=options)``; an env of another kind takes no options and ignores
+        them (an optional hook).
+        """
+
     def render(self) -> np.ndarray | None:
         """An RGB frame ``[H, W, 3]`` of the current state, if the env renders."""
         return None
@@ -94,6 +103,9 @@ class PyEnvironmentWrapper(PyEnvironment):
 
     def step(self, action: Nest) -> TimeStep:
         return self._env.step(action)
+
+    def set_reset_options(self, options: dict[str, Any] | None) -> None:
+        self._env.set_reset_options(options)
 
     def render(self) -> np.ndarray | None:
         return self._env.render()

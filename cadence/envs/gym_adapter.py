@@ -68,6 +68,7 @@ class GymAdapter(PyEnvironment):
         )
         self._zero_action = self._action_spec.numpy_zeros()
         self._needs_reset = True
+        self._reset_options: dict[str, Any] | None = None
         if seed is not None:
             env.action_space.seed(seed)
 
@@ -87,8 +88,12 @@ class GymAdapter(PyEnvironment):
     def env_info_spec(self) -> CompositeSpec:
         return self._env_info_spec
 
+    def set_reset_options(self, options: dict[str, Any] | None) -> None:
+        """Given to every later ``reset`` of the Gymnasium env as ``options``."""
+        self._reset_options = options
+
     def reset(self) -> TimeStep:
-        observation, info = self._env.reset(seed=self._seed)
+        observation, info = self._env.reset(seed=self._seed, options=self._reset_options)
         self._seed = None
         self._needs_reset = False
         observation = self._spaces.observation(observation)

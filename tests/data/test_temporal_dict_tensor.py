@@ -34,7 +34,9 @@ def test_mask_with_lengths_zero_between_and_full():
     expected = torch.tensor(
         [[False, False, False, False], [True, True, False, False], [True, True, True, True]]
     )
-    assert torch.equal(make().mask(), expected)
+    mask = make().mask()
+    assert mask.dtype == torch.float32 and torch.equal(mask, expected.float())
+    assert torch.equal(1.0 - mask, (~expected).float())  # floats, as in rlstructures
 
 
 def test_index_rows_keeps_lengths_aligned():
@@ -77,12 +79,22 @@ def test_shorten_trims_to_the_longest_row():
     assert make(lengths=(0, 0, 0)).shorten().n_steps() == 0
 
 
-def test_expand_pads_time_with_zeros():
-    wide = make().expand(6)
+def test_pad_steps_pads_time_with_zeros():
+    wide = make().pad_steps(6)
     assert wide.n_steps() == 6 and wide.lengths.tolist() == [0, 2, 4]
     assert wide["observation/x"][1].tolist() == [10, 11, 12, 13, 0, 0]
     assert wide["action/a"].shape == (B, 6, 1) and wide["observation/x"].dtype == torch.int64
-    with pytest.raises(ValueError, match="cannot expand 4 steps to 2"):
+    with pytest.raises(ValueError, match="cannot pad 4 steps to 2"):
+        make().pad_steps(2)
+
+
+def test_expand_pads_the_batch_with_empty_rows_as_rlstructures():
+    tall = make().expand(5)
+    assert tall.n_elems() == 5 and tall.n_steps() == T
+    assert tall.lengths.tolist() == [0, 2, 4, 0, 0]
+    assert tall["observation/x"][3:].abs().sum() == 0
+    assert torch.equal(tall["observation/x"][:B], make()["observation/x"])
+    with pytest.raises(ValueError, match="cannot expand 3 rows to 2"):
         make().expand(2)
 
 
@@ -105,8 +117,10 @@ def test_masked_select_gives_the_valid_steps_row_by_row():
     assert flat["observation/x"].tolist() == [10, 11, 20, 21, 22, 23]
     custom = make().masked_select(torch.eye(B, T, dtype=torch.bool))
     assert custom["observation/x"].tolist() == [0, 11, 22]
-    with pytest.raises(ValueError, match="bool \\[3, 4\\]"):
-        make().masked_select(torch.ones(B, T))
+    floats = make().masked_select(make().mask())  # 0/1 floats select as bools do
+    assert floats["observation/x"].tolist() == [10, 11, 20, 21, 22, 23]
+    with pytest.raises(ValueError, match="must be \\[3, 4\\]"):
+        make().masked_select(torch.ones(B, 2))
 
 
 def test_keys_truncate_prepend_and_set():
@@ -148,7 +162,7 @@ def test_to_clone_detach_and_repr():
     clone.lengths[0] = 3
     assert tdt.lengths[0] == 0
     moved = tdt.to("meta")
-    assert moved.device.type == "meta" and moved.lengths.device.type == "meta"
+    assert moved.device().type == "meta" and moved.lengths.device.type == "meta"
     assert tdt.detach()["observation/x"].data_ptr() == tdt["observation/x"].data_ptr()
     text = repr(tdt)
     assert "n_elems=3, n_steps=4" in text and "lengths=[0, 2, 4]" in text

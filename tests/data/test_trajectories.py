@@ -26,7 +26,7 @@ def make(n: int = 3, n_steps: int = 4, first: int = 0) -> Trajectories:
 def test_construction_and_sizes():
     batch = make()
     assert batch.n_elems() == 3 and len(batch) == 3
-    assert batch.device == torch.device("cpu")
+    assert batch.device() == torch.device("cpu")
     assert batch.info.truncate_key("agent_state/").keys() == ["h"]
 
 
@@ -69,7 +69,7 @@ def test_cat_pads_to_the_longer_segment():
 def test_to_clone_detach():
     batch = make()
     moved = batch.to("meta")
-    assert moved.device.type == "meta" and moved.info.device.type == "meta"
+    assert moved.device().type == "meta" and moved.info.device().type == "meta"
     clone = batch.clone()
     assert torch.equal(clone.info["agent_state/h"], batch.info["agent_state/h"])
     assert clone.trajectories["action/a"].data_ptr() != batch.trajectories["action/a"].data_ptr()

@@ -11,8 +11,11 @@ worker; new weights go through shared memory too, stamped with a version
 
 Seeding does not depend on the split into processes: env ``i`` of the whole batch
 (``i = w * n_envs + k``) is seeded ``seed + i``, and an agent that draws from a
-`SlotRandom` keyed by the observation's ``env_id`` gives slot ``i`` the same stream
-wherever it runs. So 1 x 2n and 2 x n envs acquire the same trajectories unless a step
+`SlotRandom` seeded alike in every worker (the Batcher's ``seed`` through
+``agent_args``) and keyed by the observation's ``env_id`` gives slot ``i`` the same
+stream wherever it runs. Worker ``w``'s agent is seeded by `Agent.seed` with a seed of
+its own, ``seed + w * n_envs`` (its first env's) unless ``agent_seeds`` says otherwise,
+so generators an agent seeds itself draw different streams in different workers. So 1 x 2n and 2 x n envs acquire the same trajectories unless a step
 lies within rounding of a tie: each worker runs the agent on a batch of its own slots,
 and the BLAS may round a row of a batch of 2n differently from one of n (MKL does on
 AVX-512 processors), so the agent's float outputs agree within rounding, not bit for bit,
@@ -41,14 +44,20 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable, Mapping
-from typing import Any, Literal
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import torch
 
 from cadence.algorithms.agent import Agent
 from cadence.collect.batcher.acquisition import Acquisition, deadline, read_trajectories, write_rows
+from cadence.collect.batcher.arguments import (
+    Mode,
+    agent_seeds_of,
+    check_arguments,
+    check_timeouts,
+)
 from cadence.collect.batcher.shared import (
     Specs,
     TrajectoryBlock,
@@ -63,8 +72,6 @@ from cadence.envs.environment import PyEnvironment
 from cadence.envs.gym_factory import env_registrations
 from cadence.envs.main_module import MainFree
 from cadence.envs.recovery import RecoveryPolicy
-
-Mode = Literal["continuing", "episodic"]
 
 
 class BatcherWorkerError(RuntimeError):
@@ -100,13 +107,20 @@ class Batcher:
         create_agent: builds the agent, called in each worker as ``create_agent(**agent_args)``.
         env_args: keyword arguments of ``create_env``.
         agent_args: keyword arguments of ``create_agent`` (the model to start from, ...).
-        seed: env ``i`` is seeded ``seed + i``; the agents are seeded ``seed``.
+        seed: env ``i`` is seeded ``seed + i``; worker ``w``'s agent is seeded
+            ``seed + w * n_envs``, the seed of its first env (`Agent.seed`, called before
+            the agent first acts).
+        agent_seeds: one seed per worker for `Agent.seed`, instead (rlstructures'
+            ``seeds``); ``None``: as ``seed`` says.
         agent_info: an example of the per-slot parameters (any number of rows): the
             workers run the agent on it once to learn the shapes of its outputs, and
             its first row is every slot's when `reset` is given none.
         env_info: an example of the per-slot environment parameters, recorded with
-            each segment (cadence envs take no arguments at reset); its first row is
-            every slot's when `reset` is given none.
+            each segment and given to each slot's env at every reset: a Gymnasium env
+            (`make_gym_env`) as ``reset(options={"env_info": {key: row}})``, an env of
+            another kind through `PyEnvironment.set_reset_options` (which ignores them
+            unless it says otherwise); its first row is every slot's when `reset` is
+            given none.
         mode: ``"continuing"``: an env whose episode ends starts the next one within
             the same acquisition (every slot runs ``T`` steps). ``"episodic"``: it stops
             there, until the next `reset` (rlstructures' envs without auto-reset).
@@ -153,6 +167,7 @@ class Batcher:
         env_args: Mapping[str, Any] | None = None,
         agent_args: Mapping[str, Any] | None = None,
         seed: int = 0,
+        agent_seeds: Sequence[int] | None = None,
         agent_info: DictTensor | None = None,
         env_info: DictTensor | None = None,
         mode: Mode = "continuing",
@@ -164,8 +179,8 @@ class Batcher:
         backend: Backend = "local",
         ray_actor_options: Mapping[str, Any] | None = None,
     ):
-        _check_arguments(n_timesteps, n_processes, n_envs, mode, backend)
-        _check_timeouts(timeout_s=timeout_s, build_timeout_s=build_timeout_s)
+        check_arguments(n_timesteps, n_processes, n_envs, mode, backend)
+        check_timeouts(timeout_s=timeout_s, build_timeout_s=build_timeout_s)
         self._closed = False
         self.n_timesteps, self.n_processes, self.n_envs = n_timesteps, n_processes, n_envs
         self.mode = mode
@@ -181,6 +196,7 @@ class Batcher:
             n_envs=n_envs,
             n_timesteps=n_timesteps,
             seed=seed,
+            agent_seeds=agent_seeds_of(agent_seeds, seed, n_processes, n_envs),
             agent_info=example,
             episodic=mode == "episodic",
             registrations=env_registrations((env_args or {}).values()),
@@ -279,7 +295,8 @@ class Batcher:
                 the acquisitions that follow until `execute` gives new ones (``None``:
                 the first row of the constructor's example in every slot).
             env_info: ``[N, ...]`` per-slot environment parameters, recorded with
-                every segment (``None``: as ``agent_info``).
+                every segment and given to each slot's env at this reset and every later
+                one (see the constructor; ``None``: as ``agent_info``).
 
         Raises:
             RuntimeError: an acquisition is in flight (`get` it first).
@@ -291,7 +308,7 @@ class Batcher:
         self._agent_info = self._per_slot(agent_info, "agent_info")
         self._env_info = self._per_slot(env_info, "env_info")
         self._needs_reset = True
-        messages = {w: ("reset", self._slice_of(self._agent_info, w)) for w in self._workers}
+        messages = {w: ("reset", self._reset_infos(w)) for w in self._workers}
         while messages:
             replies, dead = self._pool.request(messages)
             for worker in sorted(dead):  # the replacement is reset below
@@ -444,6 +461,10 @@ class Batcher:
     def _slice_of(self, values: DictTensor, worker: int) -> dict[str, torch.Tensor]:
         return {k: v.clone() for k, v in values[self._slots(worker)].to_dict().items()}
 
+    def _reset_infos(self, worker: int) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        """What a reset gives ``worker``: its slots' ``agent_info`` and ``env_info`` rows."""
+        return self._slice_of(self._agent_info, worker), self._slice_of(self._env_info, worker)
+
     def _spawn(self, worker: int) -> None:
         offset = self._recovery.seed_offset(worker)
         args = (worker, worker * self.n_envs, self._packed_recipe, offset)
@@ -497,7 +518,7 @@ class Batcher:
             self._raise_errors(replies, while_building=True)
             messages = [self._attach_message()]
             if resume:
-                messages.append(("reset", self._slice_of(self._agent_info, worker)))
+                messages.append(("reset", self._reset_infos(worker)))
             for message in messages:
                 replies, dead = self._pool.request({worker: message})
                 if dead:
@@ -556,23 +577,3 @@ class Batcher:
         broken = self._recovery.broken
         if broken is not None:
             raise RuntimeError(f"the Batcher is unusable since a worker failed: {broken}")
-
-
-def _check_arguments(
-    n_timesteps: int, n_processes: int, n_envs: int, mode: Mode, backend: Backend
-) -> None:
-    for name, value in (("n_timesteps", n_timesteps), ("n_processes", n_processes)):
-        if value < 1:
-            raise ValueError(f"{name} must be >= 1, got {value}")
-    if n_envs < 1:
-        raise ValueError(f"n_envs must be >= 1, got {n_envs}")
-    if mode not in ("continuing", "episodic"):
-        raise ValueError(f"mode must be 'continuing' or 'episodic', got {mode!r}")
-    if backend not in ("local", "ray"):
-        raise ValueError(f"backend must be 'local' or 'ray', got {backend!r}")
-
-
-def _check_timeouts(**timeouts: float | None) -> None:
-    for name, value in timeouts.items():
-        if value is not None and not value > 0:
-            raise ValueError(f"{name} must be > 0 or None, got {value}")

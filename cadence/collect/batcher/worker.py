@@ -5,8 +5,9 @@ one agent, runs the agent once on a blank observation to learn the shapes of its
 actions and state, and reports them; then it attaches to the trajectory block
 (see `cadence.collect.batcher.shared`) and serves the parent's requests until "close":
 
-- ``("reset", agent_info)``: every env starts an episode, every slot the agent's
-  initial state;
+- ``("reset", (agent_info, env_info))``: every env starts an episode (a Gymnasium env
+  is given its slot's ``env_info`` as ``reset(options={"env_info": ...})``, at this
+  reset and at every later one until the next), every slot the agent's initial state;
 - ``("execute", (agent_info, weights))``: loads the weights version named (if new),
   then acquires up to ``n_timesteps`` steps of every running slot, writing each
   step into its rows of the trajectory block, and answers with the slots still
@@ -61,6 +62,7 @@ class WorkerRecipe:
     n_envs: int
     n_timesteps: int
     seed: int
+    agent_seeds: list[int]  # one per worker: what its agent's `Agent.seed` is given
     agent_info: dict[str, torch.Tensor]  # the example, any number of rows
     episodic: bool
     # The parent's registrations of the env ids env_args names (`env_registrations`).
@@ -133,8 +135,12 @@ class Acquirer:
         )
         self.env_ids = torch.arange(start, start + n)
         self.start = start
+        # Seeded before the probe calls it (an agent may build its generator in `seed`),
+        # and again after, so that the probe's draws shift none of the acquisitions'.
+        agent_seed = recipe.agent_seeds[start // n] + seed_offset
+        self.agent.seed(agent_seed)
         self.specs = self._probe(recipe.agent_info)
-        self.agent.seed(seed)
+        self.agent.seed(agent_seed)
         torch.manual_seed(seed + start)  # for agents that draw from torch's own generator
         self.block: TrajectoryBlock | None = None
         self.views: dict[str, np.ndarray] = {}  # this worker's rows of the block
@@ -185,12 +191,18 @@ class Acquirer:
             for key, view in self.views.items()
         }
 
-    def _reset(self, agent_info: dict[str, torch.Tensor] | None) -> None:
+    def _reset(
+        self, infos: tuple[dict[str, torch.Tensor] | None, dict[str, torch.Tensor] | None]
+    ) -> None:
+        agent_info, env_info = infos
         n = self.recipe.n_envs
+        if env_info:
+            for k, env in enumerate(self.envs):
+                env.set_reset_options({"env_info": {key: v[k] for key, v in env_info.items()}})
         self._steps.write_rows(0, [env.reset() for env in self.envs])
         self.agent_info = _dict_tensor(agent_info, n)
         with torch.no_grad():
-            self.state = self.agent.initial_state(self.agent_info, n)
+            self.state = _sized(self.agent.initial_state(self.agent_info, n), n)
         self.running = np.arange(n)
         self.observation = self._observe(self.running)
 
@@ -234,7 +246,7 @@ class Acquirer:
             _write(views, "_observation/", rows, t, after)
             views["progress"][rows] = t + 1
             ended = after["done"].numpy()
-            observation, state = after, new_state
+            observation, state = after, _sized(new_state, rows.size)
             if not ended.any():
                 continue
             if self.recipe.episodic:
@@ -367,6 +379,14 @@ def _write(
             array[index] = value.numpy()
         else:
             array[index, t] = value.numpy()
+
+
+def _sized(state: DictTensor, n: int) -> DictTensor:
+    """``state`` with ``n`` rows: rlstructures' stateless agents give ``DictTensor({})``,
+    which has none, and the episodic loop selects the rows of the slots still running."""
+    if state.empty() and state.n_elems() != n:
+        return DictTensor({}, batch_size=n)
+    return state
 
 
 def _rows(values: DictTensor, rows: np.ndarray, n: int) -> DictTensor:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import time
 
+import gymnasium as gym
+import numpy as np
 import torch
 from torch import nn
 
@@ -23,16 +25,17 @@ class PolicyAgent(Agent):
     """
 
     def __init__(
-        self, model: nn.Module | None = None, fail_at_step: int | None = None, sleep_s: float = 0.0
+        self,
+        model: nn.Module | None = None,
+        fail_at_step: int | None = None,
+        sleep_s: float = 0.0,
+        seed: int = 0,
     ):
         self.model = model if model is not None else nn.Linear(4, 2)
-        self.random = SlotRandom()
+        self.random = SlotRandom(seed)  # one seed in every worker: streams keyed by env id
         self.fail_at_step = fail_at_step
         self.sleep_s = sleep_s
         self.steps = 0
-
-    def seed(self, seed: int) -> None:
-        self.random.seed(seed)
 
     def update(self, info):
         self.model.load_state_dict(info)
@@ -95,7 +98,7 @@ def nearest_tie(trajectories) -> float:
     distance of the draw to the categorical's cumulative probabilities, for greedy ones the
     gap between the two largest logits."""
     steps = trajectories.trajectories
-    valid = steps.mask()
+    valid = steps.mask().bool()
     logits = steps["action/logits"][valid].double()
     cdf = torch.softmax(logits, -1).cumsum(-1)[:, :-1]
     to_draw = (steps["action/draw"][valid].double()[:, None] - cdf).abs().amin(-1)
@@ -175,3 +178,51 @@ class _Dying(PyEnvironmentWrapper):
                 time.sleep(3600)
             os._exit(3)
         return self._env.step(action)
+
+
+class TaskEnv(gym.Env):
+    """A multi-task env: it shows its task, read from ``options["env_info"]["task"]`` at
+    every reset (0 without), as its observation and reward; episodes last 3 steps."""
+
+    observation_space = gym.spaces.Box(-100.0, 100.0, (1,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.task = float(options["env_info"]["task"]) if options else 0.0
+        self.t = 0
+        return np.full(1, self.task, np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        return np.full(1, self.task, np.float32), self.task, self.t >= 3, False, {}
+
+
+def task_env(seed: int, flag_file: str | None = None, at_step: int = 0) -> PyEnvironment:
+    """`TaskEnv` through the Gymnasium adapter; with ``flag_file``, dying as `dying_env`."""
+    env = make_gym_env(seed=seed, name=TaskEnv)
+    return env if flag_file is None else _Dying(env, flag_file, at_step, "exit")
+
+
+class StatelessAgent(Agent):
+    """rlstructures' stateless agent: ``DictTensor({})`` (no rows) as initial and new state."""
+
+    def initial_state(self, agent_info, n_elems):
+        return DictTensor({})
+
+    def __call__(self, state, observation, agent_info, history=None):
+        return DictTensor({"action": torch.zeros(observation.n_elems(), dtype=torch.int64)}), (
+            DictTensor({})
+        )
+
+
+class GeneratorAgent(Agent):
+    """Draws from a generator of its own, made in `seed` (so it cannot act unseeded)."""
+
+    def seed(self, seed: int) -> None:
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def __call__(self, state, observation, agent_info, history=None):
+        n = observation.n_elems()
+        draw = torch.rand(n, generator=self.generator)
+        return DictTensor({"action": (draw < 0.5).long(), "draw": draw}), state

@@ -76,9 +76,9 @@ def test_episodic_lengths_and_mask_end_at_the_done_step():
             assert steps["_observation/discount"][row, length - 1] == 0.0  # terminated
         else:
             assert not valid.any()
-    assert torch.equal(steps.mask(), torch.arange(steps.n_steps()) < lengths[:, None])
+    assert torch.equal(steps.mask(), (torch.arange(steps.n_steps()) < lengths[:, None]).float())
     assert n_running == int((lengths == 60).sum())
-    assert not steps["observation/done"][steps.mask()].any()  # an agent never sees a LAST
+    assert not steps["observation/done"][steps.mask().bool()].any()  # an agent never sees a LAST
 
 
 def test_continuing_slots_start_the_next_episode_within_the_acquisition():
@@ -136,7 +136,8 @@ def test_two_policies_in_one_batch_through_agent_info():
 
 
 def _acquire(n_processes, n_envs, mode, n_acquisitions=3):
-    with _batcher(n_timesteps=25, n_processes=n_processes, n_envs=n_envs, mode=mode, seed=7) as b:
+    agent_args = {"seed": 7}  # the SlotRandom's: one seed in every worker
+    with _batcher(25, n_processes, n_envs, mode, agent_args, seed=7) as b:
         b.reset(_info(n_processes * n_envs, epsilon=0.3))
         results = []
         for _ in range(n_acquisitions):

@@ -50,6 +50,17 @@ def test_the_two_policies_example_prints_each_policys_own_statistics(tmp_path):
     assert rows["greedy"][0] > rows["uniform"][0]  # the controller outlasts random actions
 
 
+@pytest.mark.timeout(180)
+def test_the_multi_task_example_gives_each_slot_the_goal_its_env_info_names(tmp_path):
+    out = _run("multi_task_batcher.py", "--quick", cwd=tmp_path, timeout=170)
+    reached = re.findall(
+        r"^slot (\d): goal ([-+]\d+), reached ([-+]\d+) in (\d+) steps$", out, re.M
+    )
+    goals = [int(goal) for _, goal, _, _ in reached]
+    assert goals == [3, -2, 7, -6, -6, 7, -2, 3]  # the second reset swapped them
+    assert all(goal == end and int(n) == abs(int(goal)) for _, goal, end, n in reached)
+
+
 @pytest.mark.timeout(240)
 def test_the_ray_example_runs_quickly_as_a_plain_script(tmp_path):
     pytest.importorskip("ray")
