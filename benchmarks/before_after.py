@@ -11,7 +11,7 @@ cache of its own that the first, untimed round fills:
 - ``time_to_solve``: ``time_to_solve.py --skip-sb3`` for ``ppo_cartpole`` and
   ``sac_pendulum`` as shipped, seed 0 (training seconds to the bar);
 - ``update_speed``: ``update_speed.py --skip-sb3``, SAC updates/s eager and compiled at
-  both shapes, one thread, ATen's multiplies;
+  both shapes, one thread;
 - ``world_model_speed``: cadence's world-model and actor-critic updates/s at the
   Pendulum shapes (the function the script times them with; its TorchRL side needs a
   virtual environment of its own and does not change).
@@ -53,7 +53,7 @@ COMMANDS = {
     ],
     "update_speed": [
         "benchmarks/update_speed.py", "--skip-sb3", "--threads", "1", "--repeats", "5",
-        "--compile", "off", "default", "--cpu-matmul", "aten",
+        "--compile", "off", "default",
     ],
     "world_model_speed": ["-c", WORLD_MODEL],
 }  # fmt: skip

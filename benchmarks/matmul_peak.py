@@ -7,10 +7,9 @@ second can say what fraction of the machine's matmul peak it reaches::
     fraction = achieved / matmul_peak_gflops(threads)
 
 The peak is the best rate over a few square sizes (small ones fit the caches, large ones
-amortise the threading) and over the CPU backends cadence's layers can use
-(`cadence.accel.cpu_matmul`): ``torch.mm`` (MKL) and oneDNN, the latter running AVX-512 code
-on AMD processors where MKL runs AVX2. Each size is timed as the fastest of ``repeats``
-calls after one untimed call, with ``threads`` intra-op threads. Run it to print the peaks::
+amortise the threading) of ``torch.mm``, torch's BLAS (MKL on x86), which multiplies
+cadence's layers. Each size is timed as the fastest of ``repeats`` calls after one untimed
+call, with ``threads`` intra-op threads. Run it to print the peaks::
 
     python benchmarks/matmul_peak.py --threads 1 2
 """
@@ -29,8 +28,8 @@ DEFAULT_SIZES = (256, 512, 1024, 2048)
 def matmul_peak_gflops(
     threads: int, sizes: Sequence[int] = DEFAULT_SIZES, repeats: int = 5
 ) -> float:
-    """Best float32 ``n x n`` matmul rate over ``sizes`` and backends, GFLOP/s (2 n^3
-    FLOPs a call).
+    """Best float32 ``n x n`` ``torch.mm`` rate over ``sizes``, GFLOP/s (2 n^3 FLOPs a
+    call).
 
     Args:
         threads: intra-op threads for the measurement; the caller's setting is restored.
@@ -40,26 +39,11 @@ def matmul_peak_gflops(
     Returns:
         The best rate, in GFLOP/s.
     """
-    return max(matmul_peaks_gflops(threads, sizes, repeats).values())
-
-
-def matmul_peaks_gflops(
-    threads: int, sizes: Sequence[int] = DEFAULT_SIZES, repeats: int = 5
-) -> dict[str, float]:
-    """`matmul_peak_gflops` per backend: ``aten`` and, where it runs, ``onednn``."""
-    from cadence.accel.cpu_matmul import onednn_available, onednn_matmul
-
-    multiplies = {"aten": lambda a, b: torch.mm(a, b)}
-    if onednn_available():
-        multiplies["onednn"] = lambda a, b: onednn_matmul(a, b, None)
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
         with torch.no_grad():
-            return {
-                name: max(_mm_gflops(multiply, n, repeats) for n in sizes)
-                for name, multiply in multiplies.items()
-            }
+            return max(_mm_gflops(torch.mm, n, repeats) for n in sizes)
     finally:
         torch.set_num_threads(previous)
 
@@ -93,9 +77,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
     for threads in args.threads:
-        peaks = matmul_peaks_gflops(threads, args.sizes, args.repeats)
-        rates = ", ".join(f"{name} {rate:.1f}" for name, rate in peaks.items())
-        print(f"threads={threads}: float32 matmul peak GFLOP/s: {rates}")
+        peak = matmul_peak_gflops(threads, args.sizes, args.repeats)
+        print(f"threads={threads}: float32 matmul peak (torch.mm): {peak:.1f} GFLOP/s")
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@
 #   bash benchmarks/peer_env.sh [VENV_DIR]        # default: .venvs/torchrl
 #
 # The venv sees the system site-packages, so the peer runs on the very torch build cadence
-# runs on (same BLAS and oneDNN, so the speeds compare); only what TorchRL needs beyond it
+# runs on (the same BLAS and convolutions, so the speeds compare); only what TorchRL needs beyond it
 # is installed inside, pinned. torchrl 0.14.1 asks for tensordict >=0.14.3,<0.15, while
 # cadence's environment has tensordict 0.15.3: hence the separate venv, whose tensordict
 # shadows the system one. Before installing, a dry run must show that pip would not pull

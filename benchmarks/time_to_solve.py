@@ -36,7 +36,6 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -191,9 +190,9 @@ def warm_compile_cache(task: Task, compile_mode: str | None, threads: int | None
     run_cadence(warm, 0, task.budget, compile_mode, threads)
 
 
-MACHINE_RECORDS = ("cpu_matmul.json", "env_step_cost.json", "native")
-"""What an ``empty`` compile cache keeps of the machine's: the choices and the kernel that a
-user's first run of any config has made already, none of them a compiled graph."""
+MACHINE_RECORDS = ("env_step_cost.json",)
+"""What an ``empty`` compile cache keeps of the machine's: the choices that a user's first
+run of any config has made already, none of them a compiled graph."""
 
 
 def empty_compile_cache(parent: str) -> str:
@@ -203,9 +202,7 @@ def empty_compile_cache(parent: str) -> str:
     folder = tempfile.mkdtemp(dir=parent)
     for name in MACHINE_RECORDS:
         source = compile_cache_dir() / name
-        if source.is_dir():
-            shutil.copytree(source, Path(folder) / name)
-        elif source.exists():
+        if source.exists():
             shutil.copy(source, folder)
     return folder
 

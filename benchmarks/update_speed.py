@@ -20,10 +20,9 @@ Shapes: Pendulum-like (obs 3, action 1) and HalfCheetah-like (obs 17, action 6).
 Each shape's table also gives the update's matmul floor: the FLOPs of its matrix
 multiplies (counted on one cadence update: forward and backward, about 0.6 GFLOP at
 256x256, batch 256) over this machine's matmul peak at the same threads
-(`matmul_peak.py`, the faster of MKL and oneDNN), as the most updates/s any implementation
-could reach, and the fraction of that peak each side reaches. cadence's rows name the
-backend of its layers' multiplies (``--cpu-matmul``, `cadence.accel.cpu_matmul`): ``auto``
-is what a training run picks on this machine; SB3 multiplies with ``torch.mm`` (MKL).
+(`matmul_peak.py`, torch's BLAS: MKL), as the most updates/s any implementation could
+reach, and the fraction of that peak each side reaches. Both sides multiply with torch's
+BLAS.
 """
 
 from __future__ import annotations
@@ -39,8 +38,6 @@ import numpy as np
 import torch
 from matmul_peak import count_flops, matmul_peak_gflops
 
-from cadence.accel.cpu_matmul import set_cpu_matmul
-
 SHAPES = {"pendulum": (3, 1), "halfcheetah": (17, 6)}
 BATCH_SIZE = 256
 HIDDEN = (256, 256)
@@ -52,15 +49,12 @@ def make_cadence(
     obs_dim: int,
     act_dim: int,
     compile_mode: str,
-    cpu_matmul: str = "auto",
     device: str = "cpu",
     algorithm: str = "sac",
 ) -> Callable[[int], None]:
-    """A function running ``n`` cadence updates of ``algorithm`` on a pre-filled buffer, its
-    layers' multiplies on the ``cpu_matmul`` backend (`cadence.accel.cpu_matmul`), the
+    """A function running ``n`` cadence updates of ``algorithm`` on a pre-filled buffer, the
     networks and the buffer on ``device``."""
     from cadence.accel import compile_update
-    from cadence.accel.cpu_matmul import using_cpu_matmul
     from cadence.algorithms.ddpg import DDPGConfig, make_ddpg
     from cadence.algorithms.off_policy import replay_minibatches
     from cadence.algorithms.off_policy_config import OffPolicyConfig
@@ -70,7 +64,6 @@ def make_cadence(
     from cadence.networks import NetworkConfig
     from cadence.replay.buffer import ReplayBuffer
 
-    backend = set_cpu_matmul(cpu_matmul)
     network = NetworkConfig(hidden_sizes=HIDDEN, activation="relu", orthogonal_init=False)
     action_spec = BoundedTensorSpec((act_dim,), minimum=-1.0, maximum=1.0)
     make, config = {
@@ -104,9 +97,8 @@ def make_cadence(
         # The training path (`OffPolicyScheme`): n minibatches drawn at once, each read when
         # trained on, with only the fields the algorithm reads.
         config = OffPolicyConfig(mini_batch_size=BATCH_SIZE, num_updates_per_train_iter=n)
-        with using_cpu_matmul(backend):
-            for sample in replay_minibatches(buffer, config, learner.replay_fields):
-                learner.update(learner.preprocess_experience(sample))
+        for sample in replay_minibatches(buffer, config, learner.replay_fields):
+            learner.update(learner.preprocess_experience(sample))
         if device != "cpu":
             torch.cuda.synchronize(device)
 
@@ -183,14 +175,6 @@ def main(argv: list[str] | None = None) -> int:
         default=["off", "default"],
         help="cadence's compile modes to measure ('off' is eager)",
     )
-    parser.add_argument(
-        "--cpu-matmul",
-        nargs="+",
-        default=["auto"],
-        choices=["auto", "aten", "onednn"],
-        help="the backends of cadence's layer multiplies to measure (trainer.cpu_matmul; "
-        "'auto' is what a run picks on this machine)",
-    )
     parser.add_argument("--algorithm", choices=["sac", "td3", "ddpg"], default="sac")
     parser.add_argument(
         "--device",
@@ -211,15 +195,10 @@ def main(argv: list[str] | None = None) -> int:
     for shape in args.shapes:
         obs_dim, act_dim = SHAPES[shape]
         runners: dict[str, Callable[[int], None]] = {}
-        for backend in args.cpu_matmul:
-            for mode in args.compile:
-                on_cpu = args.device == "cpu"
-                name = (
-                    f"cadence[{mode}, {set_cpu_matmul(backend)}]" if on_cpu else f"cadence[{mode}]"
-                )
-                runners[name] = make_cadence(
-                    obs_dim, act_dim, mode, backend, args.device, args.algorithm
-                )
+        for mode in args.compile:
+            runners[f"cadence[{mode}]"] = make_cadence(
+                obs_dim, act_dim, mode, args.device, args.algorithm
+            )
         if not args.skip_sb3:
             runners["sb3"] = make_sb3(obs_dim, act_dim, args.device, args.algorithm)
         for name, run in runners.items():  # warm-up (and compilation), not timed
@@ -230,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n{shape} (obs {obs_dim}, action {act_dim}) on {args.device}")
         floor = None
         if args.device == "cpu":
-            eager = make_cadence(obs_dim, act_dim, "off", "aten", algorithm=args.algorithm)
+            eager = make_cadence(obs_dim, act_dim, "off", algorithm=args.algorithm)
             flops = count_flops(lambda eager=eager: eager(1))
             peak = matmul_peak_gflops(args.threads)
             floor = peak * 1e9 / flops

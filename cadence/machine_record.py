@@ -1,9 +1,8 @@
 """Choices that ``auto`` measures once per machine and every later process reads back.
 
-Some of cadence's ``auto`` choices come from a timing (which CPU matmul backend is
-fastest, whether an env's steps are worth worker processes) and also decide a run's
-numbers: the backends round differently, and a run whose envs get workers leaves them
-its cores and trains on fewer torch threads, whose multiplies split, and so round,
+Some of cadence's ``auto`` choices come from a timing (whether an env's steps are worth
+worker processes) and also decide a run's numbers: a run whose envs get workers leaves
+them its cores and trains on fewer torch threads, whose multiplies split, and so round,
 differently. Measured in every process, such a choice follows the machine's load, and
 two runs of one seed and config can end apart. `recorded` takes the measurement in the
 first process that needs it and keeps it in a JSON file in the compile cache folder,
@@ -42,7 +41,7 @@ def recorded(
     and recorded first where there is none or this process cannot use it.
 
     Args:
-        file_name: the record, e.g. ``"cpu_matmul.json"``: one JSON object.
+        file_name: the record, e.g. ``"env_step_cost.json"``: one JSON object.
         key: what the measurement depends on (`machine_key` and the measured thing).
         measure: takes the measurement and returns what to record (JSON: a choice, a time).
         usable: whether this process can act on a recorded value (e.g. a kernel that no
@@ -123,12 +122,6 @@ def machine() -> str:
     except OSError:
         flags = ""
     return f"{platform.machine()}:{hashlib.sha256(flags.encode()).hexdigest()[:16]}"
-
-
-def cpu_vendor() -> str:
-    """The processor's vendor as Linux names it (``GenuineIntel``, ``AuthenticAMD``), or
-    empty where it does not say."""
-    return _cpuinfo_field("vendor_id")
 
 
 def _cpuinfo_field(name: str) -> str:

@@ -35,9 +35,7 @@ import pytest
 import torch
 
 from cadence.accel import compiled_function, update_compiler
-from cadence.accel import cpu_matmul as matmul
 from cadence.config import loading
-from cadence.networks import linear
 from cadence.trainer.run import torch_settings_restored
 
 TEST_THREADS_VAR = "CADENCE_TEST_NUM_THREADS"
@@ -66,24 +64,11 @@ def pytest_report_header(config):
 
 @pytest.fixture(autouse=True)
 def restore_process_settings():
-    """Each test leaves the process's matmul backend (and what children inherit), torch's
-    thread count and its deterministic switch as it found them. The whole session
-    multiplies on what `auto` picks for this machine; a test that trains with another
-    backend (which sets it for the process) or mocks `auto`'s measurement must not hand
-    that to the tests after it. A run's numbers depend on the backend and the thread
-    count: a learning test once ran at the thread count an earlier test's config set
-    (``trainer.num_threads: 1``) and missed its bar."""
-    backend = matmul.cpu_matmul()  # the first test decides, as a user's first network does
-    route = linear.matmul_route()
-    inherited = os.environ.get(matmul.ENV_VAR)
+    """Each test leaves torch's thread count and its deterministic switch as it found them.
+    A run's numbers depend on the thread count: a learning test once ran at the thread count
+    an earlier test's config set (``trainer.num_threads: 1``) and missed its bar."""
     with torch_settings_restored():  # what `train` restores after a run, too
         yield
-    matmul._backend = backend
-    linear.set_matmul_route(route)
-    if inherited is None:
-        os.environ.pop(matmul.ENV_VAR, None)
-    else:
-        os.environ[matmul.ENV_VAR] = inherited
 
 
 @pytest.fixture(autouse=True)
@@ -142,13 +127,8 @@ def compile_marker_kept(request, monkeypatch):
 
 @pytest.fixture
 def unmeasured_machine(monkeypatch, tmp_path):
-    """A process on a machine where `auto` has not yet chosen a matmul backend: no choice
-    in the process, none inherited, none in the machine's record (a fresh compile cache),
-    and one where oneDNN can win, so that `auto` measures (`onednn_can_win`)."""
-    monkeypatch.setattr(matmul, "onednn_can_win", lambda: True)
-    monkeypatch.setattr(matmul, "_backend", None)
-    monkeypatch.setattr(linear, "_route", None)
-    monkeypatch.delenv(matmul.ENV_VAR, raising=False)
+    """A process on a machine where `auto` has measured nothing yet: a fresh compile cache,
+    which holds the machine's records (`cadence.machine_record`)."""
     monkeypatch.setenv("CADENCE_COMPILE_CACHE", str(tmp_path / "fresh-cache"))
 
 

@@ -1,21 +1,17 @@
-"""The optional fast path: compiled updates and unrolls, CUDA graphs, the compile cache, and
-the CPU matmul backend measured per machine.
+"""The optional fast path: compiled updates and unrolls, CUDA graphs and the compile cache.
 
-Nothing below the trainer imports this package, and an eager run (``algorithm.compile=off``
-with ``trainer.cpu_matmul=aten``) never loads it. It reaches the core through one seam:
+Nothing below the trainer imports this package, and an eager run (``algorithm.compile=off``)
+never loads it. It reaches the core through one seam:
 
 - an algorithm's update: `compile_update` installs an `UpdateCompiler` as the algorithm's
   `cadence.algorithms.accelerator.UpdateAccelerator`, which runs what the algorithm passes
   through ``in_graph`` as compiled graphs and steps its optimizers in them;
 - a collector's unrolls: `CompiledUnroll` is the `cadence.collect.unroll.UnrollStrategy` the
-  trainer injects into the collector of a compiled run;
-- the layers' multiplies: `set_cpu_matmul` installs a backend's route
-  (`cadence.networks.linear.MatmulRoute`) for ``trainer.cpu_matmul`` other than ``aten``.
+  trainer injects into the collector of a compiled run.
 
 Private torch symbols the layer needs are in `cadence.accel.torch_private`.
 """
 
-from cadence.accel.cpu_matmul import set_cpu_matmul
 from cadence.accel.unroll_compiler import MAX_STEPS_PER_GRAPH, CompiledUnroll
 from cadence.accel.update_compiler import UpdateCompiler, compile_update
 
@@ -24,5 +20,4 @@ __all__ = [
     "CompiledUnroll",
     "UpdateCompiler",
     "compile_update",
-    "set_cpu_matmul",
 ]

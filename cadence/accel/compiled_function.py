@@ -2,7 +2,7 @@
 
 A compiled call first checks its guards; in steady-state training nothing they check can
 change but through the inputs, so once a signature (the inputs' structure, shapes, dtypes,
-devices; grad mode; the CPU matmul backend) has run guarded `GUARDED_CALLS` times, later
+devices; grad mode) has run guarded `GUARDED_CALLS` times, later
 calls skip them. Where compiling fails the function runs eagerly from then on.
 """
 
@@ -20,7 +20,6 @@ from typing import Any
 
 import torch
 
-from cadence.accel.cpu_matmul import cpu_matmul
 from cadence.accel.precompiled import Precompiled, load_or_compile, precompilable
 from cadence.accel.torch_private import (
     mode_options,
@@ -248,7 +247,7 @@ class CompiledWithFallback:
         sizes: list[torch.Size] = []
         self._describe(args, described, sizes)
         state = self.state_key() if self.state_key is not None else None
-        modes = (torch.is_grad_enabled(), torch.is_inference_mode_enabled(), cpu_matmul())
+        modes = (torch.is_grad_enabled(), torch.is_inference_mode_enabled())
         return (tuple(described), modes, state), tuple(sizes)
 
     def _sizes_pass(

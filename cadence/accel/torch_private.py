@@ -25,7 +25,6 @@ Why each is used, and what is public instead:
   ``use_duck_shape``, ``torch._inductor.config`` and ``torch._functorch.config`` keys,
   ``torch._inductor.list_mode_options``, ``torch._inductor.cpu_vec_isa`` and
   ``torch._inductor.runtime.cache_dir_utils``: compile settings with no public form.
-- ``torch.ops.mkldnn._linear_pointwise``: oneDNN's linear kernel (``cpu_matmul=onednn``).
 """
 
 from __future__ import annotations
@@ -41,7 +40,6 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 logger = logging.getLogger(__name__)
 
@@ -293,20 +291,6 @@ def valid_vec_isa_list() -> list[Any]:
     return [] if valid is None else list(valid())
 
 
-# ------------------------------------------------------------------------ oneDNN
-def onednn_linear_available() -> bool:
-    """Whether this torch has oneDNN's linear kernel (``torch.ops.mkldnn._linear_pointwise``)."""
-    return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
-
-
-def onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """``F.linear(x, weight, bias)`` by oneDNN (``torch.ops.mkldnn._linear_pointwise``), by
-    ATen where torch lacks it."""
-    if not hasattr(torch.ops.mkldnn, "_linear_pointwise"):
-        return F.linear(x, weight, bias)
-    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
-
-
 # ------------------------------------------------------------------------ report
 SYMBOLS: dict[str, Callable[[], bool]] = {
     **{
@@ -360,7 +344,6 @@ SYMBOLS: dict[str, Callable[[], bool]] = {
     "torch._functorch.config.enable_autograd_cache": lambda: hasattr(
         _config("torch._functorch.config"), "enable_autograd_cache"
     ),
-    "torch.ops.mkldnn._linear_pointwise": lambda: hasattr(torch.ops.mkldnn, "_linear_pointwise"),
 }
 """Every private symbol of this module, with whether the installed torch has it."""
 

@@ -9,6 +9,7 @@ from typing import Any
 import attrs
 
 from cadence.data.names import similar_names
+from cadence.trainer.config import REMOVED_KEYS
 
 # Marks a problem that has no value to show (an unknown or missing key).
 _NO_VALUE = object()
@@ -70,7 +71,10 @@ def close_matches(word: str, candidates: Iterable[str], limit: int = 3) -> list[
 
 
 def unknown_key_problem(key: str, valid_keys: Iterable[str]) -> Problem:
-    """A `Problem` for ``key``, which is not in the config, with close valid keys."""
+    """A `Problem` for ``key``, which is not in the config, with close valid keys; for a
+    key earlier versions had (`REMOVED_KEYS`), why it went and what to do instead."""
+    if key in REMOVED_KEYS:
+        return Problem(key, f"{REMOVED_KEYS[key]}; drop the key")
     matches = close_matches(key, valid_keys)
     hint = f"; did you mean {' or '.join(matches)}?" if matches else ""
     return Problem(key, f"unknown key{hint}")

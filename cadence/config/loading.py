@@ -104,9 +104,27 @@ def default_root_dir(config: ExperimentConfig) -> str:
     # The schedules' horizon goes with the budget (docs/resume.md); left out, not hashed
     # at its default, so that directories made before the key existed keep their names.
     del tree["trainer"]["schedule_horizon"]
+    tree["trainer"] = _with_removed_defaults(tree["trainer"])
     content = OmegaConf.to_yaml(OmegaConf.create(tree))
     digest = hashlib.sha256(content.encode()).hexdigest()[:8]
     return os.path.join("runs", config.name, f"seed{config.seed}-{digest}")
+
+
+REMOVED_DEFAULTS = {"cpu_matmul": ("num_threads", "auto")}
+"""Removed ``trainer`` keys that the default run directory's digest still hashes, each at
+the default it had, after the key it followed: a directory made before one went keeps its
+name (the same command resumes it)."""
+
+
+def _with_removed_defaults(trainer: dict[str, Any]) -> dict[str, Any]:
+    """``trainer`` with `REMOVED_DEFAULTS` put back where they stood."""
+    restored = {}
+    for key, value in trainer.items():
+        restored[key] = value
+        for removed, (after, default) in REMOVED_DEFAULTS.items():
+            if key == after:
+                restored[removed] = default
+    return restored
 
 
 def compose_tree(name: str, overrides: Sequence[str] = ()) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import attrs
@@ -12,6 +13,9 @@ from omegaconf.errors import OmegaConfBaseException
 from cadence.config.errors import ConfigError, Problem
 from cadence.config.experiment import ExperimentConfig
 from cadence.config.structure import structure
+from cadence.trainer.config import REMOVED_KEYS, removed_key_warning
+
+logger = logging.getLogger(__name__)
 
 
 def to_dict(config: Any) -> dict[str, Any]:
@@ -41,7 +45,9 @@ def from_yaml(text: str, source: str = "from YAML") -> ExperimentConfig:
 
     Args:
         text: YAML such as a run's ``config.yaml``; keys it leaves out take the
-            class defaults.
+            class defaults, and keys earlier versions wrote that were removed since
+            (`REMOVED_KEYS`) are dropped with a warning, so that an older run still
+            resumes, evaluates and plays.
         source: what the text came from, for the first line of an error.
 
     Raises:
@@ -53,4 +59,17 @@ def from_yaml(text: str, source: str = "from YAML") -> ExperimentConfig:
         data = OmegaConf.to_container(OmegaConf.create(text), resolve=False)
     except (yaml.YAMLError, OmegaConfBaseException) as error:
         raise ConfigError(f"Invalid config {source}:", [Problem("(YAML)", str(error))]) from None
+    drop_removed_keys(data, source)
     return structure(ExperimentConfig, data, source)
+
+
+def drop_removed_keys(tree: Any, source: str) -> None:
+    """Removes from the config ``tree`` (nested dicts, as a run's ``config.yaml`` holds
+    them) every key of `REMOVED_KEYS`, logging `removed_key_warning` for each."""
+    for dotted in REMOVED_KEYS:
+        *sections, key = dotted.split(".")
+        parent = tree
+        for section in sections:
+            parent = parent.get(section) if isinstance(parent, dict) else None
+        if isinstance(parent, dict) and key in parent:
+            logger.warning(removed_key_warning(dotted, parent.pop(key), source))

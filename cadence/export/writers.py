@@ -18,7 +18,6 @@ import torch
 
 from cadence.export.errors import ExportError, require_onnx_exporter
 from cadence.export.graph import PolicyGraph
-from cadence.networks.linear import plain_matmuls
 
 ExportFormat = Literal["onnx", "torchscript"]
 """The file formats `cadence export` writes."""
@@ -43,7 +42,6 @@ def write_onnx(graph: PolicyGraph, path: Path, input_names: list[str], output_na
         torch.no_grad(),
         warnings.catch_warnings(),
         _quiet(*_EXPORTER_LOGGERS),
-        plain_matmuls(),  # the file holds standard ops (a custom one would not load)
     ):
         warnings.simplefilter("ignore")  # the exporter's notes about its own internals
         # torch.export first: it fails loudly where the batch cannot stay dynamic, where
@@ -102,7 +100,7 @@ def _quiet(*names: str) -> Iterator[None]:
 
 def write_torchscript(graph: PolicyGraph, path: Path) -> None:
     """Writes ``graph`` to ``path`` as a traced TorchScript module (``torch.jit.load``)."""
-    with torch.no_grad(), warnings.catch_warnings(), plain_matmuls():
+    with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore", torch.jit.TracerWarning)
         # torch.jit warns that it is deprecated in favour of torch.export, whose programs
         # need Python to load; TorchScript is what torch.jit.load and LibTorch (C++) run.

@@ -33,7 +33,7 @@ from cadence.networks.rssm import RSSM, Gaussian, GroupSizes, Latent, Observed, 
 IMAGE_SIZE = 64
 
 CHANNELS_LAST = torch.channels_last
-"""The memory layout of the conv stacks' weights and activations: oneDNN's convolutions
+"""The memory layout of the conv stacks' weights and activations: torch's CPU convolutions
 (forward and backward) run faster on it than on PyTorch's default layout (the 64x64
 encoder and decoder of a 50 x 50 minibatch, one CPU thread: 7.6 against 10.2 s per
 update). Only the layout differs: the results are the default layout's to float rounding."""

@@ -99,7 +99,7 @@ class ImageEncoder(nn.Module):
         self.output_dim = feature_dim
         if orthogonal_init:
             _orthogonal_(self)
-        # Channels-last filters: on a CPU, oneDNN's convolutions run faster with them, the
+        # Channels-last filters: torch's CPU convolutions run faster with them, the
         # images staying channels first (the Nature CNN's forward and backward on 256
         # Atari frames: 98 ms instead of 115). The state dict's keys and shapes are unchanged.
         self.conv.to(memory_format=torch.channels_last)

@@ -17,7 +17,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from cadence.networks.config import ActivationName
-from cadence.networks.linear import batched_linear
 from cadence.networks.mlp import ACTIVATIONS, HIDDEN_GAIN
 
 
@@ -57,14 +56,10 @@ class EnsembleLinear(nn.Module):
         weight, bias = self.weight, self.bias
         if detach_parameters:
             weight, bias = weight.detach(), bias.detach()
-        out = batched_linear(flat, weight, bias)
-        if out is None:
-            compiling = torch.compiler.is_compiling()
-            out = (
-                _compiled_linear(flat, weight, bias)
-                if compiling
-                else torch.baddbmm(bias, flat, weight)
-            )
+        if torch.compiler.is_compiling():
+            out = _compiled_linear(flat, weight, bias)
+        else:
+            out = torch.baddbmm(bias, flat, weight)
         return out.reshape(*x.shape[:-1], out.shape[-1])
 
 
@@ -96,8 +91,7 @@ def ensemble_matmul(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         for k in range(1, x.shape[-1]):
             out = out + x[..., k : k + 1] * weight[:, k : k + 1]
         return out
-    out = batched_linear(x, weight)
-    return torch.bmm(x, weight) if out is None else out
+    return torch.bmm(x, weight)
 
 
 class EnsembleLayerNorm(nn.Module):

@@ -71,8 +71,8 @@ class MLP(nn.Sequential):
 
 
 def make_linear(in_dim: int, out_dim: int, gain: float | None) -> nn.Linear:
-    """A linear layer (`Linear`: on the CPU, its multiply runs on the faster of ATen and
-    oneDNN), orthogonally initialised with ``gain`` and zero bias unless ``gain`` is None."""
+    """A linear layer (`Linear`: ``nn.Linear`` with a faster weight gradient for few inputs),
+    orthogonally initialised with ``gain`` and zero bias unless ``gain`` is None."""
     layer = Linear(in_dim, out_dim)
     if gain is not None:
         nn.init.orthogonal_(layer.weight, gain)

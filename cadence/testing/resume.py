@@ -365,7 +365,6 @@ def cpu_sized_overrides(config_name: str, iterations: int = 4) -> list[str]:
         "trainer.checkpoint_interval=1",
         "trainer.progress_bar=off",
         "trainer.num_threads=1",
-        "trainer.cpu_matmul=aten",
     ]
     algorithm = config.algorithm
     if hasattr(algorithm, "mini_batch_size"):

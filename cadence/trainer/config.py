@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Any, Literal
 
 import attrs
 from attrs import field
@@ -32,20 +32,30 @@ def check_device(name: str, *, collector: bool = False) -> None:
     raise ValueError(f"{key} must be one of {allowed}; got {name!r}")
 
 
-CPU_MATMULS = ("auto", "aten", "onednn")
-"""``trainer.cpu_matmul``'s settings (`cadence.accel.cpu_matmul`)."""
+REMOVED_KEYS = {
+    "trainer.cpu_matmul": (
+        "removed: cadence multiplies the CPU layers' matrices with torch's own BLAS (the "
+        "oneDNN route this key chose gained no whole run the 1.3x that would have kept it; "
+        "docs/compile.md)"
+    ),
+}
+"""Keys of earlier versions that were removed, with why. A config that sets one is refused
+with this and told to drop it (`cadence.config`); a run's ``config.yaml`` that holds one is
+read without it, with a warning (`removed_key_warning`), so that the run still resumes."""
 
 
-def check_cpu_matmul(name: str) -> None:
-    """Raises ValueError when ``name`` is not a ``trainer.cpu_matmul`` setting, saying so
-    plainly for ``avx512``, a kernel of earlier versions that was removed."""
-    if name == "avx512":
-        raise ValueError(
-            "cadence's AVX-512 matmul kernel was removed, as no whole run gained 1.3x from "
-            "it (docs/compile.md); use auto, aten or onednn"
+def removed_key_warning(key: str, value: Any, source: str) -> str:
+    """The warning for a run's config (from ``source``) that holds the removed ``key`` (one
+    of `REMOVED_KEYS`) at ``value``: it is read without the key, and where the value made
+    the run's numbers what they are (oneDNN's multiplies), the ones it computes from here
+    on differ from the recorded ones."""
+    text = f"{source} holds {key}={value!r}, {REMOVED_KEYS[key]}; it is read without the key"
+    if key == "trainer.cpu_matmul" and value == "onednn":
+        text += (
+            "; the run multiplied its CPU matrices with oneDNN, so the numbers it computes "
+            "from here on differ from the ones it recorded"
         )
-    if name not in CPU_MATMULS:
-        raise ValueError(f"expected one of {', '.join(repr(s) for s in CPU_MATMULS)}")
+    return text
 
 
 @attrs.define(kw_only=True, on_setattr=CHECKED_SETATTR)
@@ -161,19 +171,6 @@ class TrainerConfig:
             "more, then on torch's count less the cores taken by other ranks (and, while "
             "acting, by 'parallel' env workers); recorded in placement.json, and a resume "
             "takes the recorded counts. The count changes how results round."
-        },
-    )
-    # A str checked by its validator rather than a Literal, so that the removed 'avx512' is
-    # refused with why, not only with the accepted values.
-    cpu_matmul: str = field(
-        default="auto",
-        validator=lambda _, __, value: check_cpu_matmul(value),
-        metadata={
-            "doc": "Who multiplies the CPU layers' matrices: 'aten' (torch's BLAS, MKL), "
-            "'onednn' (oneDNN, for multiplies large enough to gain: on AMD processors about "
-            "twice MKL's speed), or 'auto': whichever measures fastest on the machine, "
-            "measured once per machine and thread count (recorded in the compile cache's "
-            "cpu_matmul.json, and in the run's placement.json; a resume reuses it)."
         },
     )
     progress_bar: Literal["auto", "on", "off"] = field(

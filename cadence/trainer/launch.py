@@ -56,10 +56,6 @@ def launch_ranks(config: Any) -> str | None:
     Raises:
         RankFailedError: a rank exited with an error (its output says which).
     """
-    from cadence.trainer.placement import resolve_cpu_matmul
-
-    # Decided once here, so that every rank multiplies on the same backend (they inherit it).
-    resolve_cpu_matmul(config.trainer.cpu_matmul, Path(config.root_dir))
     num_ranks = config.trainer.num_ranks
     with (
         tempfile.TemporaryDirectory(prefix="cadence-launch-") as scratch,

@@ -13,10 +13,6 @@ acts in the environments:
   CPU, where a GPU would spend more on launching kernels and copying than on the math;
 - a device (``cpu``, ``cuda``, ``cuda:1``): acts there.
 
-``trainer.cpu_matmul`` picks who multiplies the CPU layers' matrices (ATen's BLAS or oneDNN,
-through the optional fast path's `cadence.accel.cpu_matmul`); ``auto`` measures them.
-``aten`` loads none of that layer.
-
 When the collector's device differs from the learner's, the collector acts with a copy of
 the algorithm refreshed from the learner before every unroll, and its experience moves to
 the learner through pinned memory.
@@ -27,7 +23,7 @@ than `PARALLEL_MIN_FLOPS` runs on one thread, a larger one on every core torch w
 
 The placement is written to the run directory (``placement.json``) and a resumed run
 reuses it, so a measurement that came out differently on the second start cannot change
-how the run collects, nor how its matmuls round, nor its thread counts.
+how the run collects, nor its thread counts.
 """
 
 from __future__ import annotations
@@ -36,7 +32,6 @@ import copy
 import json
 import logging
 import os
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -49,15 +44,17 @@ from torch.utils.flop_counter import FlopCounterMode
 from cadence.algorithms.algorithm import Algorithm
 from cadence.data.nest import map_structure
 from cadence.data.time_step import StepType, TimeStep
-from cadence.networks.linear import CPU_MATMUL_ENV_VAR, set_matmul_route
 
 logger = logging.getLogger(__name__)
 
 PLACEMENT_FILE = "placement.json"
 
-REMOVED_CPU_MATMUL = "avx512"
-"""The backend of cadence's own AVX-512 matmul kernel, removed; a run that recorded it
-resumes on ``auto``'s choice (`resolve_cpu_matmul`)."""
+REMOVED_FIELD = "cpu_matmul"
+"""What multiplied the CPU layers' matrices, in the placement of earlier versions (``aten``,
+``onednn`` or ``avx512``); read no more, but warned of (`warn_of_removed_matmuls`)."""
+
+REMOVED_CPU_MATMULS = {"onednn": "oneDNN", "avx512": "cadence's AVX-512 matmul kernel"}
+"""The removed backends a run may have recorded, by name."""
 
 
 def learner_device(name: str) -> str:
@@ -97,9 +94,6 @@ class Placement:
         env: the device tensor-native environments run on (``cpu`` for Gymnasium ones).
         rollout_step_us: when ``auto`` measured it, one rollout step's microseconds per
             candidate device (transfers included); empty otherwise.
-        cpu_matmul: the backend of the CPU layers' multiplies, ``aten`` or ``onednn``
-            (empty in a placement recorded before it was part of one; ``avx512``, the
-            removed kernel, in one recorded by an earlier version).
         num_threads: torch's intra-op threads (``torch.get_num_threads``) while the run
             updates and evaluates, which change how reductions round (0 in a placement
             recorded before it was part of one).
@@ -111,7 +105,6 @@ class Placement:
     collector: str
     env: str
     rollout_step_us: dict[str, float] = attrs.field(factory=dict)
-    cpu_matmul: str = ""
     num_threads: int = 0
     acting_threads: int = 0
 
@@ -131,7 +124,10 @@ class Placement:
         if not path.exists():
             return None
         try:
-            return cls(**json.loads(path.read_text()))
+            recorded = json.loads(path.read_text())
+            if isinstance(recorded, dict):
+                recorded.pop(REMOVED_FIELD, None)  # an earlier version's
+            return cls(**recorded)
         except (ValueError, TypeError) as error:  # bad bytes, bad JSON, missing keys
             if warn:
                 logger.warning(
@@ -145,8 +141,6 @@ class Placement:
         if self.rollout_step_us:
             times = ", ".join(f"{us:.0f} us on {d}" for d, us in self.rollout_step_us.items())
             text += f" (one rollout step: {times})"
-        if self.cpu_matmul:
-            text += f", CPU matmuls by {self.cpu_matmul}"
         if self.num_threads:
             text += f", {self.num_threads} torch thread(s)"
         if self.acting_threads:
@@ -225,35 +219,29 @@ def resolve_placement(
     return recorded if recorded is not None and recorded.learner == learner else None
 
 
-def resolve_cpu_matmul(setting: str, run_dir: Path) -> str:
-    """Sets the CPU matmul backend for ``trainer.cpu_matmul`` and returns it. ``auto`` is
-    the one this run recorded when it started (``run_dir/placement.json``), else the one
-    this process or its parent decided (``CADENCE_CPU_MATMUL``: the ranks of a launch all
-    take the launcher's), else measured. Call before any network is built.
+def warn_of_removed_matmuls(run_dir: Path) -> bool:
+    """Warns when the run in ``run_dir`` recorded that oneDNN, or cadence's AVX-512 kernel,
+    multiplied its CPU matrices (``cpu_matmul`` in the ``placement.json`` of an earlier
+    version): both were removed, so the run goes on with torch's own BLAS and its numbers
+    differ from the recorded ones. Returns whether it warned."""
+    recorded = _removed_field(run_dir)
+    if recorded not in REMOVED_CPU_MATMULS:
+        return False
+    logger.warning(
+        "this run multiplied its CPU matrices with %s (cpu_matmul=%s in %s), which cadence "
+        "no longer has: it continues with torch's own BLAS, so the numbers it computes from "
+        "here on differ from the ones it recorded",
+        REMOVED_CPU_MATMULS[recorded], recorded, run_dir / PLACEMENT_FILE,
+    )  # fmt: skip
+    return True
 
-    A run that recorded ``avx512`` (cadence's AVX-512 matmul kernel, since removed) goes on
-    with ``auto``'s choice, with a warning that its numbers round differently from here on.
 
-    ATen, where the fast path's backend choice is not loaded yet, is set here without it
-    (an eager run never imports `cadence.accel`); every other choice is that layer's."""
-    if setting == "auto":
-        recorded = Placement.load(run_dir, warn=False)  # `record_placement` names a damaged one
-        if recorded is not None and recorded.cpu_matmul == REMOVED_CPU_MATMUL:
-            logger.warning(
-                "this run multiplied its CPU matrices with cadence's AVX-512 matmul kernel "
-                "(cpu_matmul=avx512 in %s), which was removed: it continues with what "
-                "cpu_matmul=auto picks, so its numbers differ from the ones recorded",
-                run_dir / PLACEMENT_FILE,
-            )
-        elif recorded is not None and recorded.cpu_matmul:
-            setting = recorded.cpu_matmul
-    if setting == "aten" and "cadence.accel.cpu_matmul" not in sys.modules:
-        set_matmul_route(None)
-        os.environ[CPU_MATMUL_ENV_VAR] = "aten"  # children started afterwards inherit it
-        return "aten"
-    from cadence.accel.cpu_matmul import inherit_cpu_matmul, set_cpu_matmul
-
-    return inherit_cpu_matmul() if setting == "auto" else set_cpu_matmul(setting)
+def _removed_field(run_dir: Path) -> Any:
+    """`REMOVED_FIELD`'s value in ``run_dir``'s placement, or None where it has none."""
+    try:
+        return json.loads((run_dir / PLACEMENT_FILE).read_text()).get(REMOVED_FIELD)
+    except (OSError, ValueError, AttributeError):  # none, damaged, or not a JSON object
+        return None
 
 
 PARALLEL_MIN_FLOPS = 1e9
@@ -391,8 +379,9 @@ def warn_of_load(cores: int | None = None) -> bool:
 
 def record_placement(placement: Placement, run_dir: Path, is_writer: bool) -> None:
     """Logs ``placement`` and writes it to ``run_dir`` (by the writing rank) unless the run
-    already holds it."""
+    already holds it (without an earlier version's `REMOVED_FIELD`, which a resume warns of
+    once)."""
     logger.info("placement: %s", placement.describe())
-    if is_writer and Placement.load(run_dir) != placement:
+    if is_writer and (Placement.load(run_dir) != placement or _removed_field(run_dir)):
         run_dir.mkdir(parents=True, exist_ok=True)
         placement.save(run_dir)

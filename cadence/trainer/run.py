@@ -36,10 +36,10 @@ from cadence.trainer.placement import (
     learner_device,
     measured_placement,
     record_placement,
-    resolve_cpu_matmul,
     resolve_placement,
     resolve_threads,
     warn_of_load,
+    warn_of_removed_matmuls,
 )
 from cadence.trainer.rng import rank_seed, seed_everything
 from cadence.trainer.run_config import CHANGES_FILE, check_resume_config, first_budget
@@ -231,7 +231,7 @@ def build_trainer(
     """
     ranks = ranks if ranks is not None else Ranks.single()
     plan = RunPlan.from_config(config)
-    trainer_config, cpu_matmul = _set_up_process(config, run_dir)
+    trainer_config = _set_up_process(config, run_dir)
     learner = rank_device(learner_device(trainer_config.device), ranks)
     _check_transformers_fit(config, plan)
     placement = _placement_without_measurement(config, trainer_config, learner, run_dir, ranks)
@@ -244,9 +244,7 @@ def build_trainer(
     acting_threads = _set_threads(config, plan, algorithm, transformer, env, ranks, run_dir)
     if ranks.world_size > 1:
         _join_group(algorithm, config.seed, ranks)
-    placement = _complete_placement(
-        placement, learner, algorithm, transformer, env, cpu_matmul, acting_threads
-    )
+    placement = _complete_placement(placement, learner, algorithm, transformer, env, acting_threads)
     record_placement(placement, run_dir, ranks.is_writer)
     collector = _make_collector(
         config, plan, env, algorithm, transformer, placement, learner, acting_threads
@@ -269,18 +267,18 @@ def build_trainer(
     )
 
 
-def _set_up_process(config: Any, run_dir: Path) -> tuple[Any, str]:
-    """Sets what a run sets for the whole process (torch's threads and determinism, the CPU
-    matmul backend, the seed of every generator) and returns the trainer config with its
-    schedule horizon resolved (`schedule_horizon`) and the CPU matmul backend."""
+def _set_up_process(config: Any, run_dir: Path) -> Any:
+    """Sets what a run sets for the whole process (torch's threads and determinism, the seed
+    of every generator) and returns the trainer config with its schedule horizon resolved
+    (`schedule_horizon`)."""
     warn_of_load()
+    warn_of_removed_matmuls(run_dir)
     trainer_config = attrs.evolve(
         config.trainer, schedule_horizon=schedule_horizon(config.trainer, run_dir)
     )
     _configure_torch(trainer_config)
-    cpu_matmul = resolve_cpu_matmul(trainer_config.cpu_matmul, run_dir)
     seed_everything(config.seed)
-    return trainer_config, cpu_matmul
+    return trainer_config
 
 
 def _placement_without_measurement(
@@ -357,11 +355,10 @@ def _complete_placement(
     algorithm: Algorithm,
     transformer: DataTransformer | None,
     env: Environment,
-    cpu_matmul: str,
     acting_threads: int | None,
 ) -> Placement:
     """The run's placement: the one decided before anything was built, else measured
-    (`measured_placement`), with the CPU matmul backend and the thread counts.
+    (`measured_placement`), with the thread counts.
 
     Raises:
         ValueError: the collector acts on another device than the learner's while data
@@ -381,7 +378,6 @@ def _complete_placement(
         )
     return attrs.evolve(
         placement,
-        cpu_matmul=cpu_matmul,
         num_threads=torch.get_num_threads(),
         acting_threads=acting_threads or 0,
     )

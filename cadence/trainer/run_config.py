@@ -19,13 +19,16 @@ the number of ranks (each has its part of the checkpoint), the seed and the name
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from cadence.trainer.config import DISPLAY_ONLY_FIELDS
+from cadence.trainer.config import DISPLAY_ONLY_FIELDS, REMOVED_KEYS, removed_key_warning
 from cadence.trainer.errors import RunConfigMismatchError
+
+logger = logging.getLogger(__name__)
 
 FIXED_KEYS = (
     "name",
@@ -43,12 +46,13 @@ CHANGES_FILE = "config_changes.jsonl"
 # Keys added since runs were first recorded, with the value that means what a run made
 # before them did: a config.yaml without the key compares as having it.
 ADDED_KEYS = {"trainer.schedule_horizon": 0}
+# Keys removed since (`REMOVED_KEYS`): a config.yaml with one compares as without it.
 
 
 def config_changes(old_yaml: str, new_yaml: str) -> dict[str, tuple[Any, Any]]:
     """Each dotted key whose value differs between two resolved configs: ``(old, new)``."""
     old, new = _flatten(yaml.safe_load(old_yaml) or {}), _flatten(yaml.safe_load(new_yaml) or {})
-    old = {**ADDED_KEYS, **old}
+    old = {key: value for key, value in {**ADDED_KEYS, **old}.items() if key not in REMOVED_KEYS}
     return {
         key: (old.get(key), new.get(key))
         for key in sorted(set(old) | set(new))
@@ -68,8 +72,15 @@ def check_resume_config(
     path = Path(run_dir) / "config.yaml"
     if not path.is_file():
         return False
-    changes = config_changes(path.read_text(), config_yaml)
+    old_yaml = path.read_text()
+    recorded = _flatten(yaml.safe_load(old_yaml) or {})
+    removed = sorted(REMOVED_KEYS.keys() & recorded.keys())
+    for key in removed:
+        logger.warning(removed_key_warning(key, recorded[key], str(path)))
+    changes = config_changes(old_yaml, config_yaml)
     if not changes:
+        if removed:  # the run goes on without them, and a later resume says nothing
+            path.write_text(config_yaml)
         return False
     fixed = [key for key in changes if key in FIXED_KEYS or key.startswith(FIXED_SECTIONS)]
     if fixed:

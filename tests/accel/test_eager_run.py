@@ -1,7 +1,6 @@
 """An eager run never loads the optional fast path (DESIGN §1): with ``algorithm.compile=off``
-and ``trainer.cpu_matmul=aten`` a run of an on-policy and an off-policy config imports no
-module of `cadence.accel`, which the trainer imports only for a compiled run or another
-matmul backend."""
+a run of an on-policy and an off-policy config imports no module of `cadence.accel`, which
+the trainer imports only for a compiled run."""
 
 from __future__ import annotations
 
@@ -37,7 +36,6 @@ print(json.dumps(sorted(m for m in sys.modules if m.startswith("cadence."))))
 def _modules_after(names: list[str], overrides: str) -> list[str]:
     """The ``cadence`` modules a fresh process holds after training ``names``."""
     env = {**os.environ, "PYTHONPATH": os.getcwd()}
-    env.pop("CADENCE_CPU_MATMUL", None)  # as a user's first run: nothing inherited
     result = subprocess.run(
         [sys.executable, "-c", SCRIPT, *names, overrides],
         capture_output=True,
@@ -50,9 +48,7 @@ def _modules_after(names: list[str], overrides: str) -> list[str]:
 
 
 def test_an_eager_run_imports_no_module_of_the_acceleration_layer():
-    modules = _modules_after(
-        ["ppo_cartpole", "sac_pendulum"], "algorithm.compile=off trainer.cpu_matmul=aten"
-    )
+    modules = _modules_after(["ppo_cartpole", "sac_pendulum"], "algorithm.compile=off")
     assert "cadence.trainer.run" in modules and "cadence.algorithms.sac.algorithm" in modules
     loaded = [m for m in modules if m.startswith("cadence.accel") or m in LAYER_BEFORE_ITS_PACKAGE]
     assert not loaded, f"an eager run imported the acceleration layer: {loaded}"

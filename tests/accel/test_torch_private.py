@@ -8,7 +8,6 @@ import collections
 import dataclasses
 import importlib
 import re
-import types
 from pathlib import Path
 
 import pytest
@@ -229,18 +228,6 @@ def test_a_missing_config_key_is_left_out(module, key, monkeypatch):
     assert tp.config_value(module, key, "absent") == "absent"
     assert tp.configure(module, **{key: value}) == [key]
     assert not hasattr(owner, name)
-
-
-def test_onednn_linear_falls_back_to_aten(monkeypatch):
-    torch.manual_seed(2)
-    x, weight, bias = torch.randn(5, 4), torch.randn(3, 4), torch.randn(3)
-    if tp.onednn_linear_available():
-        torch.testing.assert_close(tp.onednn_linear(x, weight, bias), x @ weight.T + bias)
-    monkeypatch.setattr(torch.ops, "mkldnn", types.SimpleNamespace())
-    assert not tp.onednn_linear_available()
-    assert torch.equal(
-        tp.onednn_linear(x, weight, bias), torch.nn.functional.linear(x, weight, bias)
-    )
 
 
 def test_the_report_names_every_symbol_and_whether_torch_has_it(monkeypatch):

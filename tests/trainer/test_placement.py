@@ -15,12 +15,11 @@ import logging
 
 import pytest
 import torch
+import yaml
 
-from cadence.accel import cpu_matmul as matmul
-from cadence.accel.cpu_matmul import CPU_MATMULS, cpu_matmul
 from cadence.algorithms.build import build_algorithm
 from cadence.collect.unroll import Collector
-from cadence.config import ConfigError, load_config
+from cadence.config import ConfigError, from_yaml, load_config
 from cadence.envs.make import make_env
 from cadence.testing.resume import (
     SimulatedCrash,
@@ -39,9 +38,9 @@ from cadence.trainer.placement import (
     learner_device,
     measure_rollout_step,
     record_placement,
-    resolve_cpu_matmul,
     resolve_placement,
     resolve_threads,
+    warn_of_removed_matmuls,
 )
 
 PPO = [
@@ -80,11 +79,9 @@ def test_auto_places_everything_on_the_cpu_without_a_gpu_and_records_it(tmp_path
         "collector": "cpu",
         "env": "cpu",
         "rollout_step_us": {},
-        "cpu_matmul": cpu_matmul(),
         "num_threads": 1,  # PPO's [64, 64] networks are too small for intra-op threads
         "acting_threads": 0,  # as many as it updates with
     }
-    assert recorded["cpu_matmul"] in CPU_MATMULS and recorded["cpu_matmul"] != "auto"
 
 
 @no_gpu
@@ -105,12 +102,26 @@ def test_unknown_device_names_are_rejected_with_the_accepted_ones():
     TrainerConfig(device="cuda:1", collector_device="learner")  # accepted; checked at start
 
 
-def test_the_removed_avx512_backend_is_refused_when_the_config_is_read():
-    with pytest.raises(ConfigError, match="kernel was removed.*use auto, aten or onednn"):
-        load_config("ppo_cartpole", ["trainer.cpu_matmul=avx512"])
-    with pytest.raises(ConfigError, match="expected one of 'auto', 'aten', 'onednn'"):
-        load_config("ppo_cartpole", ["trainer.cpu_matmul=fast"])
-    assert load_config("ppo_cartpole", ["trainer.cpu_matmul=onednn"]).trainer.cpu_matmul == "onednn"
+REMOVED = (
+    r"trainer.cpu_matmul: removed: cadence multiplies the CPU layers' matrices with torch's "
+    r"own BLAS .*; drop the key"
+)
+
+
+@pytest.mark.parametrize("value", ["auto", "aten", "onednn", "avx512"])
+def test_a_config_that_sets_the_removed_cpu_matmul_is_refused_with_why(value):
+    with pytest.raises(ConfigError, match=REMOVED):
+        load_config("ppo_cartpole", [f"trainer.cpu_matmul={value}"])
+
+
+def test_a_named_yaml_that_sets_the_removed_cpu_matmul_is_refused_with_why(tmp_path, monkeypatch):
+    (tmp_path / "old.yaml").write_text(
+        "defaults:\n  - cadence_defaults\n  - algorithm: ppo\n  - _self_\n"
+        "env:\n  name: CartPole-v1\ntrainer:\n  cpu_matmul: onednn\n"
+    )
+    monkeypatch.setattr("cadence.config.loading.NAMED_CONFIG_DIR", tmp_path)
+    with pytest.raises(ConfigError, match=REMOVED):
+        load_config("old")
 
 
 def test_a_resumed_run_reuses_the_measured_placement_of_the_same_learner(tmp_path):
@@ -124,57 +135,59 @@ def test_a_resumed_run_reuses_the_measured_placement_of_the_same_learner(tmp_pat
     assert resolve_placement("cpu", "auto", tmp_path, tensor_env=False).collector == "cpu"
 
 
-@pytest.mark.skipif(not matmul.onednn_available(), reason="this torch build has no oneDNN")
-def test_a_resumed_run_multiplies_on_the_backend_it_started_with(
-    tmp_path, monkeypatch, unmeasured_machine
-):
-    # This start measures oneDNN faster, and records it.
-    monkeypatch.setattr(
-        matmul, "measure_cpu_matmul", lambda shape=None: {"aten": 3.0, "onednn": 1.0}
-    )
-    root = tmp_path / "run"
-    assert train_named("ppo_cartpole", root, PPO) == "complete"
-    assert Placement.load(root).cpu_matmul == "onednn"
-    # The next start would measure ATen faster; the run keeps what it recorded ...
-    monkeypatch.setattr(
-        matmul, "measure_cpu_matmul", lambda shape=None: {"aten": 1.0, "onednn": 3.0}
-    )
-    assert resolve_cpu_matmul("auto", root) == "onednn" == cpu_matmul()
-    # ... unless told otherwise. A new run takes what this process (or its parent, e.g.
-    # the launcher of a run's ranks) decided, else what the machine recorded, and
-    # measures where neither did.
-    assert resolve_cpu_matmul("aten", root) == "aten"
-    monkeypatch.setenv(matmul.ENV_VAR, "onednn")
-    assert resolve_cpu_matmul("auto", tmp_path / "new") == "onednn"
-    monkeypatch.delenv(matmul.ENV_VAR)
-    assert resolve_cpu_matmul("auto", tmp_path / "new") == "onednn"
-    matmul.machine_record().unlink()
-    monkeypatch.delenv(matmul.ENV_VAR)
-    assert resolve_cpu_matmul("auto", tmp_path / "new") == "aten"
-
-
-def test_a_run_recorded_on_the_removed_avx512_kernel_resumes_on_autos_choice_and_warns(
-    tmp_path, monkeypatch, unmeasured_machine, caplog
-):
-    monkeypatch.setattr(
-        matmul, "measure_cpu_matmul", lambda shape=None: {"aten": 1.0, "onednn": 3.0}
-    )
+def test_a_run_recorded_with_onednn_resumes_on_torchs_blas_and_warns_once(tmp_path, caplog):
     root = tmp_path / "run"
     with crash_after(5), pytest.raises(SimulatedCrash):
         train_named("ppo_cartpole", root, PPO)
-    # As an earlier version of cadence recorded a run whose matmuls its kernel took.
-    recorded = json.loads((root / PLACEMENT_FILE).read_text())
-    (root / PLACEMENT_FILE).write_text(json.dumps({**recorded, "cpu_matmul": "avx512"}))
-    with caplog.at_level(logging.WARNING, logger="cadence.trainer.placement"):
+    # As an earlier version of cadence recorded a run whose CPU matmuls oneDNN took.
+    config = yaml.safe_load((root / "config.yaml").read_text())
+    config["trainer"]["cpu_matmul"] = "onednn"
+    (root / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    placement = json.loads((root / PLACEMENT_FILE).read_text())
+    (root / PLACEMENT_FILE).write_text(json.dumps({**placement, "cpu_matmul": "onednn"}))
+    with caplog.at_level(logging.WARNING):
         assert train_named("ppo_cartpole", root, PPO) == "complete"
-    assert "AVX-512 matmul kernel (cpu_matmul=avx512" in caplog.text
-    assert "its numbers differ from the ones recorded" in caplog.text
-    # The run now records what it multiplied on, and a later resume reads that silently.
-    assert Placement.load(root).cpu_matmul == "aten"
+    assert "holds trainer.cpu_matmul='onednn', removed: cadence multiplies" in caplog.text
+    assert "with oneDNN, so the numbers it computes from here on differ" in caplog.text
+    assert "with oneDNN (cpu_matmul=onednn in" in caplog.text
+    # The run's files now hold what it runs with: a later start warns of nothing.
+    assert "cpu_matmul" not in (root / "config.yaml").read_text()
+    assert "cpu_matmul" not in (root / PLACEMENT_FILE).read_text()
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="cadence.trainer.placement"):
-        assert resolve_cpu_matmul("auto", root) == "aten"
-    assert "avx512" not in caplog.text
+    with caplog.at_level(logging.WARNING):
+        assert train_named("ppo_cartpole", root, PPO) is None  # complete already
+        assert not warn_of_removed_matmuls(root)
+    assert "cpu_matmul" not in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("recorded", "warning"),
+    [("avx512", "AVX-512 matmul kernel (cpu_matmul=avx512"), ("aten", None), ("", None)],
+)
+def test_only_a_removed_backend_in_a_recorded_placement_is_warned_of(
+    tmp_path, caplog, recorded, warning
+):
+    placement = Placement("cpu", "cpu", "cpu", num_threads=1)
+    placement.save(tmp_path)
+    path = tmp_path / PLACEMENT_FILE
+    path.write_text(json.dumps({**json.loads(path.read_text()), "cpu_matmul": recorded}))
+    with caplog.at_level(logging.WARNING):
+        assert warn_of_removed_matmuls(tmp_path) == (warning is not None)
+        assert Placement.load(tmp_path) == placement  # read as it was, without the field
+    if warning is None:
+        assert not caplog.text
+    else:
+        assert warning in caplog.text and "numbers it computes from here on differ" in caplog.text
+
+
+def test_a_run_config_with_the_removed_key_is_read_without_it(caplog):
+    config = load_config("ppo_cartpole")
+    tree = yaml.safe_load(config.to_yaml())
+    tree["trainer"]["cpu_matmul"] = "auto"
+    with caplog.at_level(logging.WARNING):
+        assert from_yaml(yaml.safe_dump(tree), source="'old/config.yaml'") == config
+    assert "'old/config.yaml' holds trainer.cpu_matmul='auto', removed" in caplog.text
+    assert "differ" not in caplog.text  # auto chose ATen's multiplies here
 
 
 def test_a_run_leaves_torchs_thread_count_and_determinism_as_it_found_them(tmp_path):
@@ -191,13 +204,13 @@ def test_a_resumed_run_takes_the_thread_counts_it_started_with(tmp_path, caplog)
     def choose():  # what this start would choose
         return ThreadCounts(2, 2)
 
-    Placement("cpu", "cpu", "cpu", cpu_matmul="aten", num_threads=1).save(tmp_path)
+    Placement("cpu", "cpu", "cpu", num_threads=1).save(tmp_path)
     assert resolve_threads(0, tmp_path, choose, available=2) == ThreadCounts(1, 1)
     Placement("cpu", "cpu", "cpu", num_threads=2, acting_threads=1).save(tmp_path)
     assert resolve_threads(0, tmp_path, choose, available=2) == ThreadCounts(2, 1)
     # Unless the run names a count, or the cores are too few for the recorded one.
     assert resolve_threads(3, tmp_path, choose, available=2) == ThreadCounts(3, 3)
-    Placement("cpu", "cpu", "cpu", cpu_matmul="aten", num_threads=4).save(tmp_path)
+    Placement("cpu", "cpu", "cpu", num_threads=4).save(tmp_path)
     with caplog.at_level(logging.WARNING):
         assert resolve_threads(0, tmp_path, choose, available=2) == ThreadCounts(2, 2)
     assert "trained with 4 torch threads" in caplog.text
