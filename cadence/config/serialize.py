@@ -12,6 +12,7 @@ from omegaconf.errors import OmegaConfBaseException
 from cadence.config.errors import ConfigError, Problem
 from cadence.config.experiment import ExperimentConfig
 from cadence.config.structure import structure
+from cadence.trainer.run_config import MODEL_BASED_ADDED_KEYS
 
 
 def to_dict(config: Any) -> dict[str, Any]:
@@ -41,7 +42,9 @@ def from_yaml(text: str, source: str = "from YAML") -> ExperimentConfig:
 
     Args:
         text: YAML such as a run's ``config.yaml``; keys it leaves out take the
-            class defaults.
+            class defaults, but for the model-based keys added since runs were first
+            written (`MODEL_BASED_ADDED_KEYS`), which take the value that builds what the
+            run's writer built (where the text has their section).
         source: what the text came from, for the first line of an error.
 
     Raises:
@@ -53,4 +56,22 @@ def from_yaml(text: str, source: str = "from YAML") -> ExperimentConfig:
         data = OmegaConf.to_container(OmegaConf.create(text), resolve=False)
     except (yaml.YAMLError, OmegaConfBaseException) as error:
         raise ConfigError(f"Invalid config {source}:", [Problem("(YAML)", str(error))]) from None
+    if isinstance(data, dict):
+        _fill_added_keys(data)
     return structure(ExperimentConfig, data, source)
+
+
+MODEL_BASED = ("dreamer", "denoised_mdp", "sac_latent")
+
+
+def _fill_added_keys(data: dict[str, Any]) -> None:
+    algorithm = data.get("algorithm")
+    if not isinstance(algorithm, dict) or algorithm.get("name") not in MODEL_BASED:
+        return
+    for dotted, value in MODEL_BASED_ADDED_KEYS.items():
+        *parents, leaf = dotted.split(".")
+        section: Any = data
+        for key in parents:
+            section = section.get(key) if isinstance(section, dict) else None
+        if isinstance(section, dict) and leaf not in section:
+            section[leaf] = value
