@@ -40,6 +40,7 @@ class ModelBasedAlgorithm(Algorithm):
     """
 
     own_update = True  # several losses and optimizers
+    replays_state = False  # replayed windows start from the zero latent
     replay_fields = (
         "time_step/observation",
         "time_step/prev_action",
