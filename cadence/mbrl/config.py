@@ -3,10 +3,13 @@ registered algorithms (``dreamer``, ``denoised_mdp``, ``sac_latent``).
 
 The three differ only in their defaults: Dreamer is the Denoised MDP world model with the
 y and z groups empty, and ``sac_latent`` learns its policy with SAC on the x features
-instead of by backpropagation through imagined dynamics. The paper's defaults (Wang et
-al. 2022, "Denoised MDPs", Table 4; Hafner et al. 2020, "Dream to Control") are the
-class defaults; the Pendulum configs under ``cadence/config/named`` shrink the shapes to
-fit a 2-core CPU.
+instead of by backpropagation through imagined dynamics. The class defaults are the
+Denoised MDP authors' code's structure and sizes (Wang et al. 2022, "Denoised MDPs";
+Hafner et al. 2020, "Dream to Control"); cadence's earlier structure stays available as
+named options (``joint_posterior``, ``z_inputs``, ``layer_widths``, ``conv_stack``,
+``eval_mode``; docs/model-based.md, "Structure"). The Pendulum configs under
+``cadence/config/named`` keep that earlier structure and shrink the shapes to fit a 2-core
+CPU.
 """
 
 from __future__ import annotations

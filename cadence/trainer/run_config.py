@@ -19,6 +19,7 @@ the number of ranks (each has its part of the checkpoint), the seed and the name
 from __future__ import annotations
 
 import json
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -149,14 +150,12 @@ def _structure_message(
 ) -> str:
     """Why a model-based run cannot resume with another network structure, and how to
     resume it with its own."""
-    import cadence
-
     overrides = " ".join(f"{key}={_override_value(changes[key][0])}" for key in structure)
     return (
         f"{run_dir} holds a model-based run whose networks had another structure "
         f"({', '.join(structure)}); its checkpoint cannot load into these:\n"
         f"{_describe(changes)}\n"
-        f"A run written by cadence {cadence.__version__} before the Denoised MDP original's "
+        f"A run written by cadence {version('cadence')} before the Denoised MDP original's "
         'structure became the model-based default (docs/model-based.md, "Structure") '
         "resumes with its own structure when given it back:\n"
         f"  {overrides}\n"
