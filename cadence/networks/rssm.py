@@ -384,15 +384,15 @@ class RSSM(nn.Module):
             f"{g}_{part}": latent[f"{g}_{part}"] for g in self.sizes for part in ("belief", "state")
         }
 
-    def _ready(self, new: Latent, done: set[str]) -> list[str]:
-        """The posterior networks not yet run whose groups all have their new belief."""
-        ready = [
+    def _posteriors_after(self, group: str) -> list[str]:
+        """The posterior networks whose groups all have their new belief once ``group``'s
+        is computed (groups step in order x, y, z): each runs right after its last group."""
+        order = list(self.groups)
+        return [
             name
             for name, net in self.posteriors.items()
-            if name not in done and all(f"{g}_belief" in new for g in net.beliefs)
+            if max(order.index(g) for g in net.beliefs) == order.index(group)
         ]
-        done.update(ready)
-        return ready
 
     def _run_posterior(
         self, name: str, latent: Latent, new: Latent, projected: torch.Tensor
@@ -437,11 +437,10 @@ class RSSM(nn.Module):
         """One filtering step (acting): the posterior latent, sampled or its mean."""
         projected = self.project_embedding(embedding)
         new: Latent = {}
-        done: set[str] = set()
         for g, group in self.groups.items():
             inputs = self._inputs(g, latent, action, new)
             new[f"{g}_belief"] = group.step_belief(latent[f"{g}_belief"], inputs)
-            for name in self._ready(new, done):
+            for name in self._posteriors_after(g):
                 for p, gaussian in self._run_posterior(name, latent, new, projected[name]).items():
                     new[f"{p}_state"] = gaussian.rsample() if sample else gaussian.mean
         return self._ordered(new)
@@ -489,6 +488,7 @@ class RSSM(nn.Module):
             for g, sizes in self.sizes.items()
         }
         rests = {g: group.input[1:] for g, group in self.groups.items()}
+        after = {g: self._posteriors_after(g) for g in self.groups}
         steps: list[Latent] = []
         means: dict[str, list[torch.Tensor]] = {g: [] for g in self.groups}
         stds: dict[str, list[torch.Tensor]] = {g: [] for g in self.groups}
@@ -496,13 +496,12 @@ class RSSM(nn.Module):
             if t in resets:
                 latent = {key: value * keep[:, t] for key, value in latent.items()}
             new: Latent = {}
-            done: set[str] = set()
             for g, group in self.groups.items():
                 pre = base[g][t]
                 for name, weight in plans[g]:
                     pre = torch.addmm(pre, self._source(name, latent, new, None), weight.t())
                 new[f"{g}_belief"] = group.cell(rests[g](pre), latent[f"{g}_belief"])
-                for name in self._ready(new, done):
+                for name in after[g]:
                     posteriors = self._run_posterior(name, latent, new, projected[name][t])
                     for p, (mean, std) in posteriors.items():
                         new[f"{p}_state"] = torch.addcmul(mean, std, noise[p][t])
