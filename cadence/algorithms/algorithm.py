@@ -114,6 +114,9 @@ class Algorithm(nn.Module, abc.ABC):
         replay_fields: off-policy: the replay row keys `preprocess_experience` reads
             (``"time_step/observation"``, ``"action"``, ...); None gathers every field.
             Ignored when data transformers run first, since they may read any field.
+        replays_state: off-policy: the replay rows keep the recurrent state each step
+            started from (`cadence.replay.rows`); False for an algorithm that never reads
+            it back (a replay restored from a run that stored it goes on storing it).
         max_grad_norm: clip each optimizer's gradients to this global norm (None: no clip).
         variable_batch_size: the minibatches' sizes vary from one to the next (so a
             compiled update compiles one graph for all sizes).
@@ -136,6 +139,7 @@ class Algorithm(nn.Module, abc.ABC):
     """
 
     replay_fields: Sequence[str] | None = None
+    replays_state: bool = True
     max_grad_norm: float | None = None
     skip_nonfinite_updates: bool = False
     variable_batch_size: bool = False

@@ -155,7 +155,7 @@ class OffPolicyScheme:
         self.progress.collecting(group_steps, initial=collecting)
         experience, episodes = self.source.unroll(self._random_policy if collecting else None)
         self._env_steps += group_steps
-        self.replay_buffer.add_experience(experience)
+        self.replay_buffer.add_experience(experience, self._stores_state())
         if isinstance(self.replay_buffer.sampler, PrioritizedSampler):
             # beta's schedule runs over the whole budget, initial collection included, so
             # that the last iteration trains with beta = 1.
@@ -173,6 +173,13 @@ class OffPolicyScheme:
                 totals.add(self._update(sample))
                 self.progress.updating(done, total)
         return totals.result(episodes)
+
+    def _stores_state(self) -> bool:
+        """Whether the replay rows keep the recurrent state: the algorithm reads it back, or
+        the buffer was restored from a run whose rows kept it (rows must keep one layout)."""
+        storage = self.replay_buffer.storage
+        kept = storage.initialized and "state" in storage.structure
+        return self.algorithm.replays_state or kept
 
     def state_dict(self) -> dict[str, Any]:
         """The replay buffer (contents, counts, priorities) and the env-step count."""

@@ -14,6 +14,7 @@ from cadence.config.errors import ConfigError, Problem
 from cadence.config.experiment import ExperimentConfig
 from cadence.config.structure import structure
 from cadence.trainer.config import REMOVED_KEYS, removed_key_warning
+from cadence.trainer.run_config import MODEL_BASED_ADDED_KEYS
 
 logger = logging.getLogger(__name__)
 
@@ -45,9 +46,11 @@ def from_yaml(text: str, source: str = "from YAML") -> ExperimentConfig:
 
     Args:
         text: YAML such as a run's ``config.yaml``; keys it leaves out take the
-            class defaults, and keys earlier versions wrote that were removed since
-            (`REMOVED_KEYS`) are dropped with a warning, so that an older run still
-            resumes, evaluates and plays.
+            class defaults, but for the model-based keys added since runs were first
+            written (`MODEL_BASED_ADDED_KEYS`), which take the value that builds what the
+            run's writer built (where the text has their section); keys earlier versions
+            wrote that were removed since (`REMOVED_KEYS`) are dropped with a warning, so
+            that an older run still resumes, evaluates and plays.
         source: what the text came from, for the first line of an error.
 
     Raises:
@@ -60,6 +63,8 @@ def from_yaml(text: str, source: str = "from YAML") -> ExperimentConfig:
     except (yaml.YAMLError, OmegaConfBaseException) as error:
         raise ConfigError(f"Invalid config {source}:", [Problem("(YAML)", str(error))]) from None
     drop_removed_keys(data, source)
+    if isinstance(data, dict):
+        _fill_added_keys(data)
     return structure(ExperimentConfig, data, source)
 
 
@@ -73,3 +78,19 @@ def drop_removed_keys(tree: Any, source: str) -> None:
             parent = parent.get(section) if isinstance(parent, dict) else None
         if isinstance(parent, dict) and key in parent:
             logger.warning(removed_key_warning(dotted, parent.pop(key), source))
+
+
+MODEL_BASED = ("dreamer", "denoised_mdp", "sac_latent")
+
+
+def _fill_added_keys(data: dict[str, Any]) -> None:
+    algorithm = data.get("algorithm")
+    if not isinstance(algorithm, dict) or algorithm.get("name") not in MODEL_BASED:
+        return
+    for dotted, value in MODEL_BASED_ADDED_KEYS.items():
+        *parents, leaf = dotted.split(".")
+        section: Any = data
+        for key in parents:
+            section = section.get(key) if isinstance(section, dict) else None
+        if isinstance(section, dict) and leaf not in section:
+            section[leaf] = value

@@ -34,9 +34,13 @@ class ModelBasedAlgorithm(Algorithm):
         world_model: the grouped RSSM and its heads.
         policy: `ImaginedActorCritic` or `LatentSAC`, acting from x features.
         exploration_noise: std of the Gaussian added to the collected actions ([-1, 1] units).
+        eval_mode: how `predict_step` acts: ``"original"``, the Denoised MDP code's (a
+            posterior sample fed back, the most likely of 100 policy samples), or
+            ``"mean"`` (the posterior mean fed back, tanh of the policy's mean).
     """
 
     own_update = True  # several losses and optimizers
+    replays_state = False  # replayed windows start from the zero latent
     replay_fields = (
         "time_step/observation",
         "time_step/prev_action",
@@ -51,8 +55,12 @@ class ModelBasedAlgorithm(Algorithm):
         world_model: WorldModel,
         policy: ImaginedActorCritic | LatentSAC,
         exploration_noise: float,
+        eval_mode: str = "mean",
     ):
         super().__init__()
+        if eval_mode not in ("original", "mean"):
+            raise ValueError(f"eval_mode must be 'original' or 'mean', got {eval_mode!r}")
+        self.eval_mode = eval_mode
         self.world_model = world_model
         self.policy = policy
         self.exploration_noise = exploration_noise
@@ -78,9 +86,15 @@ class ModelBasedAlgorithm(Algorithm):
         return model.rssm.observe_step(state, action, model.embed(time_step.observation), sample)
 
     def predict_step(self, time_step: TimeStep, state: Nest, agent_info: Nest = ()) -> AlgStep:
-        """The policy's mode, from the posterior mean of x (deterministic)."""
-        latent = self.filter(time_step, state, sample=False)
-        action = self.policy.act(RSSM.features(latent), deterministic=True)
+        """Evaluation's action (`eval_mode`): with ``"mean"`` tanh of the policy's mean from
+        the posterior mean of x (deterministic); with ``"original"`` the most likely of 100
+        policy samples from a posterior sample."""
+        if self.eval_mode == "original":
+            latent = self.filter(time_step, state, sample=True)
+            action = self.policy.most_likely_action(RSSM.features(latent))
+        else:
+            latent = self.filter(time_step, state, sample=False)
+            action = self.policy.act(RSSM.features(latent), deterministic=True)
         return AlgStep(self._env_action(action), latent)
 
     def rollout_step(self, time_step: TimeStep, state: Nest, agent_info: Nest = ()) -> AlgStep:

@@ -39,5 +39,5 @@ def make_model_based(
         )
     else:
         policy = ImaginedActorCritic(feature_size, action_size, config.actor_critic, eps)
-    algorithm = ModelBasedAlgorithm(world_model, policy, config.exploration_noise)
+    algorithm = ModelBasedAlgorithm(world_model, policy, config.exploration_noise, config.eval_mode)
     return algorithm

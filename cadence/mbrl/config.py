@@ -3,10 +3,13 @@ registered algorithms (``dreamer``, ``denoised_mdp``, ``sac_latent``).
 
 The three differ only in their defaults: Dreamer is the Denoised MDP world model with the
 y and z groups empty, and ``sac_latent`` learns its policy with SAC on the x features
-instead of by backpropagation through imagined dynamics. The paper's defaults (Wang et
-al. 2022, "Denoised MDPs", Table 4; Hafner et al. 2020, "Dream to Control") are the
-class defaults; the Pendulum configs under ``cadence/config/named`` shrink the shapes to
-fit a 2-core CPU.
+instead of by backpropagation through imagined dynamics. The class defaults are the
+Denoised MDP authors' code's structure and sizes (Wang et al. 2022, "Denoised MDPs";
+Hafner et al. 2020, "Dream to Control"); cadence's earlier structure stays available as
+named options (``joint_posterior``, ``z_inputs``, ``layer_widths``, ``conv_stack``,
+``eval_mode``; docs/model-based.md, "Structure"). The Pendulum configs under
+``cadence/config/named`` keep that earlier structure and shrink the shapes to fit a 2-core
+CPU.
 """
 
 from __future__ import annotations
@@ -57,23 +60,54 @@ class WorldModelConfig:
         default=0, validator=ge(0), metadata={"doc": "Gaussian state size of z."}
     )
     z_prior_uses_y: bool = field(
-        default=False,
+        default=True,
         validator=instance_of(bool),
-        metadata={"doc": "Whether z's prior also sees the previous y state."},
+        metadata={
+            "doc": "Whether z's prior also sees y (with z_inputs 'original': the current y "
+            "belief and state; 'cadence': the previous y state). The original's: true."
+        },
+    )
+    z_inputs: Literal["original", "cadence"] = field(
+        default="original",
+        validator=in_(["original", "cadence"]),
+        metadata={
+            "doc": "What the z group reads. 'original' (the Denoised MDP code's): z's prior "
+            "reads the current x belief and state, the previous z state and the action (and "
+            "the current y belief and state with z_prior_uses_y), through two layers; z's "
+            "posterior reads the x, y and z beliefs, the x and y states and the embedding; "
+            "the x and y posteriors also read the previous z belief and state. 'cadence' "
+            "(cadence's earlier structure): z's prior reads the previous x and z states and "
+            "the action (and the previous y state), one layer; every posterior reads only "
+            "its groups' beliefs and the embedding."
+        },
     )
     joint_posterior: bool = field(
-        default=False,
+        default=True,
         validator=instance_of(bool),
         metadata={
             "doc": "Whether x and y share one posterior network that sees both beliefs (the "
-            "Denoised MDP reference's), so an observed signal can be explained by either "
-            "group; otherwise each group's posterior sees only its own belief."
+            "Denoised MDP original's), so an observed signal can be explained by either "
+            "group; false (cadence's earlier structure): each group's posterior sees only "
+            "its own belief."
+        },
+    )
+    layer_widths: Literal["belief", "hidden_size"] = field(
+        default="belief",
+        validator=in_(["belief", "hidden_size"]),
+        metadata={
+            "doc": "How wide the RSSM's layers are. 'belief' (the original's): each group's "
+            "input, prior and posterior layers are as wide as its belief, a joint x/y "
+            "posterior as x_belief_size + y_belief_size. 'hidden_size' (cadence's earlier "
+            "structure): all of them hidden_size wide."
         },
     )
     hidden_size: int = field(
         default=200,
         validator=ge(1),
-        metadata={"doc": "Width of the RSSM's input, prior and posterior layers."},
+        metadata={
+            "doc": "Width of the RSSM's input, prior and posterior layers with layer_widths "
+            "'hidden_size' (unused with 'belief')."
+        },
     )
     mlp_hidden_size: int = field(
         default=400,
@@ -88,10 +122,26 @@ class WorldModelConfig:
     embedding_size: int = field(
         default=1024,
         validator=ge(1),
-        metadata={"doc": "Observation embedding size (images: fixed by the conv stack, 1024)."},
+        metadata={
+            "doc": "Observation embedding size (images with conv_stack 'cadence': fixed by "
+            "the conv stack, 1024)."
+        },
     )
     activation: Literal["elu", "relu"] = field(
-        default="elu", validator=in_(["elu", "relu"]), metadata={"doc": "Hidden activation."}
+        default="elu",
+        validator=in_(["elu", "relu"]),
+        metadata={"doc": "Hidden activation of the RSSM and the MLPs."},
+    )
+    conv_stack: Literal["original", "cadence"] = field(
+        default="original",
+        validator=in_(["original", "cadence"]),
+        metadata={
+            "doc": "The image encoder and decoder. 'original' (the Denoised MDP code's): ReLU "
+            "convolutions, the encoder ending in a linear layer to embedding_size, the "
+            "decoder's projection followed by a ReLU. 'cadence' (cadence's earlier stack): "
+            "the convolutions use `activation`, the encoder's 1024 conv features are the "
+            "embedding, the decoder's projection has no activation after it."
+        },
     )
     min_std: float = field(
         default=0.1,
@@ -193,15 +243,20 @@ class ActorCriticConfig:
         default=False,
         validator=instance_of(bool),
         metadata={
-            "doc": "Imagine horizon - 1 steps, as the reference implementation effectively "
-            "does (an off-by-one); false: the full horizon."
+            "doc": "The original's returns: imagine horizon steps and learn horizon - 1 "
+            "λ-returns, of imagined states 1 .. horizon - 1, each counting its own state's "
+            "reward and bootstrapped with V of the last state (Dreamer v1's indexing); "
+            "false: horizon λ-returns of states 0 .. horizon - 1, each counting the rewards "
+            "after its state."
         },
     )
     hidden_size: int = field(
         default=400, validator=ge(1), metadata={"doc": "Width of the actor and the value MLPs."}
     )
     num_layers: int = field(
-        default=3, validator=ge(1), metadata={"doc": "Hidden layers of the actor (value: 3 too)."}
+        default=4,
+        validator=ge(1),
+        metadata={"doc": "Hidden layers of the actor (the original's and Dreamer's: 4; value: 3)."},
     )
     actor_learning_rate: float = field(
         default=8e-5, validator=gt(0), metadata={"doc": "Adam step size of the actor."}
@@ -228,9 +283,16 @@ class LatentSACConfig:
     gamma: float = field(default=0.99, validator=[ge(0), le(1)], metadata={"doc": "Discount."})
     tau: float = field(default=0.005, validator=[gt(0), le(1)], metadata={"doc": "Polyak rate."})
     hidden_size: int = field(
-        default=256, validator=ge(1), metadata={"doc": "Width of the actor and critic MLPs."}
+        default=400, validator=ge(1), metadata={"doc": "Width of the actor and critic MLPs."}
     )
-    num_layers: int = field(default=2, validator=ge(1), metadata={"doc": "Hidden layers."})
+    num_layers: int = field(
+        default=3, validator=ge(1), metadata={"doc": "Hidden layers of each critic."}
+    )
+    actor_layers: int | None = field(
+        default=4,
+        validator=optional(ge(1)),
+        metadata={"doc": "Hidden layers of the actor; null: num_layers (cadence's earlier SAC)."},
+    )
     actor_learning_rate: float = field(default=3e-4, validator=gt(0), metadata={"doc": "Actor lr."})
     critic_learning_rate: float = field(
         default=3e-4, validator=gt(0), metadata={"doc": "Critic lr."}
@@ -238,7 +300,9 @@ class LatentSACConfig:
     alpha_learning_rate: float = field(
         default=3e-4, validator=gt(0), metadata={"doc": "log(alpha) lr."}
     )
-    initial_alpha: float = field(default=0.1, validator=gt(0), metadata={"doc": "Initial alpha."})
+    initial_alpha: float = field(
+        default=1.0, validator=gt(0), metadata={"doc": "Initial alpha (the original's: 1)."}
+    )
 
 
 def _model_based_off_policy() -> OffPolicyConfig:
@@ -270,6 +334,19 @@ def _exploration_noise_field() -> attrs.Attribute:
         metadata={
             "doc": "Std of the Gaussian noise added to the policy's action (in [-1, 1] "
             "units, then clipped) while collecting; evaluation acts deterministically."
+        },
+    )
+
+
+def _eval_mode_field() -> attrs.Attribute:
+    return field(
+        default="original",
+        validator=in_(["original", "mean"]),
+        metadata={
+            "doc": "How evaluation acts. 'original' (the Denoised MDP code's): the latent "
+            "fed back is a posterior sample, the action the most likely of 100 samples of the "
+            "policy. 'mean' (cadence's earlier protocol): the posterior mean is fed back, the "
+            "action is tanh of the policy's mean."
         },
     )
 
@@ -306,6 +383,7 @@ class DreamerConfig:
     )
     actor_critic: ActorCriticConfig = _policy_field(ActorCriticConfig)
     exploration_noise: float = _exploration_noise_field()
+    eval_mode: Literal["original", "mean"] = _eval_mode_field()
     off_policy: OffPolicyConfig = _off_policy_field()
     compile: CompileMode = compile_field()
 
@@ -320,6 +398,7 @@ class DenoisedMDPConfig:
     world_model: WorldModelConfig = _world_model_field()
     actor_critic: ActorCriticConfig = _policy_field(ActorCriticConfig)
     exploration_noise: float = _exploration_noise_field()
+    eval_mode: Literal["original", "mean"] = _eval_mode_field()
     off_policy: OffPolicyConfig = _off_policy_field()
     compile: CompileMode = compile_field()
 
@@ -334,6 +413,7 @@ class SACLatentConfig:
     world_model: WorldModelConfig = _world_model_field()
     sac: LatentSACConfig = _policy_field(LatentSACConfig)
     exploration_noise: float = _exploration_noise_field()
+    eval_mode: Literal["original", "mean"] = _eval_mode_field()
     off_policy: OffPolicyConfig = _off_policy_field()
     compile: CompileMode = compile_field()
 

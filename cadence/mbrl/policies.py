@@ -108,12 +108,17 @@ class ImaginedActorCritic(nn.Module):
 
     @property
     def imagined_steps(self) -> int:
-        """``horizon``, or one less with ``paper_horizon`` (the reference's effective horizon)."""
-        return self.config.horizon - 1 if self.config.paper_horizon else self.config.horizon
+        """``horizon``, with or without ``paper_horizon`` (which changes the returns)."""
+        return self.config.horizon
 
     def act(self, features: torch.Tensor, deterministic: bool) -> torch.Tensor:
         policy = self.actor(features)
         return policy.mode if deterministic else policy.sample()
+
+    def most_likely_action(self, features: torch.Tensor) -> torch.Tensor:
+        """The Denoised MDP original's deterministic action: of `MODE_SAMPLES` samples of
+        the policy, the one of the highest log-density."""
+        return most_likely_sample(self.actor(features))
 
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:
         return {"actor": self.actor_optimizer, "value": self.value_optimizer}
@@ -146,7 +151,11 @@ class ImaginedActorCritic(nn.Module):
         try:
             features, rewards, log_probs = self.imagine(world_model, start)
             values = self.value(features).squeeze(-1)
-            returns = self.lambda_returns(rewards, values)
+            if config.paper_horizon:  # returns of states 1 .. H-1, each counting its reward
+                returns = self.paper_lambda_returns(rewards, values)
+                first, log_probs = 1, log_probs[1:]
+            else:  # returns of states 0 .. H-1
+                returns, first = self.lambda_returns(rewards, values), 0
             weights = config.gamma ** torch.arange(
                 returns.shape[0], device=returns.device, dtype=returns.dtype
             )
@@ -155,7 +164,7 @@ class ImaginedActorCritic(nn.Module):
         finally:
             _thaw(frozen)
         actor_norm = minimize(actor_loss, [self.actor_optimizer])
-        predicted = self.value(features[:-1].detach()).squeeze(-1)
+        predicted = self.value(features[first : first + len(returns)].detach()).squeeze(-1)
         value_loss = 0.5 * (weights[:, None] * (predicted - returns.detach()).square()).mean()
         value_norm = minimize(value_loss, [self.value_optimizer])
         metrics = {
@@ -178,6 +187,13 @@ class ImaginedActorCritic(nn.Module):
         mid = torch.full_like(rewards, int(StepType.MID), dtype=torch.int64)
         return td_lambda_return(rewards, ones, mid, values, self.config.gamma, self.config.lambda_)
 
+    def paper_lambda_returns(self, rewards: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+        """The Denoised MDP original's (and Dreamer v1's) ``[H - 1, N]`` λ-returns of imagined
+        states 1 .. H-1 from rewards and values ``[H + 1, N]`` of states 0 .. H: the return
+        of state k counts its own reward, ``G_k = r_k + gamma * ((1 - λ) V_k+1 + λ G_k+1)``,
+        and ``G_H-1 = r_H-1 + gamma * V_H`` (the reward of state H is never used)."""
+        return self.lambda_returns(rewards[:-1], values[1:])
+
 
 class LatentSAC(nn.Module):
     """SAC (Haarnoja et al. 2018) on transitions of x features ``(f_t, a_t, f_x(x_t+1), f_t+1)``
@@ -192,7 +208,8 @@ class LatentSAC(nn.Module):
         super().__init__()
         self.config = config
         hidden = [config.hidden_size] * config.num_layers
-        self.actor = Actor(feature_size, action_size, config.hidden_size, config.num_layers)
+        actor_layers = config.num_layers if config.actor_layers is None else config.actor_layers
+        self.actor = Actor(feature_size, action_size, config.hidden_size, actor_layers)
         self.critics = nn.ModuleList(
             MLP(feature_size + action_size, hidden, 1, "elu", orthogonal_init=False)
             for _ in range(2)
@@ -213,6 +230,10 @@ class LatentSAC(nn.Module):
     def act(self, features: torch.Tensor, deterministic: bool) -> torch.Tensor:
         policy = self.actor(features)
         return policy.mode if deterministic else policy.sample()
+
+    def most_likely_action(self, features: torch.Tensor) -> torch.Tensor:
+        """The Denoised MDP original's deterministic action (see `most_likely_sample`)."""
+        return most_likely_sample(self.actor(features))
 
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:
         return {
@@ -270,6 +291,17 @@ class LatentSAC(nn.Module):
             "train/denoised_reward": reward.mean(),
         }
         return metrics, _nonfinite(metrics, critic_norm, actor_norm, alpha_norm)
+
+
+MODE_SAMPLES = 100
+"""Samples of the policy the original's deterministic action is chosen among."""
+
+
+def most_likely_sample(policy: TanhNormal, samples: int = MODE_SAMPLES) -> torch.Tensor:
+    """``[B, A]``: the one of ``samples`` samples of ``policy`` with the highest log-density."""
+    actions, log_probs = policy.rsample_with_log_prob((samples,))
+    best = log_probs.argmax(0)
+    return actions.gather(0, best[None, :, None].expand(1, *actions.shape[1:])).squeeze(0)
 
 
 def _nonfinite(metrics: dict[str, torch.Tensor], *norms: torch.Tensor | None) -> torch.Tensor:

@@ -13,7 +13,9 @@ reward of an episode's FIRST step belongs to no action and is not predicted.
 
 Observations: a vector ``[*B, D]`` (MLP encoder and decoder) or a channel-first image
 ``[*B, C, 64, 64]`` stored as uint8 and scaled to [-0.5, 0.5] only here (four 4x4 stride-2
-convolutions of 32/64/128/256 channels, and the mirrored transposed convolutions).
+convolutions of 32/64/128/256 channels, and the mirrored transposed convolutions; with
+``conv_stack="original"``, ReLU, a linear layer to the embedding, and a ReLU after the
+decoder's projection, as in the Denoised MDP original).
 """
 
 from __future__ import annotations
@@ -56,16 +58,22 @@ def postprocess_image(image: torch.Tensor) -> torch.Tensor:
 
 
 class ConvEncoder(nn.Module):
-    """``[*B, C, 64, 64] -> [*B, 1024]``: 4x4 stride-2 convolutions of 32/64/128/256 channels."""
+    """``[*B, C, 64, 64] -> [*B, output_dim]``: 4x4 stride-2 convolutions of 32/64/128/256
+    channels (1024 features), then, with ``output_size``, a linear layer to it (the Denoised
+    MDP original's encoder)."""
 
-    output_dim = 1024
+    conv_dim = 1024
 
-    def __init__(self, channels: int, activation: type[nn.Module]):
+    def __init__(self, channels: int, activation: type[nn.Module], output_size: int | None = None):
         super().__init__()
         layers: list[nn.Module] = []
         for c_in, c_out in zip((channels, 32, 64, 128), (32, 64, 128, 256), strict=True):
             layers += [nn.Conv2d(c_in, c_out, 4, 2), activation()]
-        self.net = nn.Sequential(*layers, nn.Flatten())
+        layers.append(nn.Flatten())
+        if output_size is not None:
+            layers.append(Linear(self.conv_dim, output_size))
+        self.output_dim = self.conv_dim if output_size is None else output_size
+        self.net = nn.Sequential(*layers)
         self.to(memory_format=CHANNELS_LAST)
 
     def forward(self, image: torch.Tensor) -> torch.Tensor:
@@ -75,13 +83,23 @@ class ConvEncoder(nn.Module):
 
 
 class ConvDecoder(nn.Module):
-    """``[*B, F] -> [*B, C, 64, 64]``: the encoder mirrored (transposed convolutions 5/5/6/6)."""
+    """``[*B, F] -> [*B, C, 64, 64]``: the encoder mirrored (transposed convolutions 5/5/6/6),
+    after a linear projection to 1024 (followed by the activation with
+    ``activate_projection``, as in the Denoised MDP original)."""
 
-    def __init__(self, feature_size: int, channels: int, activation: type[nn.Module]):
+    def __init__(
+        self,
+        feature_size: int,
+        channels: int,
+        activation: type[nn.Module],
+        activate_projection: bool = False,
+    ):
         super().__init__()
         self.channels = channels
         self.project = Linear(feature_size, 1024)
+        first = [activation()] if activate_projection else []
         self.net = nn.Sequential(
+            *first,
             nn.ConvTranspose2d(1024, 128, 5, 2),
             activation(),
             nn.ConvTranspose2d(128, 64, 5, 2),
@@ -127,9 +145,15 @@ class WorldModel(nn.Module):
         self.image = is_image(observation_spec)
         self.observation_shape = tuple(observation_spec.shape)
         hidden = [config.mlp_hidden_size] * config.mlp_layers
+        original_conv = config.conv_stack == "original"
+        conv_act = nn.ReLU if original_conv else act
         if self.image:
-            self.encoder: nn.Module = ConvEncoder(observation_spec.shape[0], act)
-            embedding_size = ConvEncoder.output_dim
+            self.encoder: nn.Module = ConvEncoder(
+                observation_spec.shape[0],
+                conv_act,
+                config.embedding_size if original_conv else None,
+            )
+            embedding_size = self.encoder.output_dim
         else:
             self.encoder = MLP(
                 observation_spec.shape[0], hidden, config.embedding_size, act, orthogonal_init=False
@@ -150,10 +174,14 @@ class WorldModel(nn.Module):
             config.activation,
             config.z_prior_uses_y,
             config.joint_posterior,
+            config.z_inputs,
+            config.layer_widths,
         )
         all_features = self.rssm.feature_size(("x", "y", "z"))
         if self.image:
-            self.decoder: nn.Module = ConvDecoder(all_features, observation_spec.shape[0], act)
+            self.decoder: nn.Module = ConvDecoder(
+                all_features, observation_spec.shape[0], conv_act, original_conv
+            )
         else:
             self.decoder = MLP(
                 all_features, hidden, observation_spec.shape[0], act, orthogonal_init=False

@@ -7,16 +7,25 @@ Each group g has a deterministic GRU "belief" h_g and a diagonal-Gaussian stocha
     h_g,t = GRU_g(h_g,t-1, embed(prior inputs of g))        prior  p(s_g,t | h_g,t)
                                                             posterior q(s_g,t | h_g,t, e(o_t))
 
-The groups differ only in what their prior sees (Denoised MDP's table):
+The groups differ only in what they read. With ``z_inputs="original"`` (the Denoised MDP
+code's structure, `WorldModelConfig`'s default):
 
-| group | prior input | meaning |
+| group | prior input | posterior input (beside the embedding) |
 |---|---|---|
-| x | previous x state, action | controllable, reward-relevant; the policy's only input |
-| y | previous y state | uncontrollable, reward-relevant (the action cannot move it) |
-| z | previous x state, previous z state, action (optionally previous y state) | the rest |
+| x | previous x state, action | x belief (and y's when joint), previous z belief and state |
+| y | previous y state | y belief (and x's when joint), previous z belief and state |
+| z | current x belief and state, previous z state, action (optionally current y belief and state) | x, y, z beliefs, x and y states |
+
+With ``z_inputs="cadence"`` (cadence's earlier structure) z's prior reads the previous x
+state, the previous z state and the action (optionally the previous y state), and each
+posterior reads only its own groups' beliefs. x is controllable and reward-relevant (the
+policy's only input), y uncontrollable and reward-relevant (the action cannot move it),
+z the rest.
 
 With ``joint_posterior`` x and y share one posterior network, q(s_x,t, s_y,t | h_x,t, h_y,t,
-e(o_t)), as in the Denoised MDP reference. With y and z absent it is Dreamer's RSSM. A latent is a flat dict
+e(o_t), ...), as in the Denoised MDP original. With ``layer_widths="belief"`` each group's
+layers are as wide as its belief (a joint posterior's: the sum of the two beliefs), else all
+``hidden_size`` wide. With y and z absent it is Dreamer's RSSM. A latent is a flat dict
 ``{"x_belief", "x_state", "y_belief", ...}`` of ``[B, size]`` tensors (the recurrent state
 the collector carries); all zeros is the state before an episode's first observation.
 """
@@ -75,10 +84,14 @@ class _Group(nn.Module):
         hidden_size: int,
         activation: type[nn.Module],
         min_std: float,
+        input_layers: int = 1,
     ):
         super().__init__()
         self.min_std = min_std
-        self.input = nn.Sequential(Linear(input_size, hidden_size), activation())
+        layers: list[nn.Module] = [Linear(input_size, hidden_size), activation()]
+        for _ in range(input_layers - 1):
+            layers += [Linear(hidden_size, hidden_size), activation()]
+        self.input = nn.Sequential(*layers)
         self.cell = GRUCell(hidden_size, sizes.belief)
         self.prior = nn.Sequential(
             Linear(sizes.belief, hidden_size),
@@ -94,18 +107,21 @@ class _Group(nn.Module):
 
 
 class _Posterior(nn.Module):
-    """The posterior of one or more groups from their beliefs and the observation embedding:
-    one hidden layer over all of them, one Gaussian per group out. Over x and y together it
-    is the Denoised MDP reference's joint posterior, which can explain an observed signal by
-    either group.
+    """The posterior of one or more groups from their new beliefs, any other latent inputs
+    (`RSSM.posterior_inputs`) and the observation embedding: one hidden layer over all of
+    them, one Gaussian per group out. Over x and y together it is the Denoised MDP
+    original's joint posterior, which can explain an observed signal by either group.
 
-    The first layer is split into one part per belief and one for the embedding, so a
+    The first layer is split into one part per input and one for the embedding, so a
     sequence's embeddings are projected in one matrix multiply before the time loop.
+    ``beliefs`` holds the parts of the groups' own new beliefs (by group), ``others`` those
+    of the other inputs (by `RSSM.posterior_inputs` name, ``.`` written ``:``).
     """
 
     def __init__(
         self,
         groups: dict[str, GroupSizes],
+        others: dict[str, int],
         hidden_size: int,
         embedding_size: int,
         activation: type[nn.Module],
@@ -116,6 +132,13 @@ class _Posterior(nn.Module):
         self.beliefs = nn.ModuleDict(
             {g: Linear(sizes.belief, hidden_size, bias=False) for g, sizes in groups.items()}
         )
+        self.others = nn.ModuleDict(
+            {
+                _module_key(name): Linear(size, hidden_size, bias=False)
+                for name, size in others.items()
+            }
+        )
+        self.other_names = list(others)
         self.embedding = Linear(embedding_size, hidden_size)
         self.head = nn.Sequential(
             activation(), Linear(hidden_size, 2 * sum(s.state for s in groups.values()))
@@ -123,14 +146,24 @@ class _Posterior(nn.Module):
         self.splits = [2 * sizes.state for sizes in groups.values()]
 
     def forward(
-        self, beliefs: dict[str, torch.Tensor], projected_embedding: torch.Tensor
+        self,
+        beliefs: dict[str, torch.Tensor],
+        projected_embedding: torch.Tensor,
+        others: dict[str, torch.Tensor] | None = None,
     ) -> dict[str, Gaussian]:
-        """Each group's posterior from ``beliefs`` and ``self.embedding(embedding)``."""
+        """Each group's posterior from ``beliefs``, ``self.embedding(embedding)`` and the
+        ``others`` inputs (by name)."""
         hidden = projected_embedding
         for g, layer in self.beliefs.items():
             hidden = hidden + layer(beliefs[g])
+        for name, layer in zip(self.other_names, self.others.values(), strict=True):
+            hidden = hidden + layer(others[name])
         raw = self.head(hidden).split(self.splits, -1)
         return {g: _gaussian(part, self.min_std) for g, part in zip(self.beliefs, raw, strict=True)}
+
+
+def _module_key(name: str) -> str:
+    return name.replace(".", ":")
 
 
 _OLD_POSTERIOR_KEYS = {
@@ -176,12 +209,19 @@ class RSSM(nn.Module):
         action_size: the flat action size.
         embedding_size: the observation embedding size.
         groups: ``{"x": GroupSizes, "y": ..., "z": ...}``; x is required, y and z optional.
-        hidden_size: width of each group's input, prior and posterior layers.
+        hidden_size: width of each group's input, prior and posterior layers when
+            ``layer_widths`` is ``"hidden_size"``.
         min_std: added to the softplus of every std (0.1 in the papers).
         activation: ``"elu"`` or ``"relu"``.
-        z_prior_uses_y: z's prior also sees the previous y state.
-        joint_posterior: x and y share one posterior network (the Denoised MDP reference's),
+        z_prior_uses_y: z's prior also sees y.
+        joint_posterior: x and y share one posterior network (the Denoised MDP original's),
             which sees both beliefs; otherwise each group's posterior sees its own belief.
+        z_inputs: ``"original"``: z reads what the Denoised MDP code's z reads (the current
+            x and y, two input layers) and the x/y posteriors read the previous z;
+            ``"cadence"``: z's prior reads previous states only, each posterior its own
+            groups' beliefs (see `prior_inputs`, `posterior_inputs`).
+        layer_widths: ``"belief"``: each group's layers are as wide as its belief (a
+            posterior: the sum of its groups' beliefs), the original's; ``"hidden_size"``.
     """
 
     def __init__(
@@ -194,17 +234,38 @@ class RSSM(nn.Module):
         activation: str = "elu",
         z_prior_uses_y: bool = False,
         joint_posterior: bool = False,
+        z_inputs: str = "cadence",
+        layer_widths: str = "hidden_size",
     ):
         super().__init__()
         if "x" not in groups or set(groups) - set(GROUPS):
             raise ValueError(f"groups must hold 'x' and optionally 'y', 'z'; got {sorted(groups)}")
+        if z_inputs not in ("original", "cadence") or layer_widths not in ("belief", "hidden_size"):
+            raise ValueError(
+                f"z_inputs must be 'original' or 'cadence' and layer_widths 'belief' or "
+                f"'hidden_size', got {z_inputs!r} and {layer_widths!r}"
+            )
         self.action_size = action_size
         self.sizes = {g: groups[g] for g in GROUPS if g in groups}
         self.z_prior_uses_y = z_prior_uses_y and "y" in groups
+        self.z_inputs = z_inputs
         act = {"elu": nn.ELU, "relu": nn.ReLU}[activation]
+
+        def width(part: Sequence[str]) -> int:
+            if layer_widths == "hidden_size":
+                return hidden_size
+            return sum(self.sizes[g].belief for g in part)
+
         self.groups = nn.ModuleDict(
             {
-                g: _Group(self._input_size(g), sizes, hidden_size, act, min_std)
+                g: _Group(
+                    self._input_size(g),
+                    sizes,
+                    width(g),
+                    act,
+                    min_std,
+                    input_layers=2 if g == "z" and z_inputs == "original" else 1,
+                )
                 for g, sizes in self.sizes.items()
             }
         )
@@ -215,7 +276,12 @@ class RSSM(nn.Module):
         self.posteriors = nn.ModuleDict(
             {
                 "".join(part): _Posterior(
-                    {g: self.sizes[g] for g in part}, hidden_size, embedding_size, act, min_std
+                    {g: self.sizes[g] for g in part},
+                    {name: self._size(name) for name in self.posterior_inputs(part)},
+                    width(part),
+                    embedding_size,
+                    act,
+                    min_std,
                 )
                 for part in parts
             }
@@ -223,18 +289,35 @@ class RSSM(nn.Module):
 
     # ---------------------------------------------------------------- structure
     def prior_inputs(self, group: str) -> tuple[str, ...]:
-        """What group ``group``'s prior is conditioned on (its row of the table)."""
+        """What group ``group``'s prior is conditioned on: keys of the previous latent, the
+        current step's (``new.`` and the key) or ``"action"``."""
         if group == "x":
             return ("x_state", "action")
         if group == "y":
             return ("y_state",)
+        if self.z_inputs == "original":
+            with_y = ("new.y_belief", "new.y_state") if self.z_prior_uses_y else ()
+            return ("new.x_belief", "new.x_state", "z_state", "action", *with_y)
         return ("x_state", "z_state", "action") + (("y_state",) if self.z_prior_uses_y else ())
 
+    def posterior_inputs(self, part: Sequence[str]) -> tuple[str, ...]:
+        """What the posterior of the groups ``part`` reads beside their own new beliefs and
+        the embedding (named as in `prior_inputs`)."""
+        if self.z_inputs != "original" or "z" not in self.sizes:
+            return ()
+        if "z" not in part:
+            return ("z_belief", "z_state")
+        others = [g for g in ("x", "y") if g in self.sizes]
+        return tuple(f"new.{g}_{kind}" for g in others for kind in ("belief", "state"))
+
+    def _size(self, name: str) -> int:
+        if name == "action":
+            return self.action_size
+        group, kind = name.removeprefix("new.").split("_")
+        return getattr(self.sizes[group], kind)
+
     def _input_size(self, group: str) -> int:
-        return sum(
-            self.action_size if name == "action" else self.sizes[name[0]].state
-            for name in self.prior_inputs(group)
-        )
+        return sum(self._size(name) for name in self.prior_inputs(group))
 
     def feature_size(self, groups: Sequence[str] = ("x",)) -> int:
         return sum(self.sizes[g].belief + self.sizes[g].state for g in groups if g in self.sizes)
@@ -259,20 +342,35 @@ class RSSM(nn.Module):
         }
 
     # --------------------------------------------------------------------- steps
-    def _inputs(self, group: str, latent: Latent, action: torch.Tensor) -> torch.Tensor:
+    @staticmethod
+    def _source(
+        name: str, latent: Latent, new: Latent, action: torch.Tensor | None
+    ) -> torch.Tensor:
+        """Input ``name`` (`prior_inputs`) from the previous ``latent``, the current step's
+        ``new`` latent so far, or the action."""
+        if name == "action":
+            return action
+        if name.startswith("new."):
+            return new[name[4:]]
+        return latent[name]
+
+    def _inputs(
+        self, group: str, latent: Latent, action: torch.Tensor, new: Latent | None = None
+    ) -> torch.Tensor:
         return torch.cat(
-            [action if name == "action" else latent[name] for name in self.prior_inputs(group)], -1
+            [self._source(n, latent, new or {}, action) for n in self.prior_inputs(group)], -1
         )
 
     def _input_weights(
         self, group: str
     ) -> tuple[list[tuple[str, torch.Tensor]], torch.Tensor | None]:
-        """``group``'s input-layer weight split by prior input: the columns of each previous
-        state, ``[(latent key, [hidden, size])]``, and the action's (None if it has none)."""
+        """``group``'s input-layer weight split by prior input: the columns of each latent
+        input, ``[(prior input name, [hidden, size])]``, and the action's (None if it has
+        none)."""
         weight = self.groups[group].input[0].weight
         states, action_weight, start = [], None, 0
         for name in self.prior_inputs(group):
-            width = self.action_size if name == "action" else self.sizes[name[0]].state
+            width = self._size(name)
             columns = weight[:, start : start + width]
             if name == "action":
                 action_weight = columns
@@ -281,43 +379,71 @@ class RSSM(nn.Module):
             start += width
         return states, action_weight
 
+    def _ordered(self, latent: Latent) -> Latent:
+        return {
+            f"{g}_{part}": latent[f"{g}_{part}"] for g in self.sizes for part in ("belief", "state")
+        }
+
+    def _posteriors_after(self, group: str) -> list[str]:
+        """The posterior networks whose groups all have their new belief once ``group``'s
+        is computed (groups step in order x, y, z): each runs right after its last group."""
+        order = list(self.groups)
+        return [
+            name
+            for name, net in self.posteriors.items()
+            if max(order.index(g) for g in net.beliefs) == order.index(group)
+        ]
+
+    def _run_posterior(
+        self, name: str, latent: Latent, new: Latent, projected: torch.Tensor
+    ) -> dict[str, Gaussian]:
+        net = self.posteriors[name]
+        beliefs = {g: new[f"{g}_belief"] for g in net.beliefs}
+        others = {o: self._source(o, latent, new, None) for o in net.other_names}
+        return net(beliefs, projected, others)
+
     def transition(
         self, latent: Latent, action: torch.Tensor
     ) -> tuple[dict[str, torch.Tensor], dict[str, Gaussian]]:
-        """Every group's new belief and prior from the previous ``latent`` and ``action``."""
-        beliefs = self._beliefs(latent, action)
-        return beliefs, {g: self.groups[g].prior_of(b) for g, b in beliefs.items()}
-
-    def _beliefs(self, latent: Latent, action: torch.Tensor) -> dict[str, torch.Tensor]:
-        return {
-            g: group.step_belief(latent[f"{g}_belief"], self._inputs(g, latent, action))
-            for g, group in self.groups.items()
-        }
+        """Every group's new belief and prior from the previous ``latent`` and ``action``
+        (a group reading the current step's states reads prior samples)."""
+        new, priors = {}, {}
+        for g, group in self.groups.items():
+            belief = group.step_belief(latent[f"{g}_belief"], self._inputs(g, latent, action, new))
+            priors[g] = group.prior_of(belief)
+            new[f"{g}_belief"], new[f"{g}_state"] = belief, priors[g].rsample()
+        return {g: new[f"{g}_belief"] for g in self.groups}, priors
 
     def project_embedding(self, embedding: torch.Tensor) -> dict[str, torch.Tensor]:
         """The embedding's share of each posterior network's first layer."""
         return {name: net.embedding(embedding) for name, net in self.posteriors.items()}
 
     def posterior(
-        self, beliefs: dict[str, torch.Tensor], projected: dict[str, torch.Tensor]
+        self,
+        beliefs: dict[str, torch.Tensor],
+        projected: dict[str, torch.Tensor],
+        inputs: Latent | None = None,
     ) -> dict[str, Gaussian]:
-        """Every group's posterior from its new belief and ``project_embedding(embedding)``."""
+        """Every group's posterior from its new belief, ``project_embedding(embedding)`` and
+        ``inputs``, the `posterior_inputs` by name."""
         gaussians = {}
         for name, net in self.posteriors.items():
-            gaussians.update(net(beliefs, projected[name]))
+            gaussians.update(net(beliefs, projected[name], inputs))
         return gaussians
 
     def observe_step(
         self, latent: Latent, action: torch.Tensor, embedding: torch.Tensor, sample: bool = True
     ) -> Latent:
         """One filtering step (acting): the posterior latent, sampled or its mean."""
-        beliefs = self._beliefs(latent, action)
-        posteriors = self.posterior(beliefs, self.project_embedding(embedding))
-        new = {}
-        for g, belief in beliefs.items():
-            new[f"{g}_belief"] = belief
-            new[f"{g}_state"] = posteriors[g].rsample() if sample else posteriors[g].mean
-        return new
+        projected = self.project_embedding(embedding)
+        new: Latent = {}
+        for g, group in self.groups.items():
+            inputs = self._inputs(g, latent, action, new)
+            new[f"{g}_belief"] = group.step_belief(latent[f"{g}_belief"], inputs)
+            for name in self._posteriors_after(g):
+                for p, gaussian in self._run_posterior(name, latent, new, projected[name]).items():
+                    new[f"{p}_state"] = gaussian.rsample() if sample else gaussian.mean
+        return self._ordered(new)
 
     def observe(
         self,
@@ -361,26 +487,27 @@ class RSSM(nn.Module):
             g: torch.randn(batch, length, sizes.state, device=embedding.device).unbind(1)
             for g, sizes in self.sizes.items()
         }
+        rests = {g: group.input[1:] for g, group in self.groups.items()}
+        after = {g: self._posteriors_after(g) for g in self.groups}
         steps: list[Latent] = []
         means: dict[str, list[torch.Tensor]] = {g: [] for g in self.groups}
         stds: dict[str, list[torch.Tensor]] = {g: [] for g in self.groups}
         for t in range(length):
             if t in resets:
                 latent = {key: value * keep[:, t] for key, value in latent.items()}
-            beliefs = {}
+            new: Latent = {}
             for g, group in self.groups.items():
                 pre = base[g][t]
                 for name, weight in plans[g]:
-                    pre = torch.addmm(pre, latent[name], weight.t())
-                beliefs[g] = group.cell(group.input[1](pre), latent[f"{g}_belief"])
-            posteriors = self.posterior(beliefs, {n: p[t] for n, p in projected.items()})
-            new = {}
-            for g, (mean, std) in posteriors.items():
-                new[f"{g}_belief"] = beliefs[g]
-                new[f"{g}_state"] = torch.addcmul(mean, std, noise[g][t])
-                means[g].append(mean)
-                stds[g].append(std)
-            latent = new
+                    pre = torch.addmm(pre, self._source(name, latent, new, None), weight.t())
+                new[f"{g}_belief"] = group.cell(rests[g](pre), latent[f"{g}_belief"])
+                for name in after[g]:
+                    posteriors = self._run_posterior(name, latent, new, projected[name][t])
+                    for p, (mean, std) in posteriors.items():
+                        new[f"{p}_state"] = torch.addcmul(mean, std, noise[p][t])
+                        means[p].append(mean)
+                        stds[p].append(std)
+            latent = self._ordered(new)
             steps.append(latent)
         stacked = {key: torch.stack([s[key] for s in steps], 1) for key in latent}
         priors = {g: group.prior_of(stacked[f"{g}_belief"]) for g, group in self.groups.items()}
@@ -394,9 +521,10 @@ class RSSM(nn.Module):
     ) -> Latent:
         """One step of the prior dynamics of ``groups`` (a sample), e.g. x alone in imagination
         (x's prior needs only x). Groups not named are left out of the result."""
-        new = {}
+        new: Latent = {}
         for g in groups:
             group = self.groups[g]
-            belief = group.step_belief(latent[f"{g}_belief"], self._inputs(g, latent, action))
+            inputs = self._inputs(g, latent, action, new)
+            belief = group.step_belief(latent[f"{g}_belief"], inputs)
             new[f"{g}_belief"], new[f"{g}_state"] = belief, group.prior_of(belief).rsample()
         return new

@@ -156,9 +156,9 @@ class ReplayBuffer:
         env_ids = self.storage.add_sequence(rows, env_ids)
         self._after_add(env_ids, _leading_dim(rows))
 
-    def add_experience(self, experience: Experience) -> None:
+    def add_experience(self, experience: Experience, with_state: bool = True) -> None:
         """Adds an unroll's ``T`` raw steps of every env (see `experience_rows`)."""
-        self.add_sequence(experience_rows(experience))
+        self.add_sequence(experience_rows(experience, with_state))
 
     def sample(
         self,

@@ -6,7 +6,8 @@ One row per env per time step::
                    "prev_action", "env_id", "env_info"},
      "action": ...,   # the action taken at that time step
      "info": ...,     # whatever the algorithm's rollout_step returned as info
-     "state": ...}    # the recurrent state the step started from (stateful algorithms only)
+     "state": ...}    # the recurrent state the step started from (stateful algorithms
+                      # that read it back only)
 
 An unroll's ``time_step`` is ``[T + 1, B]`` but its last step has no action yet;
 the collector starts the next unroll from it, so only the first ``T`` steps are
@@ -25,11 +26,13 @@ STEP_TYPE_KEY = "time_step/step_type"
 """The key of the step type in a row (the episode index reads it)."""
 
 
-def experience_rows(experience: Experience) -> dict[str, Any]:
+def experience_rows(experience: Experience, with_state: bool = True) -> dict[str, Any]:
     """The ``[T, B]`` rows of an unroll, raw (before any data transformer).
 
     Args:
         experience: ``time_step`` ``[T + 1, B]``; ``action``, ``info`` and ``state`` ``[T, B]``.
+        with_state: store the recurrent state (for an algorithm that reads it back; see
+            `cadence.algorithms.algorithm.Algorithm.replays_state`).
 
     Returns:
         the row nest with leaves ``[T, B, ...]``.
@@ -42,7 +45,7 @@ def experience_rows(experience: Experience) -> dict[str, Any]:
         "action": experience.action,
         "info": experience.info,
     }
-    if flatten(experience.state):
+    if with_state and flatten(experience.state):
         rows["state"] = experience.state
     return rows
 

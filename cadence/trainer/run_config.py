@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -44,15 +45,49 @@ IGNORED_KEYS = ("root_dir", "description", *(f"trainer.{name}" for name in DISPL
 
 CHANGES_FILE = "config_changes.jsonl"
 # Keys added since runs were first recorded, with the value that means what a run made
-# before them did: a config.yaml without the key compares as having it.
-ADDED_KEYS = {"trainer.schedule_horizon": 0}
+# before them did: a config.yaml without the key compares as having it (where the config
+# it is compared with has the key: a model-based key means nothing to a PPO run).
+MODEL_BASED_ADDED_KEYS = {
+    # The model-based keys added when the Denoised MDP original's structure became the
+    # default (docs/model-based.md, "Structure"): runs written before were built with
+    # cadence's earlier structure. A run's config.yaml read back takes these too
+    # (`cadence.config.from_yaml`), so the networks it builds fit its checkpoint.
+    "algorithm.world_model.z_inputs": "cadence",
+    "algorithm.world_model.layer_widths": "hidden_size",
+    "algorithm.world_model.conv_stack": "cadence",
+    "algorithm.sac.actor_layers": None,
+    "algorithm.eval_mode": "mean",
+}
+ADDED_KEYS = {"trainer.schedule_horizon": 0, **MODEL_BASED_ADDED_KEYS}
 # Keys removed since (`REMOVED_KEYS`): a config.yaml with one compares as without it.
+# The model-based keys that shape the checkpoint's parameters: no resume can change them.
+MODEL_STRUCTURE_KEYS = tuple(
+    f"algorithm.{key}"
+    for key in (
+        *(f"world_model.{g}_{part}_size" for g in "xyz" for part in ("belief", "state")),
+        "world_model.z_prior_uses_y",
+        "world_model.z_inputs",
+        "world_model.joint_posterior",
+        "world_model.layer_widths",
+        "world_model.hidden_size",
+        "world_model.mlp_hidden_size",
+        "world_model.mlp_layers",
+        "world_model.embedding_size",
+        "world_model.conv_stack",
+        "actor_critic.hidden_size",
+        "actor_critic.num_layers",
+        "sac.hidden_size",
+        "sac.num_layers",
+        "sac.actor_layers",
+    )
+)
 
 
 def config_changes(old_yaml: str, new_yaml: str) -> dict[str, tuple[Any, Any]]:
     """Each dotted key whose value differs between two resolved configs: ``(old, new)``."""
     old, new = _flatten(yaml.safe_load(old_yaml) or {}), _flatten(yaml.safe_load(new_yaml) or {})
-    old = {key: value for key, value in {**ADDED_KEYS, **old}.items() if key not in REMOVED_KEYS}
+    old = {**{key: value for key, value in ADDED_KEYS.items() if key in new}, **old}
+    old = {key: value for key, value in old.items() if key not in REMOVED_KEYS}
     return {
         key: (old.get(key), new.get(key))
         for key in sorted(set(old) | set(new))
@@ -82,6 +117,9 @@ def check_resume_config(
         if removed:  # the run goes on without them, and a later resume says nothing
             path.write_text(config_yaml)
         return False
+    structure = [key for key in changes if key in MODEL_STRUCTURE_KEYS]
+    if structure:
+        raise RunConfigMismatchError(_structure_message(run_dir, changes, structure))
     fixed = [key for key in changes if key in FIXED_KEYS or key.startswith(FIXED_SECTIONS)]
     if fixed:
         raise RunConfigMismatchError(
@@ -117,6 +155,30 @@ def first_budget(run_dir: Path) -> int | None:
         return None
     budget = _flatten(yaml.safe_load(path.read_text()) or {}).get("trainer.num_env_steps")
     return int(budget) if budget is not None else None
+
+
+def _structure_message(
+    run_dir: Path, changes: dict[str, tuple[Any, Any]], structure: list[str]
+) -> str:
+    """Why a model-based run cannot resume with another network structure, and how to
+    resume it with its own."""
+    overrides = " ".join(f"{key}={_override_value(changes[key][0])}" for key in structure)
+    return (
+        f"{run_dir} holds a model-based run whose networks had another structure "
+        f"({', '.join(structure)}); its checkpoint cannot load into these:\n"
+        f"{_describe(changes)}\n"
+        f"A run written by cadence {version('cadence')} before the Denoised MDP original's "
+        'structure became the model-based default (docs/model-based.md, "Structure") '
+        "resumes with its own structure when given it back:\n"
+        f"  {overrides}\n"
+        "or start a new run in another directory (--root-dir)."
+    )
+
+
+def _override_value(value: Any) -> str:
+    return (
+        "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+    )
 
 
 def _describe(changes: dict[str, tuple[Any, Any]]) -> str:

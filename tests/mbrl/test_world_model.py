@@ -17,16 +17,25 @@ from cadence.networks.rssm import Gaussian, gaussian_kl
 
 OBS, ACT = TensorSpec((5,)), BoundedTensorSpec((2,), minimum=-2.0, maximum=2.0)
 SMALL = dict(hidden_size=16, mlp_hidden_size=16, embedding_size=8)
+CADENCE_STRUCTURE = dict(z_inputs="cadence", z_prior_uses_y=False, layer_widths="hidden_size")
+"""cadence's earlier RSSM structure, which most tests here check (the original's defaults:
+tests/mbrl/test_paper_structure.py)."""
 
 
-def _denoised(z: bool = True, joint_posterior: bool = False, **actor_critic) -> torch.nn.Module:
+def _denoised(
+    z: bool = True, joint_posterior: bool = False, structure: dict | None = None, **actor_critic
+) -> torch.nn.Module:
     torch.manual_seed(0)
     sizes = dict(x_belief_size=6, x_state_size=3, y_belief_size=5, y_state_size=2)
     if z:
         sizes.update(z_belief_size=4, z_state_size=2)
+    structure = CADENCE_STRUCTURE if structure is None else structure
     config = DenoisedMDPConfig(
-        world_model=WorldModelConfig(**sizes, **SMALL, joint_posterior=joint_posterior),
+        world_model=WorldModelConfig(
+            **sizes, **SMALL, **structure, joint_posterior=joint_posterior
+        ),
         actor_critic=ActorCriticConfig(hidden_size=16, num_layers=1, **actor_critic),
+        eval_mode="mean",
     )
     return make_model_based(config, OBS, ACT)
 
@@ -128,11 +137,20 @@ def test_posteriors_see_their_own_belief_or_x_and_y_beliefs_when_joint(joint):
     assert sorted(rssm.posteriors) == (["xy", "z"] if joint else ["x", "y", "z"])
 
 
+@pytest.mark.parametrize("structure", ["cadence", "original"])
 @pytest.mark.parametrize("joint", [False, True])
-def test_observe_filters_sequences_as_observe_step_does_one_step_at_a_time(joint):
-    rssm = _denoised(joint_posterior=joint).world_model.rssm
+def test_observe_filters_sequences_as_observe_step_does_one_step_at_a_time(
+    joint, structure, monkeypatch
+):
+    if structure == "original":  # z reads the current x, y states: filter with zero noise
+        original = dict(z_inputs="original", z_prior_uses_y=True, layer_widths="belief")
+        rssm = _denoised(joint_posterior=joint, structure=original).world_model.rssm
+        zeros = torch.zeros
+        monkeypatch.setattr(torch, "randn", lambda *size, **kwargs: zeros(*size, **kwargs))
+    else:
+        rssm = _denoised(joint_posterior=joint).world_model.rssm
     torch.manual_seed(1)
-    embedding, action = torch.randn(3, 5, 8), torch.randn(3, 5, 2)
+    embedding, action = torch.rand(3, 5, 8) * 2 - 1, torch.rand(3, 5, 2) * 2 - 1
     first = torch.zeros(3, 5, dtype=torch.bool)
     first[:, 0] = first[1, 2] = True
     observed = rssm.observe(embedding, action, first)
@@ -218,8 +236,8 @@ def test_lambda_returns_by_hand():
     )
 
 
-@pytest.mark.parametrize(("paper_horizon", "steps"), [(False, 4), (True, 3)])
-def test_imagination_uses_the_full_horizon_unless_asked_for_the_papers(paper_horizon, steps):
+@pytest.mark.parametrize(("paper_horizon", "steps"), [(False, 4), (True, 4)])
+def test_imagination_uses_the_full_horizon_with_or_without_the_papers_returns(paper_horizon, steps):
     algorithm = _denoised(horizon=4, paper_horizon=paper_horizon)
     start = {k: v for k, v in _random_latent(algorithm.world_model.rssm).items() if k[0] == "x"}
     features, rewards, log_probs = algorithm.policy.imagine(algorithm.world_model, start)
