@@ -39,6 +39,7 @@ from cadence.config.experiment import ALGORITHM_CONFIGS, ExperimentConfig
 from cadence.config.serialize import to_dict
 from cadence.config.structure import structure
 from cadence.trainer.config import DISPLAY_ONLY_FIELDS, TrainerConfig
+from cadence.trainer.run_config import ADDED_KEYS
 
 DEFAULTS_NAME = "cadence_defaults"
 
@@ -104,10 +105,24 @@ def default_root_dir(config: ExperimentConfig) -> str:
     # The schedules' horizon goes with the budget (docs/resume.md); left out, not hashed
     # at its default, so that directories made before the key existed keep their names.
     del tree["trainer"]["schedule_horizon"]
+    _drop_added_at_old_meaning(tree)
     tree["trainer"] = _with_removed_defaults(tree["trainer"])
     content = OmegaConf.to_yaml(OmegaConf.create(tree))
     digest = hashlib.sha256(content.encode()).hexdigest()[:8]
     return os.path.join("runs", config.name, f"seed{config.seed}-{digest}")
+
+
+def _drop_added_at_old_meaning(tree: dict[str, Any]) -> None:
+    """Removes from ``tree`` each key added since run directories were first named
+    (`ADDED_KEYS`) whose value is the one that means what runs before it did: the same
+    experiment keeps its directory's name (and the same command resumes it)."""
+    for dotted, old_meaning in ADDED_KEYS.items():
+        *sections, key = dotted.split(".")
+        parent: Any = tree
+        for section in sections:
+            parent = parent.get(section) if isinstance(parent, dict) else None
+        if isinstance(parent, dict) and key in parent and parent[key] == old_meaning:
+            del parent[key]
 
 
 REMOVED_DEFAULTS = {"cpu_matmul": ("num_threads", "auto")}

@@ -58,7 +58,11 @@ MODEL_BASED_ADDED_KEYS = {
     "algorithm.sac.actor_layers": None,
     "algorithm.eval_mode": "mean",
 }
-ADDED_KEYS = {"trainer.schedule_horizon": 0, **MODEL_BASED_ADDED_KEYS}
+ADDED_KEYS = {
+    "trainer.schedule_horizon": 0,
+    "env.async_batch_size": None,
+    **MODEL_BASED_ADDED_KEYS,
+}
 # Keys removed since (`REMOVED_KEYS`): a config.yaml with one compares as without it.
 # The model-based keys that shape the checkpoint's parameters: no resume can change them.
 MODEL_STRUCTURE_KEYS = tuple(

@@ -100,6 +100,12 @@ def test_the_digest_of_a_run_with_default_display_keys_is_unchanged(tmp_path, mo
     # Hashed at their defaults, not dropped: directories made before stay resolvable.
     monkeypatch.chdir(tmp_path)
     assert load_config("ppo_cartpole").root_dir.endswith("seed0-96ac1172")
+    # Keys added since (env.async_batch_size, the model-based structure keys) at the value
+    # that means what runs made before them did leave the name too.
+    assert load_config("denoised_mdp_pendulum_noisy").root_dir.endswith("seed0-2e2e0b12")
+    assert load_config("ppo_cartpole", ["env.async_batch_size=null"]).root_dir.endswith(
+        "seed0-96ac1172"
+    )
 
 
 def test_a_changed_display_key_resumes_without_being_asked(finished, capsys):
