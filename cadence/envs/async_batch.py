@@ -116,6 +116,7 @@ class AsyncStepping:
         self._delivered_ids: list[int] = []  # their envs, in order
         self._cut_on_arrival: dict[int, list[int]] = {}  # worker -> envs to end with LAST
         self._per_worker = env._slices[0][1] - env._slices[0][0]
+        self._on_cpu = env.device.type == "cpu"
         # Each worker's envs' last delivered step: (the batch, their first row in it).
         self._last_of: list[tuple[TimeStep, int] | None] = [None] * env.num_workers
         self._targets: dict[int, TimeStepBuffer] = {}  # workers in a batch -> its buffer
@@ -216,9 +217,11 @@ class AsyncStepping:
         env = self._env
         env._check_usable()
         answered, replies, dead = env._pool.wait_any(self.in_flight, count)
-        for worker in [*answered, *dead]:
+        for worker in answered:
             del self.in_flight[worker]
-        if dead or any(status != "ok" for status, _ in replies.values()):
+        for worker in dead:
+            del self.in_flight[worker]
+        if replies is not None:  # not all plain answers: an error, or a worker died
             try:
                 dead = env._settle(replies, dead, stepping=True)[1]
             except BaseException:
@@ -242,8 +245,8 @@ class AsyncStepping:
         per_worker = self._per_worker
         for position, worker in enumerate(workers):
             self._last_of[worker] = (batch, position * per_worker)
-        self.delivered, self._delivered_ids = workers, gather.rows.tolist()
-        return batch if env.device.type == "cpu" else batch.to(env.device)
+        self.delivered, self._delivered_ids = workers, gather.row_list
+        return batch if self._on_cpu else batch.to(env.device)
 
     def _end_cut_episodes(self, workers: list[int]) -> None:
         """Writes LAST rows for the envs of ``workers`` whose episodes a restart cut."""

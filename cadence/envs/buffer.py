@@ -290,6 +290,7 @@ class RowGather:
 
     def __init__(self, source: TimeStepBuffer, rows: Sequence[int], target: TimeStepBuffer):
         self.rows = np.asarray(rows, dtype=np.intp)
+        self.row_list: list[int] = self.rows.tolist()
         consecutive = len(self.rows) and np.array_equal(
             self.rows, np.arange(self.rows[0], self.rows[0] + len(self.rows))
         )
@@ -307,12 +308,13 @@ class RowGather:
         """The rows as they are now in the source, into a block ``prepared`` by the
         target's `TimeStepBuffer.prepare` (``None``: the next one)."""
         block, time_step = self._target.prepare() if prepared is None else prepared
+        # "clip": the indices are in range by construction, and numpy buffers `out` otherwise.
         if self._byte_index is not None:
-            np.take(self._source._bytes, self._byte_index, out=block)
+            np.take(self._source._bytes, self._byte_index, out=block, mode="clip")
         else:
             targets = self._target.layout.view_list(block)
             for source, target in zip(self._source.arrays.values(), targets, strict=True):
-                np.take(source, self.rows, axis=0, out=target)
+                np.take(source, self.rows, axis=0, out=target, mode="clip")
         return time_step
 
 

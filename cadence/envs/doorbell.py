@@ -193,7 +193,7 @@ class ParentDoorbell:
         count: int,
         channels: Sequence[Channel],
         sentinels: Sequence[int],
-    ) -> tuple[list[int], dict[int, Any], set[int], set[int]]:
+    ) -> tuple[list[int], dict[int, Any] | None, set[int], set[int]]:
         """Waits until ``count`` of the workers rung (the keys of ``deadlines``) answered or
         died, or one of them passed its deadline (the asynchronous mode's wait).
 
@@ -205,7 +205,8 @@ class ParentDoorbell:
 
         Returns:
             The workers that answered (those found in one look in worker order), their
-            messages (``None`` for a plain "done"), those that died, and those late.
+            messages (``None`` for a plain "done"; the whole dict ``None`` where every
+            answer is plain), those that died, and those late.
         """
         start = time.perf_counter()
         answered = self._spin_any(deadlines, count, start)
@@ -214,8 +215,10 @@ class ParentDoorbell:
         if len(answered) < count:
             answered, dead, late = self._sleep_until_some(deadlines, count, channels, sentinels)
         self._policy.record(time.perf_counter() - start)
-        replies: dict[int, Any] = {}
         slots = self._slots
+        if not any(slots[worker * _SLOTS + REPLY_IS_MESSAGE] for worker in answered):
+            return answered, None, dead, late  # plain answers: no reply dict to build
+        replies: dict[int, Any] = {}
         for worker in answered:
             if slots[worker * _SLOTS + REPLY_IS_MESSAGE]:
                 try:
