@@ -35,6 +35,7 @@ import torch
 from cadence.data.nest import Nest
 from cadence.data.time_step import TimeStep
 from cadence.envs.buffer import RowGather, TimeStepBuffer
+from cadence.envs.worker_pool import available_cores
 
 if TYPE_CHECKING:
     from cadence.envs.parallel import ParallelEnvironment
@@ -117,6 +118,11 @@ class AsyncStepping:
         self._cut_on_arrival: dict[int, list[int]] = {}  # worker -> envs to end with LAST
         self._per_worker = env._slices[0][1] - env._slices[0][0]
         self._on_cpu = env.device.type == "cpu"
+        # Waiting for *any* worker, a parent that shares a core with a stepping worker
+        # would spin on that core, yielding it, and see another worker's answer only once
+        # that worker yields or the scheduler's tick (ms) comes: it sleeps instead, and
+        # the answer's wake-up runs it at once (`cadence.envs.doorbell`).
+        self._spin = env.num_workers < available_cores()
         # Each worker's envs' last delivered step: (the batch, their first row in it).
         self._last_of: list[tuple[TimeStep, int] | None] = [None] * env.num_workers
         self._targets: dict[int, TimeStepBuffer] = {}  # workers in a batch -> its buffer
@@ -216,7 +222,7 @@ class AsyncStepping:
         """Waits for ``count`` more workers to be ready, recovering those that died."""
         env = self._env
         env._check_usable()
-        answered, replies, dead = env._pool.wait_any(self.in_flight, count)
+        answered, replies, dead = env._pool.wait_any(self.in_flight, count, self._spin)
         for worker in answered:
             del self.in_flight[worker]
         for worker in dead:

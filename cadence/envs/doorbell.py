@@ -193,6 +193,7 @@ class ParentDoorbell:
         count: int,
         channels: Sequence[Channel],
         sentinels: Sequence[int],
+        spin: bool = True,
     ) -> tuple[list[int], dict[int, Any] | None, set[int], set[int]]:
         """Waits until ``count`` of the workers rung (the keys of ``deadlines``) answered or
         died, or one of them passed its deadline (the asynchronous mode's wait).
@@ -202,6 +203,8 @@ class ParentDoorbell:
                 must answer (``None``: none).
             count: how many answers (or deaths) end the wait.
             channels, sentinels: every worker's channel and process sentinel, by worker index.
+            spin: whether to poll before sleeping (see `SpinPolicy`); ``False`` looks once,
+                then sleeps until an answer wakes this side.
 
         Returns:
             The workers that answered (those found in one look in worker order), their
@@ -209,7 +212,7 @@ class ParentDoorbell:
             answer is plain), those that died, and those late.
         """
         start = time.perf_counter()
-        answered = self._spin_any(deadlines, count, start)
+        answered = self._spin_any(deadlines, count, start if spin else -math.inf)
         dead: set[int] = set()
         late: set[int] = set()
         if len(answered) < count:
@@ -231,7 +234,8 @@ class ParentDoorbell:
 
     def _spin_any(self, workers: Iterable[int], count: int, start: float) -> list[int]:
         """Polls the rows of ``workers`` (yielding the core) until ``count`` of them answered
-        or the spin budget from ``start`` is spent; returns those that answered."""
+        or the spin budget from ``start`` is spent (at once for a ``start`` of ``-inf``);
+        returns those that answered."""
         slots = self._slots
         bases = [w * _SLOTS for w in workers]
         # Compared inline, not through `_answered`: this loop is every async step's wait.
