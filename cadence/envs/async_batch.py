@@ -21,6 +21,10 @@ not recorded. Per-env trajectories under a policy that acts on each env alone (n
 randomness shared across rows) are the same as lockstep's; a run's numbers are not.
 `get_state`, `set_state` and `render` need every env's last step delivered and no step in
 flight (between `cadence.collect.Collector` unrolls, which end with every env waiting).
+
+The parent waits for the next ready workers by polling the doorbell (``spin_us``) only
+where it has a core to itself (fewer workers than cores); sharing one with a stepping
+worker, it sleeps until an answer wakes it (see `AsyncStepping`).
 """
 
 from __future__ import annotations
