@@ -6,7 +6,11 @@ drives, for each env and batch size: a plain single-env Gymnasium loop (reset on
 done; measured in every row, as the reference each batch is compared with),
 Gymnasium's ``SyncVectorEnv`` and ``AsyncVectorEnv`` (default shared memory), the
 env's own vector env (``gym.make_vec`` of its ``vector_entry_point``, "gym vec") where
-it registers one, and cadence's ``serial``, ``thread`` and ``parallel`` back ends, its
+it registers one, and cadence's ``serial``, ``thread`` and ``parallel`` back ends, the
+``parallel`` back end stepping asynchronously ("async": on as many workers as cores that
+split the batch of N evenly, ``async_batch_size`` M = N / 2; each step sends actions for
+the M envs it last returned and returns the M ready next, so the parent's per-step work
+is timed; its rate counts the env transitions returned), its
 ``vector`` back end (that same vector env, giving torch time steps) and its
 tensor-native env where one exists. Every implementation of a row is built and warmed up
 first, then timed in ``--repeats`` interleaved rounds and its median round is
@@ -39,6 +43,7 @@ import torch
 from cadence.envs import make_env
 from cadence.envs.make import has_vector_env
 from cadence.envs.tensor import has_tensor_env
+from cadence.envs.worker_pool import available_cores
 
 COLUMNS = (
     "gym loop",
@@ -48,6 +53,7 @@ COLUMNS = (
     "serial",
     "thread",
     "parallel",
+    "async",
     "vector",
     "tensor",
 )
@@ -139,6 +145,61 @@ class CadenceRunner(Runner):
         self.t = 0
 
 
+class AsyncRunner(Runner):
+    """cadence's ``parallel`` back end stepping asynchronously, ``async_batch_size`` envs a step.
+
+    Each step sends actions for the envs the last one returned (all ``num_envs`` after the
+    reset, then ``async_batch_size``), so ``batch_size`` counts the transitions a step returns.
+    """
+
+    def __init__(self, name: str, num_envs: int, seed: int, num_workers: int, batch: int):
+        self.batch_size = batch
+        self.env = make_env(
+            name,
+            num_envs,
+            backend="parallel",
+            seed=seed,
+            num_workers=num_workers,
+            async_batch_size=batch,
+        )
+        generator = torch.Generator().manual_seed(seed)
+        spec = self.env.action_spec
+        self.actions = [spec.sample((num_envs,), generator) for _ in range(_NUM_ACTIONS)]
+        self.env.reset()
+        self.returned = num_envs  # the reset returned every env
+        self.t = 0
+
+    def run(self, num_batch_steps: int) -> None:
+        env, actions, t, returned = self.env, self.actions, self.t, self.returned
+        for _ in range(num_batch_steps):
+            returned = len(env.step(actions[t % _NUM_ACTIONS][:returned]).env_id)
+            t += 1
+        self.t, self.returned = t, returned
+
+
+def async_layout(num_envs: int) -> tuple[int, int] | None:
+    """The "async" column's workers and M: as many workers as cores that split the batch
+    evenly (at least two), and half their envs a step (None where no two workers fit)."""
+    workers = max(
+        (w for w in range(2, min(num_envs, available_cores()) + 1) if num_envs % w == 0),
+        default=None,
+    )
+    if workers is None:
+        return None
+    return workers, workers // 2 * (num_envs // workers)
+
+
+def describe_async(batch_sizes: list[int]) -> str:
+    """``N=8: M=4 on 2 workers, N=1: -`` for the "async" column's rows."""
+    cells = []
+    for n in batch_sizes:
+        layout = async_layout(n)
+        cells.append(
+            f"N={n}: -" if layout is None else f"N={n}: M={layout[1]} on {layout[0]} workers"
+        )
+    return ", ".join(cells)
+
+
 @dataclass
 class Budget:
     max_env_steps: int  # per timed round
@@ -183,6 +244,9 @@ def build_row(name: str, num_envs: int, seed: int, columns: tuple[str, ...]) -> 
     }
     for backend in CPU_BACKENDS:
         makers[backend] = lambda b=backend: CadenceRunner(name, num_envs, seed, b)
+    layout = async_layout(num_envs)
+    if layout is not None:
+        makers["async"] = lambda: AsyncRunner(name, num_envs, seed, *layout)
     if has_vector_env(name):
         makers["gym vec"] = lambda: GymOwnVector(name, num_envs, seed)
         makers["vector"] = lambda: CadenceRunner(name, num_envs, seed, "vector")
@@ -340,6 +404,8 @@ def main(argv: list[str] | None = None) -> int:
         f" ({torch.get_num_threads()} threads), gymnasium {gym.__version__}"
     )
     print(f"{'env x num_envs':<22}" + "".join(f"{c:>11}" for c in COLUMNS))
+    if "async" in columns:
+        print(f"(async: M of N envs returned a step: {describe_async(args.envs)})")
     table: Table = {}
     cpu_table: Table = {}  # per CPU second of this process: meaningful for in-process columns
     rows = [(name, n) for name in args.envs_names for n in args.envs]
@@ -361,7 +427,22 @@ def main(argv: list[str] | None = None) -> int:
     for bar in bars(table, args.tensor_envs):
         print(bar.line())
     print_cpu_check(cpu_table)
+    print_async_check(table, cpu_table)
     return 0
+
+
+def print_async_check(table: Table, cpu_table: Table) -> None:
+    """Asynchronous over lockstep stepping, and what each costs this process (the parent)
+    per env transition in CPU time (its waits for the workers included), for each row."""
+    for (name, num_envs), rates in table.items():
+        if "async" not in rates or "parallel" not in rates:
+            continue
+        cpu = cpu_table[(name, num_envs)]
+        print(
+            f"  async (M={async_layout(num_envs)[1]}) / parallel, {name} x{num_envs}:"
+            f" {rates['async'] / rates['parallel']:.2f}x; parent CPU per transition"
+            f" {1e6 / cpu['async']:.1f} us vs {1e6 / cpu['parallel']:.1f} us"
+        )
 
 
 def print_cpu_check(cpu_table: Table) -> None:

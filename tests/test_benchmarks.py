@@ -38,8 +38,10 @@ def test_env_throughput_prints_its_table_and_bars():
     assert "parallel / serial, HalfCheetah-v5 x8" in out
     # CartPole registers a vector env: its row has Gymnasium's and cadence's vector columns.
     cartpole = next(line for line in out.splitlines() if line.startswith("CartPole-v1 x8 "))
-    assert len(cartpole.split()) == 2 + 9 and "-" not in cartpole.split()[2:]
+    assert len(cartpole.split()) == 2 + 10 and "-" not in cartpole.split()[2:]
     assert "cadence vector / its gym vector env" in out
+    # The async column (M = 4 of 8 on two or more cores), with its ratio to lockstep.
+    assert "async (M=4) / parallel, HalfCheetah-v5 x8: " in out
 
 
 @pytest.mark.slow

@@ -21,10 +21,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol
 
+import numpy as np
 import torch
 
 from cadence.algorithms.algorithm import AlgStep, reset_state
-from cadence.data.nest import Nest, flatten, map_structure
+from cadence.data.nest import Nest, map_structure
 from cadence.data.time_step import TimeStep
 
 
@@ -57,6 +58,11 @@ def run_async_steps(
     """`cadence.collect.unroll.run_steps` for an asynchronous env: ``length`` steps of every
     env, each env's rows at its own time indices.
 
+    The policy acts on each received batch as it comes (no gather of a carried copy); the
+    batches and the policy's outputs are kept with the flat ``t * N + env`` position of
+    each row (counted on the CPU) and put in place once, at the end, with one
+    ``index_copy_`` per leaf; every env's last time step is the unroll's last row.
+
     Args:
         act: the policy (``rollout_step``'s signature), called on the ready rows.
         env: the env, between unrolls (no step in flight).
@@ -75,46 +81,53 @@ def run_async_steps(
     """
     num_envs = env.batch_size
     device = time_step.step_type.device
-    counts = torch.zeros(num_envs, dtype=torch.long, device=device)
-    carried = time_step.clone()
+    counts = np.zeros(num_envs, dtype=np.int64)  # steps each env has made
     state = map_structure(torch.clone, state)
-    time_steps = time_step.map(lambda x: x.new_empty((length + 1, *x.shape)))
-    _put(_ts_leaves(time_steps), 0, slice(None), _ts_leaves(time_step))
-    recorded: list[Nest] = []  # actions, infos, states as [T, N] once the first step shows them
-    rows = torch.arange(num_envs, device=device)
-    in_flight = 0
+    # Each batch's rows with their flat [T, N] positions (t * N + env), put in place at the end.
+    arrivals: list[tuple[np.ndarray, list[torch.Tensor]]] = [
+        (np.arange(num_envs), _ts_leaves(time_step))
+    ]
+    outputs: list[tuple[np.ndarray, list[torch.Tensor]]] = []  # actions, infos, states
+    first_outputs: tuple[Nest, ...] = ()
+    ids, acting, in_flight = np.arange(num_envs), time_step, 0
     while True:
-        if len(rows):
+        if len(ids):
+            rows = torch.from_numpy(ids).to(device)
             step_state = _rows(state, rows)
             if stateful:
-                step_state = reset_state(
-                    carried.step_type[rows], step_state, _rows(initial_state, rows)
-                )
-            step = act(carried[rows], step_state, _rows(agent_info, rows))
-            outputs = (step.output, step.info, step_state if stateful else ())
-            if not recorded:
-                recorded = [_empty(nest, length, num_envs) for nest in outputs]
-            for buffer, value in zip(recorded, outputs, strict=True):
-                _put(flatten(buffer), counts[rows], rows, flatten(value))
+                step_state = reset_state(acting.step_type, step_state, _rows(initial_state, rows))
+            step = act(acting, step_state, _rows(agent_info, rows))
+            output = (step.output, step.info, step_state if stateful else ())
+            first_outputs = first_outputs or output
+            outputs.append((counts[ids] * num_envs + ids, _leaves(output)))
             if stateful:
-                _put(flatten(state), None, rows, flatten(step.state))
-            env.send(step.output, rows.tolist())
-            in_flight += len(rows)
+                _put(_leaves(state), rows, _leaves(step.state))
+            env.send(step.output, ids.tolist())
+            in_flight += len(ids)
         if in_flight == 0:
             break
-        arrived = received(env.recv())
-        ids = arrived.env_id.to(device)
-        in_flight -= len(ids)
-        counts[ids] += 1
-        _put(_ts_leaves(time_steps), counts[ids], ids, _ts_leaves(arrived))
-        _put(_ts_leaves(carried), None, ids, _ts_leaves(arrived))
-        rows = ids[counts[ids] < length]
+        raw = env.recv()
+        arrived = received(raw)
+        got = raw.env_id.cpu().numpy()
+        in_flight -= len(got)
+        counts[got] += 1
+        arrivals.append((counts[got] * num_envs + got, _ts_leaves(arrived)))
+        going_on = counts[got] < length  # the envs that still step in this unroll
+        ids, acting = got, arrived
+        if not going_on.all():
+            ids = got[going_on]
+            acting = arrived[torch.from_numpy(np.flatnonzero(going_on)).to(device)]
+    time_steps = time_step.map(lambda x: x.new_empty((length + 1, *x.shape)))
+    _place(_ts_leaves(time_steps), arrivals, device)
+    recorded = [_empty(nest, length, num_envs) for nest in first_outputs]
+    _place(_leaves(recorded), outputs, device)
     actions, infos, states = recorded
-    return time_steps, actions, infos, states, carried, state
+    last = time_steps.map(lambda x: x[length].clone())
+    return time_steps, actions, infos, states, last, state
 
 
 def _rows(nest: Nest, rows: torch.Tensor) -> Nest:
-    return map_structure(lambda x: x[rows], nest)
+    return map_structure(lambda x: x.index_select(0, rows), nest)
 
 
 def _empty(nest: Nest, length: int, num_envs: int) -> Nest:
@@ -122,23 +135,41 @@ def _empty(nest: Nest, length: int, num_envs: int) -> Nest:
     return map_structure(lambda x: x.new_zeros((length, num_envs, *x.shape[1:])), nest)
 
 
-def _put(
+def _place(
     targets: list[torch.Tensor],
-    times: torch.Tensor | int | None,
-    rows: torch.Tensor | slice,
-    values: list[Any],
+    parts: list[tuple[np.ndarray, list[torch.Tensor]]],
+    device: torch.device,
 ) -> None:
-    """``target[times, rows] = value`` for each leaf (``times`` None: ``target[rows]``)."""
+    """Fills each ``[T, N, ...]`` target from ``parts``: rows of ``[M, ...]`` leaves, each
+    part with the flat ``t * N + env`` position of each row (one ``index_copy_`` a leaf)."""
+    index = torch.from_numpy(np.concatenate([at for at, _ in parts])).to(device)
+    for leaf, target in enumerate(targets):
+        values = torch.cat([leaves[leaf] for _, leaves in parts])
+        flat = target.view(-1, *target.shape[2:])
+        # `=` casts a policy output in another dtype than its first step's: so does this.
+        flat.index_copy_(0, index, values.to(target.dtype))
+
+
+def _put(targets: list[torch.Tensor], index: torch.Tensor, values: list[torch.Tensor]) -> None:
+    """``target[index] = value`` for each leaf (rows of dim 0)."""
     for target, value in zip(targets, values, strict=True):
-        if times is None:
-            target[rows] = value
-        else:
-            target[times, rows] = value
+        target[index] = value
+
+
+def _leaves(nest: Nest) -> list[Any]:
+    """`cadence.data.nest.flatten` without the paths (its order), for the per-step loop."""
+    if isinstance(nest, dict):
+        return [leaf for value in nest.values() for leaf in _leaves(value)]
+    if isinstance(nest, (tuple, list)):
+        return [leaf for value in nest for leaf in _leaves(value)]
+    return [nest]
 
 
 def _ts_leaves(time_step: TimeStep) -> list[Any]:
-    """A time step's leaves, those of ``untransformed`` last."""
-    leaves = flatten(time_step.to_dict(untransformed=False))
-    if time_step.untransformed is not None:
-        leaves += _ts_leaves(time_step.untransformed)
+    """A time step's leaves in `TimeStep.to_dict`'s order, those of ``untransformed`` last."""
+    t = time_step
+    leaves = [t.step_type, t.reward, t.discount, *_leaves(t.observation)]
+    leaves += [*_leaves(t.prev_action), t.env_id, *_leaves(t.env_info)]
+    if t.untransformed is not None:
+        leaves += _ts_leaves(t.untransformed)
     return leaves

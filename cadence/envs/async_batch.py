@@ -21,6 +21,10 @@ not recorded. Per-env trajectories under a policy that acts on each env alone (n
 randomness shared across rows) are the same as lockstep's; a run's numbers are not.
 `get_state`, `set_state` and `render` need every env's last step delivered and no step in
 flight (between `cadence.collect.Collector` unrolls, which end with every env waiting).
+
+The parent waits for the next ready workers by polling the doorbell (``spin_us``) only
+where it has a core to itself (fewer workers than cores); sharing one with a stepping
+worker, it sleeps until an answer wakes it (see `AsyncStepping`).
 """
 
 from __future__ import annotations
@@ -29,13 +33,19 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+import numpy as np
 import torch
 
-from cadence.data.nest import Nest, flatten
+from cadence.data.nest import Nest
 from cadence.data.time_step import TimeStep
+from cadence.envs.buffer import RowGather, TimeStepBuffer
+from cadence.envs.worker_pool import available_cores
 
 if TYPE_CHECKING:
     from cadence.envs.parallel import ParallelEnvironment
+
+_MAX_GATHERS = 256  # row gathers kept (one per ordered set of workers seen in a batch)
+_NO_ROWS = np.zeros(0, dtype=np.intp)
 
 
 def workers_per_batch(
@@ -92,6 +102,11 @@ class AsyncStepping:
     for actions), *in flight* (rung, with the time it must answer by) or *ready* (answered,
     not yet delivered; in order of arrival).
 
+    A step's parent side costs about what lockstep's does per env: the actions go to the
+    held workers' rows, the batch is read from the ready workers' rows alone into tensors
+    made while they stepped (`cadence.envs.buffer.RowGather`, one per ordered set of
+    workers, kept), and each env's last delivered step is a reference to its batch.
+
     Args:
         env: the environment whose workers it steps (it uses its transport and recovery).
         batch_workers: the workers whose envs make one batch (`workers_per_batch`).
@@ -103,8 +118,19 @@ class AsyncStepping:
         self.in_flight: dict[int, float | None] = {}
         self.ready: list[int] = []
         self.delivered: list[int] = []  # the workers of the last batch returned
+        self._delivered_ids: list[int] = []  # their envs, in order
         self._cut_on_arrival: dict[int, list[int]] = {}  # worker -> envs to end with LAST
-        self._last: TimeStep | None = None  # every env's last delivered step
+        self._per_worker = env._slices[0][1] - env._slices[0][0]
+        self._on_cpu = env.device.type == "cpu"
+        # Waiting for *any* worker, a parent that shares a core with a stepping worker
+        # would spin on that core, yielding it, and see another worker's answer only once
+        # that worker yields or the scheduler's tick (ms) comes: it sleeps instead, and
+        # the answer's wake-up runs it at once (`cadence.envs.doorbell`).
+        self._spin = env.num_workers < available_cores()
+        # Each worker's envs' last delivered step: (the batch, their first row in it).
+        self._last_of: list[tuple[TimeStep, int] | None] = [None] * env.num_workers
+        self._targets: dict[int, TimeStepBuffer] = {}  # workers in a batch -> its buffer
+        self._gathers: dict[tuple[int, ...], RowGather] = {}
 
     @property
     def busy(self) -> bool:
@@ -116,17 +142,31 @@ class AsyncStepping:
         self.in_flight.clear()
         self.ready.clear()
         self._cut_on_arrival.clear()
-        self.delivered = list(range(self._env.num_workers))
-        self._last = first.clone()
+        self._hold_all()
+        self._last_of = [(first, start) for start, _ in self._env._slices]
 
     def forget_last(self) -> None:
         """After `set_state`: no episode was delivered by this object."""
-        self._last = None
-        self.delivered = list(range(self._env.num_workers))
+        self._last_of = [None] * len(self._last_of)
+        self._hold_all()
 
-    def last(self) -> TimeStep | None:
-        """Every env's last delivered time step (None: none since `set_state`)."""
-        return self._last
+    def release(self) -> None:
+        """Drops the gathers' views of the shared block (before it closes)."""
+        self._gathers.clear()
+
+    def last_step_types(self, worker: int) -> torch.Tensor | None:
+        """``[envs of worker]`` the step types last delivered for ``worker``'s envs (None:
+        none since `set_state`)."""
+        last = self._last_of[worker]
+        if last is None:
+            return None
+        batch, first = last
+        return batch.step_type[first : first + self._per_worker]
+
+    def step(self, action: Nest) -> TimeStep:
+        """`send` for the envs the last batch returned (``action``'s rows), then `recv`."""
+        self._start(action, self.delivered)
+        return self.recv()
 
     def send(self, action: Nest, env_ids: Sequence[int]) -> None:
         """Writes ``action`` (rows in the order of ``env_ids``) and starts those envs' step.
@@ -135,11 +175,13 @@ class AsyncStepping:
             ValueError: ``env_ids`` are not whole held workers' envs, or the action's rows
                 do not match them.
         """
+        self._start(action, self._workers_of(env_ids))
+
+    def _start(self, action: Nest, workers: list[int]) -> None:
         env = self._env
-        workers = self._workers_of(env_ids)
-        env._shared.write_action_rows(action, list(env_ids))
+        env._shared.write_action_rows(action, self._gather(workers).index if workers else _NO_ROWS)
         messages = {}
-        for worker in workers:
+        for worker in workers if env._pending_cuts else ():
             cuts = env._pending_cuts.pop(worker, None)
             if cuts is not None:  # restarted outside a step: its cut envs wait for a LAST
                 messages[worker] = ("step", cuts)
@@ -149,7 +191,11 @@ class AsyncStepping:
         timeout_s = env.step_timeout_s
         due = None if timeout_s is None else time.perf_counter() + timeout_s
         self.in_flight.update(dict.fromkeys(workers, due))
-        self.delivered = [w for w in self.delivered if w not in workers]
+        if workers == self.delivered:  # the usual step: all of the last batch
+            self.delivered, self._delivered_ids = [], []
+        else:
+            self.delivered = [w for w in self.delivered if w not in workers]
+            self._delivered_ids = self._ids_of(self.delivered)
 
     def recv(self) -> TimeStep:
         """The next batch of ready envs: ``batch_workers`` workers' envs, or all those in
@@ -164,10 +210,11 @@ class AsyncStepping:
                 "sends them for the envs it last returned)"
             )
         count = min(self.batch_workers, len(self.in_flight) + len(self.ready))
+        prepared = self._target(count).prepare()  # the batch's tensors, while workers step
         while len(self.ready) < count:
             self._wait(count - len(self.ready))
         workers, self.ready = self.ready[:count], self.ready[count:]
-        return self._deliver(workers)
+        return self._deliver(workers, prepared)
 
     def drain(self) -> None:
         """Waits for every step in flight and drops the answers (before a reset)."""
@@ -179,14 +226,18 @@ class AsyncStepping:
         """Waits for ``count`` more workers to be ready, recovering those that died."""
         env = self._env
         env._check_usable()
-        answered, replies, dead = env._pool.wait_any(dict(self.in_flight), count)
-        for worker in [*answered, *dead]:
+        answered, replies, dead = env._pool.wait_any(self.in_flight, count, self._spin)
+        for worker in answered:
             del self.in_flight[worker]
-        try:
-            dead = env._settle(replies, dead, stepping=True)[1]
-        except BaseException:
-            self.delivered += [w for w in answered if w not in self.delivered]
-            raise
+        for worker in dead:
+            del self.in_flight[worker]
+        if replies is not None:  # not all plain answers: an error, or a worker died
+            try:
+                dead = env._settle(replies, dead, stepping=True)[1]
+            except BaseException:
+                self.delivered += [w for w in answered if w not in self.delivered]
+                self._delivered_ids = self._ids_of(self.delivered)
+                raise
         self.ready += [w for w in answered if w not in dead]
         for worker in sorted(dead):  # replaced: it resets its envs but those it cuts
             cuts = env._pending_cuts.pop(worker)
@@ -195,25 +246,63 @@ class AsyncStepping:
             self._cut_on_arrival[worker] = cuts
             self.ready.append(worker)
 
-    def _deliver(self, workers: list[int]) -> TimeStep:
+    def _deliver(self, workers: list[int], prepared: tuple[np.ndarray, TimeStep]) -> TimeStep:
         env = self._env
-        cuts = {w: self._cut_on_arrival.pop(w) for w in workers if w in self._cut_on_arrival}
-        if cuts and self._last is not None:
-            rows = [env._slices[w][0] + i for w, local in cuts.items() for i in local]
-            env._shared.end_episodes(rows, self._last)
-        rows = torch.tensor([r for w in workers for r in range(*env._slices[w])])
-        batch = env._shared.buffer.read("cpu")[rows]
-        if self._last is None:
-            self._last = env._shared.buffer.read("cpu").clone()
-        _write_rows(self._last, rows, batch)
-        self.delivered = workers
-        return batch if env.device.type == "cpu" else batch.to(env.device)
+        if self._cut_on_arrival:
+            self._end_cut_episodes(workers)
+        gather = self._gather(workers)
+        batch = gather.read(prepared)
+        per_worker = self._per_worker
+        for position, worker in enumerate(workers):
+            self._last_of[worker] = (batch, position * per_worker)
+        self.delivered, self._delivered_ids = workers, gather.row_list
+        return batch if self._on_cpu else batch.to(env.device)
+
+    def _end_cut_episodes(self, workers: list[int]) -> None:
+        """Writes LAST rows for the envs of ``workers`` whose episodes a restart cut."""
+        for worker in workers:
+            cuts = self._cut_on_arrival.pop(worker, None)
+            last = self._last_of[worker]
+            if cuts and last is not None:
+                batch, first = last
+                start = self._env._slices[worker][0]
+                rows = [start + i for i in cuts]
+                self._env._shared.end_episodes(rows, batch, [first + i for i in cuts])
+
+    def _hold_all(self) -> None:
+        self.delivered = list(range(self._env.num_workers))
+        self._delivered_ids = list(range(self._env.batch_size))
+
+    def _ids_of(self, workers: list[int]) -> list[int]:
+        return [i for w in workers for i in range(*self._env._slices[w])]
+
+    def _target(self, count: int) -> TimeStepBuffer:
+        """The buffer that batches of ``count`` workers' envs are read into."""
+        target = self._targets.get(count)
+        if target is None:
+            source = self._env._shared.buffer
+            target = self._targets[count] = source.resized(count * self._per_worker)
+        return target
+
+    def _gather(self, workers: list[int]) -> RowGather:
+        """The reader of ``workers``' rows, in that order (made once, kept)."""
+        key = tuple(workers)
+        gather = self._gathers.get(key)
+        if gather is None:
+            if len(self._gathers) >= _MAX_GATHERS:
+                self._gathers.clear()
+            source, target = self._env._shared.buffer, self._target(len(workers))
+            gather = self._gathers[key] = RowGather(source, self._ids_of(workers), target)
+        return gather
 
     def _workers_of(self, env_ids: Sequence[int]) -> list[int]:
         """The held workers whose envs ``env_ids`` are, each slice whole and in order."""
+        ids = list(env_ids)
+        if ids == self._delivered_ids:
+            return list(self.delivered)
         env = self._env
         starts = {start: w for w, (start, _) in enumerate(env._slices)}
-        workers, ids, at = [], list(env_ids), 0
+        workers, at = [], 0
         while at < len(ids):
             worker = starts.get(ids[at])
             start, stop = env._slices[worker] if worker is not None else (0, 0)
@@ -230,9 +319,3 @@ class AsyncStepping:
             workers.append(worker)
             at += stop - start
         return workers
-
-
-def _write_rows(dst: TimeStep, rows: torch.Tensor, src: TimeStep) -> None:
-    """``dst[rows] = src``, leaf by leaf."""
-    for target, value in zip(flatten(dst.to_dict(False)), flatten(src.to_dict(False)), strict=True):
-        target[rows] = value

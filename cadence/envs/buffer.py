@@ -120,6 +120,7 @@ class TimeStepBuffer:
         memory: Any = None,
     ):
         self.batch_size = batch_size
+        self.specs = (observation_spec, action_spec, env_info_spec)
         self._obs_structure = _as_nest(observation_spec)
         self._action_structure = _as_nest(action_spec)
         self._info_keys = list(env_info_spec)
@@ -249,6 +250,10 @@ class TimeStepBuffer:
             time_step = time_step.to(device)
         return time_step
 
+    def resized(self, batch_size: int) -> TimeStepBuffer:
+        """A private buffer of the same specs with ``batch_size`` rows."""
+        return TimeStepBuffer(*self.specs, batch_size)
+
     def _assemble(self, arrays: list[torch.Tensor]) -> TimeStep:
         obs = arrays[self._obs_slice]
         actions = arrays[self._action_slice]
@@ -263,6 +268,71 @@ class TimeStepBuffer:
             env_id=arrays[3],
             env_info=dict(zip(self._info_keys, arrays[self._action_slice.stop :], strict=True)),
         )
+
+
+class RowGather:
+    """Reads chosen rows of a `TimeStepBuffer` into fresh time steps of those rows alone.
+
+    The asynchronous mode of `ParallelEnvironment` returns a few envs' rows of its shared
+    buffer per step. Reading them copies only their bytes, straight into a block of a
+    `TimeStepBuffer` of ``len(rows)`` rows (``target``), whose torch `TimeStep` is made
+    beforehand (its `TimeStepBuffer.prepare`, while the workers step): no copy of the
+    whole batch, no tensor indexing. A small block (`GATHER_INDEX_BYTES`) is one
+    ``np.take`` of bytes through an index made here once; a larger one is one ``np.take``
+    per field.
+
+    Args:
+        source: the buffer whose rows are read.
+        rows: which rows, in the order the time steps list them.
+        target: a buffer of ``len(rows)`` rows and ``source``'s specs, whose blocks the
+            rows are read into (several gathers of as many rows may share one).
+    """
+
+    def __init__(self, source: TimeStepBuffer, rows: Sequence[int], target: TimeStepBuffer):
+        self.rows = np.asarray(rows, dtype=np.intp)
+        self.row_list: list[int] = self.rows.tolist()
+        consecutive = len(self.rows) and np.array_equal(
+            self.rows, np.arange(self.rows[0], self.rows[0] + len(self.rows))
+        )
+        # The rows as an index of a [B, ...] array: a slice where they are consecutive.
+        self.index = slice(int(self.rows[0]), int(self.rows[-1]) + 1) if consecutive else self.rows
+        if target.batch_size != len(self.rows):
+            raise ValueError(f"target has {target.batch_size} rows, expected {len(self.rows)}")
+        self._source = source
+        self._target = target
+        self._byte_index = None
+        if target.layout.nbytes <= GATHER_INDEX_BYTES:
+            self._byte_index = _byte_index(source.layout, target.layout, self.rows)
+
+    def read(self, prepared: tuple[np.ndarray, TimeStep] | None = None) -> TimeStep:
+        """The rows as they are now in the source, into a block ``prepared`` by the
+        target's `TimeStepBuffer.prepare` (``None``: the next one)."""
+        block, time_step = self._target.prepare() if prepared is None else prepared
+        # "clip": the indices are in range by construction, and numpy buffers `out` otherwise.
+        if self._byte_index is not None:
+            np.take(self._source._bytes, self._byte_index, out=block, mode="clip")
+        else:
+            targets = self._target.layout.view_list(block)
+            for source, target in zip(self._source.arrays.values(), targets, strict=True):
+                np.take(source, self.rows, axis=0, out=target, mode="clip")
+        return time_step
+
+
+GATHER_INDEX_BYTES = 1 << 13
+"""The largest block `RowGather` reads through a byte index (8 bytes of index a byte)."""
+
+
+def _byte_index(source: ArrayLayout, target: ArrayLayout, rows: np.ndarray) -> np.ndarray:
+    """For each byte of a ``target`` block, the byte of a ``source`` block it copies (rows
+    ``rows`` of every field; padding copies byte 0)."""
+    index = np.zeros(target.nbytes, dtype=np.intp)
+    for (_, shape, dtype), start, at in zip(
+        source.fields, source.offsets, target.offsets, strict=True
+    ):
+        row_bytes = int(np.prod(shape[1:], dtype=np.int64)) * np.dtype(dtype).itemsize
+        spans = start + rows[:, None] * row_bytes + np.arange(row_bytes)
+        index[at : at + spans.size] = spans.ravel()
+    return index
 
 
 def _write_leaves(

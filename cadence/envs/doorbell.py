@@ -193,7 +193,8 @@ class ParentDoorbell:
         count: int,
         channels: Sequence[Channel],
         sentinels: Sequence[int],
-    ) -> tuple[list[int], dict[int, Any], set[int], set[int]]:
+        spin: bool = True,
+    ) -> tuple[list[int], dict[int, Any] | None, set[int], set[int]]:
         """Waits until ``count`` of the workers rung (the keys of ``deadlines``) answered or
         died, or one of them passed its deadline (the asynchronous mode's wait).
 
@@ -202,26 +203,27 @@ class ParentDoorbell:
                 must answer (``None``: none).
             count: how many answers (or deaths) end the wait.
             channels, sentinels: every worker's channel and process sentinel, by worker index.
+            spin: whether to poll before sleeping (see `SpinPolicy`); ``False`` looks once,
+                then sleeps until an answer wakes this side.
 
         Returns:
             The workers that answered (those found in one look in worker order), their
-            messages (``None`` for a plain "done"), those that died, and those late.
+            messages (``None`` for a plain "done"; the whole dict ``None`` where every
+            answer is plain), those that died, and those late.
         """
         start = time.perf_counter()
-        bases = [w * _SLOTS for w in deadlines]
-        budget_end = start + self._policy.budget()
-        answered = [b // _SLOTS for b in bases if self._answered(b // _SLOTS)]
-        while len(answered) < count and time.perf_counter() < budget_end:
-            _yield()
-            answered = [b // _SLOTS for b in bases if self._answered(b // _SLOTS)]
+        answered = self._spin_any(deadlines, count, start if spin else -math.inf)
         dead: set[int] = set()
         late: set[int] = set()
         if len(answered) < count:
             answered, dead, late = self._sleep_until_some(deadlines, count, channels, sentinels)
         self._policy.record(time.perf_counter() - start)
+        slots = self._slots
+        if not any(slots[worker * _SLOTS + REPLY_IS_MESSAGE] for worker in answered):
+            return answered, None, dead, late  # plain answers: no reply dict to build
         replies: dict[int, Any] = {}
         for worker in answered:
-            if self._slots[worker * _SLOTS + REPLY_IS_MESSAGE]:
+            if slots[worker * _SLOTS + REPLY_IS_MESSAGE]:
                 try:
                     replies[worker] = channels[worker].receive_message()
                 except (EOFError, OSError):
@@ -229,6 +231,21 @@ class ParentDoorbell:
             else:
                 replies[worker] = None
         return [w for w in answered if w not in dead], replies, dead, late
+
+    def _spin_any(self, workers: Iterable[int], count: int, start: float) -> list[int]:
+        """Polls the rows of ``workers`` (yielding the core) until ``count`` of them answered
+        or the spin budget from ``start`` is spent (at once for a ``start`` of ``-inf``);
+        returns those that answered."""
+        slots = self._slots
+        bases = [w * _SLOTS for w in workers]
+        # Compared inline, not through `_answered`: this loop is every async step's wait.
+        done = [base for base in bases if slots[base + DONE] == slots[base + COMMAND]]
+        if len(done) < count:
+            deadline = start + self._policy.budget()
+            while len(done) < count and time.perf_counter() < deadline:
+                _yield()
+                done = [base for base in bases if slots[base + DONE] == slots[base + COMMAND]]
+        return [base // _SLOTS for base in done]
 
     def _sleep_until_some(
         self,
@@ -238,11 +255,17 @@ class ParentDoorbell:
         sentinels: Sequence[int],
     ) -> tuple[list[int], set[int], set[int]]:
         """`wait_any`'s sleep, as `_sleep_until_answered` sleeps: until ``count`` of the
-        workers answered or died, or one passed its deadline (those are late)."""
+        workers answered or died, or one passed its deadline (those are late).
+
+        A wake-up byte from a worker that answered is read at once (left in the pipe, it
+        would end the next sleep early for nothing), and the bound of a sleep only grows
+        after one that timed out, so a wake-up lost to reordering costs the shortest.
+        """
         self._slots[self._parent] = 1
         dead: set[int] = set()
         try:
             timeouts = _sleep_timeouts_ms()
+            timeout_ms = next(timeouts)
             while True:
                 answered = [w for w in deadlines if w not in dead and self._answered(w)]
                 if len(answered) + len(dead) >= count:
@@ -252,17 +275,25 @@ class ParentDoorbell:
                 late = {w for w in waiting if deadlines[w] is not None and deadlines[w] <= now}
                 if late:
                     return answered, dead, late
-                timeout_ms = next(timeouts)
                 due = [deadlines[w] for w in waiting if deadlines[w] is not None]
+                bound_ms = timeout_ms
                 if due:
-                    timeout_ms = max(1, min(timeout_ms, math.ceil((min(due) - now) * 1000)))
+                    bound_ms = max(1, min(timeout_ms, math.ceil((min(due) - now) * 1000)))
                 owners = {channels[w].fd: (w, False) for w in waiting}
                 owners.update({sentinels[w]: (w, True) for w in waiting})
-                for worker, by_sentinel in _poll(owners, timeout_ms):
-                    if worker in dead or self._answered(worker):
+                woken = _poll(owners, bound_ms)
+                if not woken:
+                    timeout_ms = next(timeouts)
+                for worker, by_sentinel in woken:
+                    if worker in dead:
+                        continue
+                    if self._answered(worker):
+                        # Its wake-up byte; a message it answered with is `wait_any`'s to read.
+                        if not by_sentinel and not self._slots[worker * _SLOTS + REPLY_IS_MESSAGE]:
+                            channels[worker].drain_signal()
                         continue
                     if by_sentinel or not channels[worker].drain_signal():
-                        dead.add(worker)
+                        dead.add(worker)  # exited, or its pipe is closed
         finally:
             self._slots[self._parent] = 0
 

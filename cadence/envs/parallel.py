@@ -255,8 +255,7 @@ class ParallelEnvironment(Environment):
         """Steps the envs the last step (or reset) returned with ``action`` (their rows in
         that order); returns them all in lockstep, else the next envs ready."""
         if self._async is not None:
-            self._async.send(action, self._delivered_ids())
-            return self._async.recv()
+            return self._async.step(action)
         return self._step_lockstep(action)
 
     def send(self, action: Nest, env_ids: Sequence[int]) -> None:
@@ -273,9 +272,6 @@ class ParallelEnvironment(Environment):
     def _require_async(self, what: str) -> None:
         if self._async is None:
             raise lockstep_error(what)
-
-    def _delivered_ids(self) -> list[int]:
-        return [i for w in self._async.delivered for i in range(*self._slices[w])]
 
     def _refuse_busy(self, what: str) -> None:
         """Asynchronous mode: ``what`` needs every env's last step delivered."""
@@ -447,11 +443,13 @@ class ParallelEnvironment(Environment):
     def _unfinished_rows(self, worker: int) -> list[int]:
         """``worker``'s envs (local indices) whose last delivered step was not LAST."""
         start, stop = self._slices[worker]
-        last = self._last if self._async is None else self._async.last()
-        step_types = None if last is None else last.step_type[start:stop].cpu().tolist()
+        if self._async is not None:
+            step_types = self._async.last_step_types(worker)
+        else:
+            step_types = None if self._last is None else self._last.step_type[start:stop].cpu()
         if step_types is None:
             return []  # nothing delivered (since a set_state): no episode to cut
-        return [i for i, step_type in enumerate(step_types) if step_type != _LAST]
+        return [i for i, step_type in enumerate(step_types.tolist()) if step_type != _LAST]
 
     def _end_episodes(self, cuts: dict[int, list[int]]) -> None:
         """Writes LAST rows (discount 1, reward 0) for the ``cuts`` envs into the buffer."""
@@ -487,6 +485,8 @@ class ParallelEnvironment(Environment):
 
     def _release_shared_memory(self) -> None:
         self._last = None
+        if self._async is not None:
+            self._async.release()
         if self._shared is not None:
             self._shared.release()
             self._shared = None

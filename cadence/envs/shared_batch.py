@@ -8,6 +8,7 @@ worker, a restarted one too, must agree on.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from multiprocessing.shared_memory import SharedMemory
 from typing import Any
 
@@ -85,17 +86,19 @@ class SharedBatch:
                 )
             np.copyto(array, value, casting="unsafe")
 
-    def write_action_rows(self, action: Nest, rows: list[int]) -> None:
+    def write_action_rows(self, action: Nest, rows: Sequence[int] | np.ndarray | slice) -> None:
         """Writes actions for the envs ``rows`` alone (row ``i`` of ``action`` to env
-        ``rows[i]``; the asynchronous mode's partial batches).
+        ``rows[i]``; the asynchronous mode's partial batches). A slice of consecutive rows
+        is written faster than their indices.
 
         Raises:
             ValueError: a leaf's shape is not ``len(rows)`` rows of the action's.
         """
         action = action_to_numpy(action)
+        count = len(range(self.buffer.batch_size)[rows]) if isinstance(rows, slice) else len(rows)
         for name, array in self.actions.items():
             value = action if name == "" else leaf(action, name)
-            expected = (len(rows), *array.shape[1:])
+            expected = (count, *array.shape[1:])
             if np.shape(value) != expected:
                 raise ValueError(
                     f"action{'/' + name if name else ''} has shape {np.shape(value)}, "
@@ -103,19 +106,22 @@ class SharedBatch:
                 )
             array[rows] = value
 
-    def end_episodes(self, rows: list[int], last: TimeStep) -> None:
+    def end_episodes(
+        self, rows: list[int], last: TimeStep, last_rows: list[int] | None = None
+    ) -> None:
         """Writes LAST rows (discount 1, reward 0, zero ``env_info``) for the envs ``rows``,
-        repeating their observation in ``last``, the time step delivered before."""
+        repeating their observation in ``last``, the time step delivered before (at its
+        rows ``last_rows``: by default ``rows``, for a whole batch)."""
         observation = map_structure(lambda x: x.cpu().numpy(), last.observation)
         zero_info = dict.fromkeys(self._env_info_spec, 0.0)
-        for row in rows:
+        for row, source in zip(rows, rows if last_rows is None else last_rows, strict=True):
             self.buffer.write(
                 row,
                 TimeStep(
                     step_type=_LAST,
                     reward=0.0,
                     discount=1.0,
-                    observation=map_structure(lambda x, r=row: x[r], observation),
+                    observation=map_structure(lambda x, r=source: x[r], observation),
                     prev_action=action_rows(self.actions, slice(row, row + 1))[0],
                     env_id=row,
                     env_info=zero_info,

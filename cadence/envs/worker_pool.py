@@ -166,19 +166,24 @@ class WorkerPool:
             self._doorbell.ring(worker, self._channels[worker], messages.get(worker))
 
     def wait_any(
-        self, deadlines: dict[int, float | None], count: int
-    ) -> tuple[list[int], dict[int, Reply], set[int]]:
+        self, deadlines: dict[int, float | None], count: int, spin: bool = True
+    ) -> tuple[list[int], dict[int, Reply] | None, set[int]]:
         """Waits until ``count`` of the rung workers (the keys of ``deadlines``, each with
-        the `time.perf_counter` time it must answer by) answered or died.
+        the `time.perf_counter` time it must answer by) answered or died; ``spin``: poll
+        the doorbell before sleeping (see `cadence.envs.doorbell.ParentDoorbell.wait_any`).
 
         Returns:
-            The workers that answered, in the order found; their replies; and the workers
-            that died or passed their deadline (those are killed, as `request` kills them).
+            The workers that answered, in the order found; their replies, or ``None`` when
+            each answered its step plainly and none died (the hot path: no dict); and the
+            workers that died or passed their deadline (those are killed, as `request`
+            kills them).
         """
         answered, answers, dead, late = self._doorbell.wait_any(
-            deadlines, count, self._channels, self._sentinels
+            deadlines, count, self._channels, self._sentinels, spin
         )
-        replies, dead = self._replies(answers, dead, late)
+        if answers is None and not dead and not late:
+            return answered, None, dead
+        replies, dead = self._replies(answers or dict.fromkeys(answered), dead, late)
         return answered, replies, dead
 
     def _request_by_doorbell(

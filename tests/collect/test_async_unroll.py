@@ -129,3 +129,24 @@ def test_replay_rings_and_windows_stay_per_env_and_contiguous(lockstep_and_async
     count = time_step.observation[..., 1]  # steps since the episode's FIRST
     first = time_step.step_type[:, 1:] == StepType.FIRST
     assert torch.equal(torch.where(first, 0.0, count[:, :-1] + 1), count[:, 1:])
+
+
+@pytest.mark.timeout(120)
+def test_a_batch_of_envs_of_which_some_are_done_acts_on_the_others_alone():
+    # Three workers, batches of two: a batch often holds a worker whose envs have made
+    # their steps and one whose envs have not (then the policy acts on the latter alone).
+    def unrolls(async_batch_size):
+        factories = [
+            GymEnvFactory(PacedEnv, i, seed=5, env_kwargs={"step_s": s, "max_steps": 3})
+            for i, s in enumerate([0.0, 0.004, 0.009])
+        ]
+        with ParallelEnvironment(
+            factories, num_workers=3, async_batch_size=async_batch_size
+        ) as env:
+            collector = Collector(env, RowwiseRecurrent(), 5)
+            return [collector.unroll()[0] for _ in range(3)]
+
+    for a, b in zip(unrolls(None), unrolls(2), strict=True):
+        for name in ("step_type", "reward", "discount", "observation", "prev_action"):
+            assert torch.equal(getattr(a.time_step, name), getattr(b.time_step, name)), name
+        assert torch.equal(a.action, b.action) and torch.equal(a.state["h"], b.state["h"])

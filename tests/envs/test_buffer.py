@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
+from cadence.data.nest import flatten_with_paths
 from cadence.data.specs import BoundedTensorSpec, CompositeSpec, TensorSpec
 from cadence.data.time_step import StepType, TimeStep
-from cadence.envs.buffer import TimeStepBuffer
+from cadence.envs.buffer import GATHER_INDEX_BYTES, RowGather, TimeStepBuffer
 
 
 def _buffer(batch_size: int = 3) -> TimeStepBuffer:
@@ -98,3 +100,36 @@ def test_a_whole_batch_is_written_column_by_column_in_the_fields_dtypes():
     assert read.env_info["x"].tolist() == [7.0, 8.0, 9.0]
     buffer.write_batch(np.zeros(3), np.zeros(3), np.ones(3), np.zeros((3, 2)), None, {"x": 0})
     assert buffer.read().prev_action.tolist() == [[0.0]] * 3  # None: a reset's zero actions
+
+
+def _nested_buffer(batch_size: int, image: int) -> TimeStepBuffer:
+    """Dict observations (an int8 image and a float vector), a two-leaf action."""
+    observation = CompositeSpec(
+        {"image": TensorSpec((image, image), torch.uint8), "v": TensorSpec((3,), torch.float64)}
+    )
+    action = CompositeSpec({"a": TensorSpec((2,), torch.float32), "b": TensorSpec((), torch.int64)})
+    return TimeStepBuffer(
+        observation, action, CompositeSpec({"x": TensorSpec((), torch.float32)}), batch_size
+    )
+
+
+@pytest.mark.parametrize("image", [2, 64])  # a small block: one byte gather; a large: per field
+def test_a_row_gather_reads_the_chosen_rows_as_a_full_read_indexes_them(image):
+    source = _nested_buffer(6, image)
+    assert (source.resized(4).layout.nbytes <= GATHER_INDEX_BYTES) == (image == 2)
+    for name, array in source.arrays.items():  # every row of every field distinct
+        if name != "env_id":
+            array[...] = np.arange(array.size).reshape(array.shape) + 7 * len(name)
+    rows = [4, 5, 0, 1]  # two workers' envs, out of order
+    gather = RowGather(source, rows, source.resized(4))
+    assert isinstance(gather.index, np.ndarray)
+    got, whole = gather.read(), source.read()
+    want = whole[torch.tensor(rows)]
+    for path, leaf in flatten_with_paths(got.to_dict(False)):
+        assert leaf.equal(dict(flatten_with_paths(want.to_dict(False)))[path]), path
+    assert got.env_id.tolist() == rows
+    source.arrays["reward"][4] = -1.0  # a later read sees the rows as they are then
+    assert gather.read().reward[0] == -1.0 and got.reward[0] != -1.0
+    assert RowGather(source, [2, 3], source.resized(2)).index == slice(2, 4)
+    with pytest.raises(ValueError, match="target has 3 rows, expected 2"):
+        RowGather(source, [2, 3], source.resized(3))

@@ -250,3 +250,29 @@ def test_a_worker_whose_parent_is_gone_stops_waiting():
     link.parent_channel.close()
     with pytest.raises(EOFError):
         link.worker.wait()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("spin", [False, True], ids=["sleeping", "spinning"])
+def test_wait_any_returns_the_answers_and_reads_the_wake_up_byte_it_slept_on(spin):
+    link = _Link(spin_s=1e-3)
+    thread = link.serve(lambda message: None if message is None else ("ok", message[1]))
+    channels, sentinels = [link.parent_channel], [link.death_r]
+    bytes_left = 0
+    try:
+        for i in range(50):
+            message = ("value", i) if i % 10 == 3 else None
+            link.parent.ring(0, link.parent_channel, message)
+            answered, replies, dead, late = link.parent.wait_any(
+                {0: None}, 1, channels, sentinels, spin
+            )
+            assert answered == [0] and not dead and not late
+            assert replies == (None if message is None else {0: ("ok", i)})  # None: all plain
+            if select.select([link.parent_channel.fd], [], [], 0)[0]:
+                bytes_left += 1
+                assert link.parent_channel.drain_signal()
+    finally:
+        link.close(thread)
+    # Asleep, the parent is woken by the worker's byte and reads it; one is left only
+    # where the answer came as a bounded sleep ran out, just before the byte.
+    assert bytes_left <= 10
