@@ -8,8 +8,8 @@ from typing import Any
 
 import attrs
 
+from cadence.data.config_history import REMOVED_KEYS
 from cadence.data.names import similar_names
-from cadence.trainer.config import REMOVED_KEYS
 
 # Marks a problem that has no value to show (an unknown or missing key).
 _NO_VALUE = object()

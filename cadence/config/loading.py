@@ -38,8 +38,8 @@ from cadence.config.errors import ConfigError, Problem, close_matches, unknown_k
 from cadence.config.experiment import ALGORITHM_CONFIGS, ExperimentConfig
 from cadence.config.serialize import to_dict
 from cadence.config.structure import structure
+from cadence.data.config_history import ADDED_KEYS
 from cadence.trainer.config import DISPLAY_ONLY_FIELDS, TrainerConfig
-from cadence.trainer.run_config import ADDED_KEYS
 
 DEFAULTS_NAME = "cadence_defaults"
 

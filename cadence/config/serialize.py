@@ -13,8 +13,11 @@ from omegaconf.errors import OmegaConfBaseException
 from cadence.config.errors import ConfigError, Problem
 from cadence.config.experiment import ExperimentConfig
 from cadence.config.structure import structure
-from cadence.trainer.config import REMOVED_KEYS, removed_key_warning
-from cadence.trainer.run_config import MODEL_BASED_ADDED_KEYS
+from cadence.data.config_history import (
+    MODEL_BASED_ADDED_KEYS,
+    REMOVED_KEYS,
+    removed_key_warning,
+)
 
 logger = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Literal
 
 import attrs
 from attrs import field
@@ -30,32 +30,6 @@ def check_device(name: str, *, collector: bool = False) -> None:
     key = "trainer.collector_device" if collector else "trainer.device"
     allowed = ", ".join(repr(s) for s in (*special, "cpu", "cuda", "cuda:N"))
     raise ValueError(f"{key} must be one of {allowed}; got {name!r}")
-
-
-REMOVED_KEYS = {
-    "trainer.cpu_matmul": (
-        "removed: cadence multiplies the CPU layers' matrices with torch's own BLAS (the "
-        "oneDNN route this key chose gained no whole run the 1.3x that would have kept it; "
-        "docs/compile.md)"
-    ),
-}
-"""Keys of earlier versions that were removed, with why. A config that sets one is refused
-with this and told to drop it (`cadence.config`); a run's ``config.yaml`` that holds one is
-read without it, with a warning (`removed_key_warning`), so that the run still resumes."""
-
-
-def removed_key_warning(key: str, value: Any, source: str) -> str:
-    """The warning for a run's config (from ``source``) that holds the removed ``key`` (one
-    of `REMOVED_KEYS`) at ``value``: it is read without the key, and where the value made
-    the run's numbers what they are (oneDNN's multiplies), the ones it computes from here
-    on differ from the recorded ones."""
-    text = f"{source} holds {key}={value!r}, {REMOVED_KEYS[key]}; it is read without the key"
-    if key == "trainer.cpu_matmul" and value == "onednn":
-        text += (
-            "; the run multiplied its CPU matrices with oneDNN, so the numbers it computes "
-            "from here on differ from the ones it recorded"
-        )
-    return text
 
 
 @attrs.define(kw_only=True, on_setattr=CHECKED_SETATTR)

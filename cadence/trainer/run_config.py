@@ -26,7 +26,8 @@ from typing import Any
 
 import yaml
 
-from cadence.trainer.config import DISPLAY_ONLY_FIELDS, REMOVED_KEYS, removed_key_warning
+from cadence.data.config_history import ADDED_KEYS, REMOVED_KEYS, removed_key_warning
+from cadence.trainer.config import DISPLAY_ONLY_FIELDS
 from cadence.trainer.errors import RunConfigMismatchError
 
 logger = logging.getLogger(__name__)
@@ -44,26 +45,6 @@ FIXED_SECTIONS = ("network.",)
 IGNORED_KEYS = ("root_dir", "description", *(f"trainer.{name}" for name in DISPLAY_ONLY_FIELDS))
 
 CHANGES_FILE = "config_changes.jsonl"
-# Keys added since runs were first recorded, with the value that means what a run made
-# before them did: a config.yaml without the key compares as having it (where the config
-# it is compared with has the key: a model-based key means nothing to a PPO run).
-MODEL_BASED_ADDED_KEYS = {
-    # The model-based keys added when the Denoised MDP original's structure became the
-    # default (docs/model-based.md, "Structure"): runs written before were built with
-    # cadence's earlier structure. A run's config.yaml read back takes these too
-    # (`cadence.config.from_yaml`), so the networks it builds fit its checkpoint.
-    "algorithm.world_model.z_inputs": "cadence",
-    "algorithm.world_model.layer_widths": "hidden_size",
-    "algorithm.world_model.conv_stack": "cadence",
-    "algorithm.sac.actor_layers": None,
-    "algorithm.eval_mode": "mean",
-}
-ADDED_KEYS = {
-    "trainer.schedule_horizon": 0,
-    "env.async_batch_size": None,
-    **MODEL_BASED_ADDED_KEYS,
-}
-# Keys removed since (`REMOVED_KEYS`): a config.yaml with one compares as without it.
 # The model-based keys that shape the checkpoint's parameters: no resume can change them.
 MODEL_STRUCTURE_KEYS = tuple(
     f"algorithm.{key}"

@@ -16,12 +16,13 @@ import yaml
 
 from cadence.cli import main
 from cadence.config import from_yaml, load_config, to_yaml
+from cadence.data.config_history import MODEL_BASED_ADDED_KEYS
 from cadence.data.specs import BoundedTensorSpec, TensorSpec
 from cadence.mbrl.build import make_model_based
 from cadence.testing.resume import cpu_sized_overrides
 from cadence.trainer.errors import RunConfigMismatchError
 from cadence.trainer.metrics import read_metrics
-from cadence.trainer.run_config import MODEL_BASED_ADDED_KEYS, check_resume_config
+from cadence.trainer.run_config import check_resume_config
 
 IMAGE = TensorSpec((3, 64, 64), dtype=torch.uint8)
 ACTION = BoundedTensorSpec((6,), minimum=-1.0, maximum=1.0)
