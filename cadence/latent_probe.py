@@ -55,12 +55,14 @@ def probe_run(
         env.close()
 
 
-def probe_noisy_pendulum(run_dir: Path, checkpoint: str = "latest") -> dict[str, Any]:
-    """`probe_run` from x, read by NoisyPendulum's signals (`noisy_pendulum_signals`):
-    ``cos``, ``sin`` and ``velocity`` (the pendulum's R²), and ``y_max`` / ``z_max``, the
-    largest R² over the coordinates of the reward-relevant and of the other distractors
-    (absent without them). On plain Pendulum only the first three."""
-    r2 = probe_run(run_dir, checkpoint)
+def probe_noisy_pendulum(
+    run_dir: Path, checkpoint: str = "latest", groups: Sequence[str] = ("x",)
+) -> dict[str, Any]:
+    """`probe_run` from ``groups`` (x by default), read by NoisyPendulum's signals
+    (`noisy_pendulum_signals`): ``cos``, ``sin`` and ``velocity`` (the pendulum's R²), and
+    ``y_max`` / ``z_max``, the largest R² over the coordinates of the reward-relevant and of
+    the other distractors (absent without them). On plain Pendulum only the first three."""
+    r2 = probe_run(run_dir, checkpoint, groups=groups)
     env_kwargs: dict[str, Any] = {}
     if r2.shape[0] > 3:
         config = from_yaml((Path(run_dir) / "config.yaml").read_text())
