@@ -18,10 +18,6 @@ weight gradient as ``x.T @ grad`` (`narrow_input_linear`). Measured at batch 256
 AMD EPYC (one thread), forward and backward of the layer: 4 -> 64 in 30 us instead of 36,
 3 -> 256 in 46 instead of 93, 17 -> 256 in 87 instead of 101; 32 -> 256 gains nothing."""
 
-GRUCell = nn.GRUCell
-"""``nn.GRUCell``, by the name the recurrent networks import it under."""
-
-
 def narrow_input_linear(
     x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
 ) -> torch.Tensor:

@@ -39,7 +39,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from cadence.networks.linear import GRUCell, Linear
+from cadence.networks.linear import Linear
 
 Latent = dict[str, torch.Tensor]
 """``{"<g>_belief": [B, belief_size], "<g>_state": [B, state_size]}`` for every group g."""
@@ -92,7 +92,7 @@ class _Group(nn.Module):
         for _ in range(input_layers - 1):
             layers += [Linear(hidden_size, hidden_size), activation()]
         self.input = nn.Sequential(*layers)
-        self.cell = GRUCell(hidden_size, sizes.belief)
+        self.cell = nn.GRUCell(hidden_size, sizes.belief)
         self.prior = nn.Sequential(
             Linear(sizes.belief, hidden_size),
             activation(),
