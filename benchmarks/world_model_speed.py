@@ -23,7 +23,10 @@ imagination from 500 start states; the RSSM's hidden layers of 64, not the confi
 because TorchRL's ``RSSMPrior`` needs them as wide as the belief), ``paper_vector`` and ``paper_image`` (the paper's:
 belief 200, state 30, MLPs of 400, 64x64 images with the 32/64/128/256 conv stack,
 imagination from all 2,500 states). Each side's rate is the median over ``--iters``
-updates after ``--warmup``. With ``--flops`` the table adds each side's achieved GFLOP/s
+updates after ``--warmup``; with ``--rounds R`` the two sides are timed in R interleaved
+rounds (which side goes first alternates), and the table gives each side's median rate
+and the median of the rounds' ratios, so that load from other processes, which drifts
+within a run, weighs on both sides alike. With ``--flops`` the table adds each side's achieved GFLOP/s
 (FLOPs of one update counted by ``torch.utils.flop_counter``) as a fraction of this
 machine's float32 matmul peak, measured here: at the paper's shapes both sides are bound
 by matrix multiplies.
@@ -182,6 +185,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--iters", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=1, help="interleaved rounds; medians kept")
     parser.add_argument("--flops", action="store_true")
     parser.add_argument(
         "--compile", default="off", choices=COMPILE_MODES, help="also time cadence compiled"
@@ -190,33 +194,65 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     peak = matmul_peak_gflops(args.threads) if args.flops else None
-    rows = []
-    for name in args.shapes:
-        shape = SHAPES[name]
-        iters = args.iters if name == "pendulum" else max(2, args.iters // 4)
-        ours = cadence_updates(shape, iters, args.warmup, args.flops, args.compile)
+    rounds: dict[str, list[tuple[dict, dict]]] = {name: [] for name in args.shapes}
+    for r in range(args.rounds):
+        for name in args.shapes:
+            shape = SHAPES[name]
+            iters = args.iters if name == "pendulum" else max(2, args.iters // 4)
+            ours, theirs = time_both(shape, iters, args, peer_first=r % 2 == 1)
+            rounds[name].append((ours, theirs))
+            print(f"# round {r} {name}: cadence {json.dumps(ours)}", file=sys.stderr)
+            print(f"# round {r} {name}: torchrl {json.dumps(theirs)}", file=sys.stderr)
+    print_table(args, rounds, peak)
+
+
+def time_both(
+    shape: dict, iters: int, args: argparse.Namespace, peer_first: bool
+) -> tuple[dict, dict]:
+    """One round at ``shape``: cadence's rates and TorchRL's, in the order asked (it
+    alternates over the rounds, so neither side always meets the load's drift first)."""
+    if peer_first:
         theirs = peer_updates(shape, iters, args.warmup, args.threads, args.flops)
-        rows.append((name, ours, theirs))
-        print(f"# {name}: cadence {json.dumps(ours)}", file=sys.stderr)
-        print(f"# {name}: torchrl {json.dumps(theirs)}", file=sys.stderr)
-    print(f"threads={args.threads}, batch {BATCH} x {LENGTH}, horizon {HORIZON}")
+    ours = cadence_updates(shape, iters, args.warmup, args.flops, args.compile)
+    if not peer_first:
+        theirs = peer_updates(shape, iters, args.warmup, args.threads, args.flops)
+    return ours, theirs
+
+
+def print_table(args: argparse.Namespace, rounds: dict[str, list], peak: float | None) -> None:
+    """Each side's median rate over the rounds and the median of the rounds' ratios."""
+    print(
+        f"threads={args.threads}, batch {BATCH} x {LENGTH}, horizon {HORIZON}, "
+        f"{args.rounds} interleaved round(s): medians"
+    )
     if peak:
         print(f"float32 matmul peak here: {peak:.1f} GFLOP/s")
     print(f"{'shape':<14} {'update':<13} {'cadence/s':>10} {'torchrl/s':>10} {'ratio':>6}", end="")
     print(f" {'cadence %peak':>13} {'torchrl %peak':>13}" if peak else "", end="")
     compiled = args.compile != "off"
     print(f" {'compiled/s':>10} {'/torchrl':>8} {'compile s':>9}" if compiled else "")
-    for name, ours, theirs in rows:
+
+    def median(values) -> float:
+        return statistics.median(list(values))
+
+    for name, pairs in rounds.items():
         for kind in ("world_model", "actor_critic"):
-            a, b = ours[f"{kind}_updates_per_s"], theirs[f"{kind}_updates_per_s"]
-            print(f"{name:<14} {kind:<13} {a:>10.2f} {b:>10.2f} {a / b:>6.2f}", end="")
+            key = f"{kind}_updates_per_s"
+            a, b = median(o[key] for o, _ in pairs), median(t[key] for _, t in pairs)
+            ratio = median(o[key] / t[key] for o, t in pairs)
+            print(f"{name:<14} {kind:<13} {a:>10.2f} {b:>10.2f} {ratio:>6.2f}", end="")
             if peak:
-                fa = ours[f"{kind}_flops"] * a / 1e9 / peak
-                fb = theirs.get(f"{kind}_flops", float("nan")) * b / 1e9 / peak
+                fa = pairs[0][0][f"{kind}_flops"] * a / 1e9 / peak
+                fb = pairs[0][1].get(f"{kind}_flops", float("nan")) * b / 1e9 / peak
                 print(f" {100 * fa:>12.0f}% {100 * fb:>12.0f}%", end="")
             if compiled:
-                c, seconds = ours[f"{kind}_compiled_updates_per_s"], ours[f"{kind}_compile_s"]
-                print(f" {c:>10.2f} {c / b:>8.2f} {seconds:>9.1f}", end="")
+                compiled_key = f"{kind}_compiled_updates_per_s"
+                c = median(o[compiled_key] for o, _ in pairs)
+                over = median(o[compiled_key] / t[key] for o, t in pairs)
+                seconds = pairs[0][0][
+                    f"{kind}_compile_s"
+                ]  # the first round's: compiled, not loaded
+                print(f" {c:>10.2f} {over:>8.2f} {seconds:>9.1f}", end="")
             print()
 
 
