@@ -37,7 +37,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import torch
+import numpy as np
 
 CONFIGS = ("dreamer_pendulum", "dreamer_pendulum_noisy", "denoised_mdp_pendulum_noisy")
 BASELINE = "dreamer_pendulum_noisy"
@@ -94,15 +94,14 @@ def checkpoint_iterations(run_dir: Path) -> list[int]:
 
 def bootstrap_mean(values: Sequence[float], level: float = 0.95) -> tuple[float, float, float]:
     """The mean of ``values`` and its percentile-bootstrap interval at ``level``
-    (`BOOTSTRAP_RESAMPLES` resamples from a generator seeded 0, so the interval is the
-    same at every call). With 5 values it is narrow: it knows only the spread they show."""
-    data = torch.tensor(values, dtype=torch.float64)
-    generator = torch.Generator().manual_seed(0)
-    picks = torch.randint(len(values), (BOOTSTRAP_RESAMPLES, len(values)), generator=generator)
-    means = data[picks].mean(1)
-    tail = (1 - level) / 2
-    low, high = torch.quantile(means, torch.tensor([tail, 1 - tail], dtype=torch.float64))
-    return float(data.mean()), float(low), float(high)
+    (`cadence.plot.curves.bootstrap_band`, as `cadence plot` draws its bands, with
+    `BOOTSTRAP_RESAMPLES` resamples seeded 0, so the interval is the same at every call).
+    With 5 values it is narrow: it knows only the spread they show."""
+    from cadence.plot.curves import bootstrap_band
+
+    column = np.asarray(values, dtype=np.float64)[:, None]
+    low, high = bootstrap_band(column, level, num_resamples=BOOTSTRAP_RESAMPLES, seed=0)
+    return float(column.mean()), float(low[0]), float(high[0])
 
 
 def pendulum_r2(probe: dict[str, Any]) -> float:

@@ -187,3 +187,49 @@ def test_numerics_harness_finds_one_differing_value(tmp_path, capsys):
     assert harness.main(["compare", str(tmp_path / "a.json"), str(tmp_path / "c.json")]) == 1
     row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("ppo_cartpole"))  # fmt: skip
     assert row.split()[-3:] == ["0", "1", "0"]  # metric values, state entries, one side only
+
+
+def _benchmark_module(name: str):
+    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_async_learning_reports_the_ratio_and_whether_async_is_inside_locksteps_interval(capsys):
+    module = _benchmark_module("async_learning")
+    returns = {"lockstep": [1000.0, 1200.0, 1100.0], "async": [1050.0, 1150.0, 1000.0]}
+    rows = [
+        {
+            "config": "ppo_hopper",
+            "mode": mode,
+            "seed": seed,
+            "final_return": value,
+            "wall_time": wall,
+        }
+        for mode, wall in (("lockstep", 100.0), ("async", 80.0))
+        for seed, value in enumerate(returns[mode])
+    ]
+    module.print_report(rows)
+    out = capsys.readouterr().out
+    # async's mean 1066.7 over lockstep's 1100.0; lockstep's interval holds it.
+    assert "return 0.97x (bar 0.90x), inside lockstep's interval: True; wall time 0.80x" in out
+    assert module.interval([5.0, 5.0, 5.0]) == (5.0, 5.0, 5.0)
+    # Only async is asked of the stepping: the modes share every other override.
+    lockstep, async_ = (module.overrides("sac_hopper", m, 1000) for m in module.MODES)
+    assert async_ == [*lockstep, "env.async_batch_size=2"]
+
+
+def test_denoising_study_summarises_returns_and_the_per_seed_difference(capsys):
+    module = _benchmark_module("denoising_study")
+    rows = [
+        {"config": config, "seed": seed, "final_return": value, "probes": {}}
+        for config, values in (("noisy", [-300.0, -500.0]), ("denoised", [-250.0, -450.0]))
+        for seed, value in zip((3, 4), values, strict=True)
+    ]
+    module.print_summary(rows, ["noisy", "denoised"], "noisy")
+    out = capsys.readouterr().out
+    # The per-seed difference is +50 in both seeds, so its interval is that one value.
+    assert "- noisy:    +50.0 [   +50.0,    +50.0]" in out
+    mean, low, high = module.bootstrap_mean([-300.0, -500.0])
+    assert mean == -400.0 and -500.0 <= low < high <= -300.0
