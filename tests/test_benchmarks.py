@@ -84,6 +84,17 @@ def test_time_to_solve_answers_help():
 
 @pytest.mark.slow
 @pytest.mark.ci_budget
+def test_batcher_async_prints_both_columns():
+    out = run_benchmark("batcher_async.py", "--quick")
+    rates = [
+        line.split()[1] for line in out.splitlines() if line.startswith(("  lockstep", "  async "))
+    ]
+    assert len(rates) == 2 and all(rate.endswith("k") for rate in rates), out
+    assert "async / lockstep" in out
+
+
+@pytest.mark.slow
+@pytest.mark.ci_budget
 def test_batcher_throughput_prints_every_row():
     out = run_benchmark("batcher_throughput.py", "--quick")
     for env in ("CartPole-v1", "HalfCheetah-v5"):
