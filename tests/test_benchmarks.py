@@ -84,6 +84,17 @@ def test_time_to_solve_answers_help():
 
 @pytest.mark.slow
 @pytest.mark.ci_budget
+def test_batcher_async_prints_both_columns():
+    out = run_benchmark("batcher_async.py", "--quick")
+    rows = [line.split() for line in out.splitlines() if line.endswith("env steps/s")]
+    rates = {row[0]: row[1] for row in rows}
+    assert sorted(rates) == ["async", "lockstep"], out
+    assert all(rate.endswith("k") for rate in rates.values()), out
+    assert "async / lockstep" in out
+
+
+@pytest.mark.slow
+@pytest.mark.ci_budget
 def test_batcher_throughput_prints_every_row():
     out = run_benchmark("batcher_throughput.py", "--quick")
     for env in ("CartPole-v1", "HalfCheetah-v5"):

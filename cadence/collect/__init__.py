@@ -12,7 +12,7 @@ __getattr__, __dir__ = lazy_exports(
         "replay_agent": "cadence.algorithms.agent",
         "reset_where": "cadence.algorithms.agent",
         "Batcher": "batcher.batcher",
-        "BatcherWorkerError": "batcher.batcher",
+        "BatcherWorkerError": "batcher.errors",
         "make_gym_env": "batcher.gym_env",
         "SlotRandom": "batcher.slot_random",
     },

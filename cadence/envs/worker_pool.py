@@ -133,11 +133,17 @@ class WorkerPool:
             except OSError:
                 pass  # a dead worker's pipe: `gather` sees its EOF and reports the death
 
-    def ready(self, workers: Iterable[int]) -> set[int]:
-        """Those of ``workers`` whose answer (or death) can be read now, without waiting."""
+    def ready(self, workers: Iterable[int], timeout_s: float | None = 0.0) -> set[int]:
+        """Those of ``workers`` whose answer (or death) can be read now.
+
+        Args:
+            workers: the workers to look at.
+            timeout_s: how long to wait for the first of them (blocking, not spinning);
+                ``0``: not at all; ``None``: for ever. An empty set means it ran out.
+        """
         channels = {self._channels[w].conn: w for w in workers}
         sentinels = {self.processes[w].sentinel: w for w in channels.values()}
-        ready = wait([*channels, *sentinels], 0)
+        ready = wait([*channels, *sentinels], timeout_s)
         return {channels[r] if r in channels else sentinels[r] for r in ready}
 
     def step_all(

@@ -1,18 +1,23 @@
-"""An acquisition of the `Batcher`: what `execute` started, and reading it into `Trajectories`.
+"""The `Batcher`'s acquisitions: what `execute` started in each worker, waiting for those
+that finished, and reading them into `Trajectories`.
 
-The trajectory block (`cadence.collect.batcher.shared`) holds every slot's rows; an acquisition
-reads those of the slots that ran, up to the longest segment, and adds the per-segment
-``info``. A dead worker's slots end at the last step it wrote, marked as cut (LAST with
-discount 1, as `ParallelEnvironment` ends the episodes of a dead worker). The Ray back
-end's actors return their rows instead of writing them in place: `write_rows` puts them
-where a local worker would have.
+Each worker's acquisition is its own (`Acquisition`): its slots, the weights version and
+``agent_info`` it started with, and its deadline. `finished` says which of those in
+flight are done, waiting (on the pool, not spinning) until they hold enough slots. The
+trajectory block (`cadence.collect.batcher.shared`) holds every slot's rows; the
+acquisitions taken are read from the rows of their slots, up to the longest segment,
+with the per-segment ``info``. A dead worker's slots end at the last step it wrote,
+marked as cut (LAST with discount 1, as `ParallelEnvironment` ends the episodes of a
+dead worker). The Ray back end's actors return their rows instead of writing them in
+place: `write_rows` puts them where a local worker would have.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -28,13 +33,15 @@ _STEP_ROOTS = ("observation", "action", "_observation")
 
 @dataclasses.dataclass
 class Acquisition:
-    """What `execute` started: which workers, which slots, on which weights and parameters."""
+    """What `execute` started in one worker: its slots, on which weights and parameters."""
 
-    workers: list[int]
-    slots: np.ndarray
+    slots: np.ndarray  # the running slots it acquires, indices in the whole batch
     version: int
-    agent_info: DictTensor
+    agent_info: DictTensor  # [N, ...] every slot's, as they were at its execute
     deadline: float | None  # a `time.monotonic` time; None: no deadline
+
+    def overdue(self, now: float) -> bool:
+        return self.deadline is not None and now >= self.deadline
 
 
 def deadline(timeout_s: float | None) -> float | None:
@@ -42,21 +49,53 @@ def deadline(timeout_s: float | None) -> float | None:
     return None if timeout_s is None else time.monotonic() + timeout_s
 
 
+def finished(
+    pool: Any, in_flight: Mapping[int, Acquisition], min_slots: int, blocking: bool
+) -> list[int]:
+    """The workers of ``in_flight`` that are done: answered, died, or past their deadline.
+
+    Args:
+        pool: the workers' pool (`WorkerPool` or `RayWorkerPool`: its ``ready``).
+        in_flight: each worker's acquisition.
+        min_slots: how many slots the finished workers must hold (at most all of them).
+        blocking: wait (on the pool's answers, deaths and deadlines) until they do;
+            else look once.
+
+    Returns:
+        Those workers in order, or none (not blocking) when they hold fewer slots.
+    """
+    need = min(min_slots, sum(a.slots.size for a in in_flight.values()))
+    while True:
+        now = time.monotonic()
+        done = pool.ready(in_flight) | {w for w, a in in_flight.items() if a.overdue(now)}
+        if sum(in_flight[w].slots.size for w in done) >= need:
+            return sorted(done)
+        if not blocking:
+            return []
+        waiting = [w for w in in_flight if w not in done]
+        deadlines = [in_flight[w].deadline for w in waiting if in_flight[w].deadline is not None]
+        pool.ready(waiting, None if not deadlines else max(0.0, min(deadlines) - now))
+
+
 def read_trajectories(
     arrays: Mapping[str, np.ndarray],
-    acquisition: Acquisition,
+    taken: Sequence[Acquisition],
     env_info: DictTensor,
     cut: Sequence[slice],
 ) -> Trajectories:
-    """Copies the acquisition's rows out of the block ``arrays``.
+    """Copies the rows of the acquisitions ``taken`` out of the block ``arrays``.
 
     Args:
         arrays: the trajectory block's arrays, ``[N, T, ...]`` and ``[N, ...]``.
-        acquisition: what was acquired.
+        taken: the acquisitions to read, in slot order.
         env_info: ``[N, ...]`` every slot's environment parameters.
-        cut: the slots of the workers that died during it (their steps end cut).
+        cut: the slots of the workers that died during them (their steps end cut).
+
+    Returns:
+        A row per slot of ``taken``, ``[B, T']`` (``T'`` the longest segment); ``info``
+        says which slot each row is (``env_id``) and the weights version it ran on.
     """
-    rows = acquisition.slots
+    rows = np.concatenate([a.slots for a in taken]).astype(np.int64)
     lengths = torch.from_numpy(arrays["progress"][rows].copy())
     longest = int(lengths.max()) if rows.size else 0
     steps: dict[str, torch.Tensor] = {}
@@ -69,11 +108,15 @@ def read_trajectories(
     for slots in cut:
         _mark_cut(steps, lengths, rows, slots)
     index = torch.from_numpy(rows)
+    agent_info = [a.agent_info[torch.from_numpy(a.slots)].to_dict() for a in taken]
     info = {
         **state,
-        **acquisition.agent_info[index].prepend_key("agent_info/").to_dict(),
+        **{f"agent_info/{k}": torch.cat([i[k] for i in agent_info]) for k in agent_info[0]},
         **env_info[index].prepend_key("env_info/").to_dict(),
-        "weights_version": torch.full((rows.size,), acquisition.version, dtype=torch.int64),
+        "env_id": index.clone(),
+        "weights_version": torch.cat(
+            [torch.full((a.slots.size,), a.version, dtype=torch.int64) for a in taken]
+        ),
     }
     info_dt = DictTensor(info, batch_size=rows.size)
     return Trajectories(info_dt, TemporalDictTensor(steps, lengths))
@@ -88,6 +131,21 @@ def write_rows(
             arrays[key][slots, : values.shape[1]] = values
         else:  # progress and agent_state/*: a row per slot
             arrays[key][slots] = values
+
+
+def write_replies(
+    arrays: Mapping[str, np.ndarray], replies: dict[int, Any], slots: Callable[[int], slice]
+) -> dict[int, Any]:
+    """Ray: writes the rows each actor returned (worker ``w``'s into ``slots(w)``) into
+    ``arrays``; returns the replies as the local back end's (the slots still running)."""
+    plain = {}
+    for worker, (status, payload) in replies.items():
+        if status == "ok":
+            running, rows = payload
+            write_rows(arrays, slots(worker), rows)
+            payload = running
+        plain[worker] = (status, payload)
+    return plain
 
 
 def _mark_cut(

@@ -1,4 +1,4 @@
-"""The `Batcher`'s constructor arguments: their checks, and the agents' seeds they give."""
+"""The `Batcher`'s arguments: their checks, the agents' seeds they give, per-slot rows."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Literal
 
 from cadence.collect.batcher.transport import Backend
+from cadence.data.dict_tensor import DictTensor
 
 Mode = Literal["continuing", "episodic"]
 """``"continuing"``: an env whose episode ends starts the next at once; ``"episodic"``:
@@ -44,3 +45,28 @@ def check_timeouts(**timeouts: float | None) -> None:
     for name, value in timeouts.items():
         if value is not None and not value > 0:
             raise ValueError(f"{name} must be > 0 or None, got {value}")
+
+
+def per_slot(
+    values: DictTensor | None, example: DictTensor | None, n_slots: int, what: str
+) -> DictTensor:
+    """``values`` checked to have a row per slot; ``None``: ``example``'s first row in each.
+
+    Raises:
+        ValueError: ``values`` has another number of rows than ``n_slots``.
+    """
+    if values is None:
+        if example is None or example.empty():
+            return DictTensor({}, batch_size=n_slots)
+        example = example.to_dict()
+        values = DictTensor(
+            {k: v[:1].expand(n_slots, *v.shape[1:]).clone() for k, v in example.items()}
+        )
+    if values.empty():
+        return DictTensor({}, batch_size=n_slots)
+    if values.n_elems() != n_slots:
+        raise ValueError(
+            f"{what} must have one row per slot (n_processes * n_envs = {n_slots}), "
+            f"got {values.n_elems()}"
+        )
+    return values.to("cpu")

@@ -10,16 +10,13 @@ worker; new weights go through shared memory too, stamped with a version
 (`update`): nothing as large as a ``state_dict`` is pickled per update.
 
 Seeding does not depend on the split into processes: env ``i`` of the whole batch
-(``i = w * n_envs + k``) is seeded ``seed + i``, and an agent that draws from a
-`SlotRandom` seeded alike in every worker (the Batcher's ``seed`` through
-``agent_args``) and keyed by the observation's ``env_id`` gives slot ``i`` the same
-stream wherever it runs. Worker ``w``'s agent is seeded by `Agent.seed` with a seed of
-its own, ``seed + w * n_envs`` (its first env's) unless ``agent_seeds`` says otherwise,
-so generators an agent seeds itself draw different streams in different workers. So 1 x 2n and 2 x n envs acquire the same trajectories unless a step
-lies within rounding of a tie: each worker runs the agent on a batch of its own slots,
-and the BLAS may round a row of a batch of 2n differently from one of n (MKL does on
-AVX-512 processors), so the agent's float outputs agree within rounding, not bit for bit,
-and a draw that close to a tie may pick another action. The same split repeats bit for bit.
+(``i = w * n_envs + k``) is seeded ``seed + i``, and an agent drawing from a `SlotRandom`
+keyed by the observation's ``env_id`` gives slot ``i`` one stream wherever it runs
+(worker ``w``'s agent is seeded ``seed + w * n_envs`` by `Agent.seed`, unless
+``agent_seeds`` says otherwise, for generators of its own). So 1 x 2n and 2 x n envs
+acquire the same trajectories, the agent's floats within rounding (the BLAS may round a
+row of a batch of 2n differently from one of n), unless a step lies within rounding of
+a tie; the same split repeats bit for bit.
 
 Workers are started and watched with `cadence.envs.worker_pool` (the transport of
 `ParallelEnvironment`), and from a script without an ``if __name__ ==
@@ -34,6 +31,13 @@ restarts * N``. Past ``max_worker_restarts`` within ``restart_window_s`` seconds
 `BatcherWorkerError` says so and the Batcher is unusable. An exception raised in env
 or agent code reaches the caller as a `BatcherWorkerError` with the worker's
 traceback; `reset` starts every slot again.
+
+`get` takes the whole acquisition, or with ``min_slots`` only the workers that have
+finished (asynchronous acquisition, as EnvPool steps envs): each worker's acquisition
+is its own (`cadence.collect.batcher.acquisition`), with its weights version and
+deadline, and `execute` starts the workers taken while the others go on. Recovery is the
+same per worker; what it gives up is that one `get` may mix weights versions, and with
+updates between gets what each slot acts on depends on timing.
 
 With ``backend="ray"`` the workers are Ray actors (`cadence.collect.batcher.ray_backend`), which
 may sit on other machines: the same protocol, seeds and fault policy, but each actor
@@ -51,18 +55,22 @@ import numpy as np
 import torch
 
 from cadence.algorithms.agent import Agent
-from cadence.collect.batcher.acquisition import Acquisition, deadline, read_trajectories, write_rows
+from cadence.collect.batcher.acquisition import (
+    Acquisition,
+    deadline,
+    finished,
+    read_trajectories,
+    write_replies,
+)
 from cadence.collect.batcher.arguments import (
     Mode,
     agent_seeds_of,
     check_arguments,
     check_timeouts,
+    per_slot,
 )
-from cadence.collect.batcher.shared import (
-    Specs,
-    TrajectoryBlock,
-    trajectory_fields,
-)
+from cadence.collect.batcher.errors import BatcherWorkerError, first_error, slot_range
+from cadence.collect.batcher.shared import Specs, TrajectoryBlock, trajectory_fields
 from cadence.collect.batcher.transport import Backend, StartMethod, make_pool
 from cadence.collect.batcher.weights import WeightsPublisher, acting_weights
 from cadence.collect.batcher.worker import WorkerRecipe, worker_main
@@ -72,26 +80,6 @@ from cadence.envs.environment import PyEnvironment
 from cadence.envs.gym_factory import env_registrations
 from cadence.envs.main_module import MainFree
 from cadence.envs.recovery import RecoveryPolicy
-
-
-class BatcherWorkerError(RuntimeError):
-    """Env or agent code raised in a `Batcher` worker, or a worker died past its restarts.
-
-    Attributes:
-        worker: the worker's index.
-        env_ids: the slots (indices in the whole batch) it hosts.
-        worker_traceback: the traceback from the worker ('' if it died).
-        died: whether the worker died (or hung and was killed).
-    """
-
-    def __init__(
-        self, message: str, worker: int, env_ids: list[int], worker_traceback: str = "", died=False
-    ):
-        super().__init__(message)
-        self.worker = worker
-        self.env_ids = env_ids
-        self.worker_traceback = worker_traceback
-        self.died = died
 
 
 class Batcher:
@@ -223,7 +211,8 @@ class Batcher:
         self._env_info = DictTensor({}, batch_size=self._n_slots)
         self._running = np.zeros(self._n_slots, dtype=bool)  # slots that will act next
         self._needs_reset = True
-        self._in_flight: Acquisition | None = None
+        self._in_flight: dict[int, Acquisition] = {}  # worker -> what its execute started
+        self._stale_info: set[int] = set()  # workers not yet given the latest agent_info
 
     def _start_workers(self) -> None:
         """Starts every worker, lays out the trajectory block from the specs they report,
@@ -250,7 +239,7 @@ class Batcher:
             batch_size=self._n_slots,
             max_restarts=max_restarts,
             window_s=window_s,
-            hosted=lambda w: f"hosting slots {self._ids(w)}",
+            hosted=lambda w: f"hosting slots {slot_range(self._env_ids(w))}",
             cut="the steps of its slots end at the last one written, marked as cut (LAST, "
             "discount 1)",
             make_error=lambda message, w, hung: BatcherWorkerError(
@@ -299,12 +288,15 @@ class Batcher:
                 one (see the constructor; ``None``: as ``agent_info``).
 
         Raises:
-            RuntimeError: an acquisition is in flight (`get` it first).
+            RuntimeError: workers are still acquiring (`get` takes them all).
             BatcherWorkerError: env or agent code raised (with the worker's traceback).
         """
         self._check_usable()
-        if self._in_flight is not None:
-            raise RuntimeError("an acquisition is in flight: get() it before reset()")
+        if self._in_flight:
+            raise RuntimeError(
+                f"workers {sorted(self._in_flight)} are still acquiring: get() them all "
+                "(get() without min_slots waits for every one) before reset()"
+            )
         self._agent_info = self._per_slot(agent_info, "agent_info")
         self._env_info = self._per_slot(env_info, "env_info")
         self._needs_reset = True
@@ -317,96 +309,101 @@ class Batcher:
             messages = {w: messages[w] for w in dead}
         self._running[:] = True
         self._needs_reset = False
+        self._stale_info.clear()
 
     def execute(self, agent_info: DictTensor | None = None) -> None:
         """Starts an acquisition of up to ``n_timesteps`` steps per running slot; returns at once.
 
+        Only the workers not in flight start: after a `get` that took some workers
+        (``min_slots``), those start again with the latest weights while the others go
+        on undisturbed.
+
         Args:
             agent_info: ``[N, ...]`` new per-slot parameters from now on (``None``: the
-                last ones).
+                last ones); a worker in flight gets them at its next start.
 
         Raises:
-            RuntimeError: no `reset` yet (or since an error), an acquisition already in
-                flight, or (episodic mode) no slot left running.
+            RuntimeError: no `reset` yet (or since an error), every worker in flight, or
+                (episodic mode) no slot left running.
         """
         self._check_usable()
         if self._needs_reset:
             raise RuntimeError("call reset() before execute() (and after a worker's error)")
-        if self._in_flight is not None:
-            raise RuntimeError("an acquisition is already in flight: get() it first")
+        if len(self._in_flight) == self.n_processes:
+            raise RuntimeError("every worker is in flight already: get() first")
         if not self._running.any():
             raise RuntimeError("every episode has ended (episodic mode): call reset()")
-        send_info = agent_info is not None
-        if send_info:
-            self._agent_info = self._per_slot(agent_info, "agent_info")
+        if agent_info is not None:
+            self._agent_info = per_slot(
+                agent_info, self._examples["agent_info"], self._n_slots, "agent_info"
+            )
+            self._stale_info = set(self._workers)
         weights = self._weights.message()
-        workers = [w for w in self._workers if self._running[self._slots(w)].any()]
-        messages = {
-            w: ("execute", (self._slice_of(self._agent_info, w) if send_info else None, weights))
-            for w in workers
-        }
-        self._in_flight = Acquisition(
-            workers=workers,
-            slots=np.flatnonzero(self._running),
-            version=self._weights.version,
-            agent_info=self._agent_info,
-            deadline=deadline(self._pool.timeout_s),
-        )
-        # A worker that died since the last acquisition writes nothing: its rows read as
-        # zero steps, not as the last acquisition's.
-        self._block.arrays["progress"][:] = 0
+        idle = [w for w in self._workers if w not in self._in_flight]
+        workers = [w for w in idle if self._running[self._slots(w)].any()]
+        messages = {}
+        for w in workers:
+            info = self._slice_of(self._agent_info, w) if w in self._stale_info else None
+            self._stale_info.discard(w)
+            messages[w] = ("execute", (info, weights))
+            slots = self._slots(w)
+            self._in_flight[w] = Acquisition(
+                slots=slots.start + np.flatnonzero(self._running[slots]),
+                version=self._weights.version,
+                agent_info=self._agent_info,
+                deadline=deadline(self._pool.timeout_s),
+            )
+            # A worker that dies before it writes leaves no rows: they read as zero
+            # steps, not as its last acquisition's.
+            self._block.arrays["progress"][slots] = 0
         self._pool.send(messages)
 
-    def get(self, blocking: bool = True) -> tuple[Trajectories | None, int | None]:
-        """The acquisition `execute` started, and how many slots are still running.
+    def get(
+        self, blocking: bool = True, min_slots: int | None = None
+    ) -> tuple[Trajectories | None, int | None]:
+        """The acquisitions of the workers that finished, and how many slots are running.
+
+        Without ``min_slots``, every worker in flight: the acquisition `execute` started.
+        With it, only the workers that have finished, once they hold at least
+        ``min_slots`` slots (or every slot in flight, if fewer); the others go on, and a
+        later `get` takes them (asynchronous acquisition: see docs/agents.md).
 
         Args:
-            blocking: wait for it; ``False`` returns ``(None, None)`` until it is done.
+            blocking: wait; ``False`` returns ``(None, None)`` until enough are done.
+            min_slots: how many slots the workers taken must hold at least (>= 1);
+                ``None``: all those in flight.
 
         Returns:
-            The segments of the slots that ran (in slot order), ``[B, T']`` with
-            ``T' <= n_timesteps`` the longest of them; and the number of slots that
-            will act on the next `execute` (episodic mode: those whose episode goes on).
+            The segments of the slots taken (in slot order), ``[B, T']`` with ``T' <=
+            n_timesteps`` the longest of them, ``info["env_id"]`` the slot of each and
+            ``info["weights_version"]`` the weights it ran on; and the number of slots
+            running (episodic mode: those whose episode goes on, counting the slots
+            still in flight).
 
         Raises:
             RuntimeError: no acquisition in flight.
+            ValueError: ``min_slots`` < 1.
             BatcherWorkerError: env or agent code raised, or a worker died past its restarts.
         """
         self._check_usable()
-        acquisition = self._in_flight
-        if acquisition is None:
+        if not self._in_flight:
             raise RuntimeError("no acquisition in flight: call execute() first")
-        overdue = acquisition.deadline is not None and time.monotonic() >= acquisition.deadline
-        if not blocking and not overdue:
-            if self._pool.ready(acquisition.workers) != set(acquisition.workers):
-                return None, None
-        remaining = None
-        if acquisition.deadline is not None:
-            remaining = max(0.0, acquisition.deadline - time.monotonic())
-        replies, dead = self._pool.gather(acquisition.workers, remaining)
-        self._in_flight = None
-        if self.backend == "ray":
-            replies = self._take_rows(replies)
-        for worker in sorted(dead):
-            how = self._pool.reap(worker)
-            if self._pool.hung_for(worker) is not None:
-                # It had the whole timeout since execute(), not only what remained at get().
-                how = f"hung (no answer within {self._pool.timeout_s:g} s of execute(); killed)"
-            self._recover(worker, how, resume=self.mode == "continuing")
-        self._raise_errors(replies)
-        for worker, (_, still_running) in replies.items():
-            slots = self._slots(worker)
-            self._running[slots] = False
-            self._running[slots.start + np.asarray(still_running, dtype=np.int64)] = True
+        if min_slots is not None and min_slots < 1:
+            raise ValueError(f"min_slots must be >= 1 (or None: every slot), got {min_slots}")
+        count = self._n_slots if min_slots is None else min_slots
+        workers = finished(self._pool, self._in_flight, count, blocking)
+        if not workers:
+            return None, None
+        taken, dead = self._take(workers)
         cut = [self._slots(w) for w in dead]
-        trajectories = read_trajectories(self._block.arrays, acquisition, self._env_info, cut)
+        trajectories = read_trajectories(self._block.arrays, taken, self._env_info, cut)
         return trajectories, int(self._running.sum())
 
     def update(self, weights: Mapping[str, torch.Tensor]) -> int:
-        """Gives the workers new weights (e.g. a ``state_dict``), from the next acquisition on.
+        """Gives the workers new weights (e.g. a ``state_dict``), from their next `execute` on.
 
-        Safe while an acquisition is in flight: that one goes on with the weights it
-        started with. Each acquisition runs on one version, in its ``info``.
+        Safe while workers are in flight: each goes on with the weights it started with,
+        recorded per segment in ``info["weights_version"]``.
 
         Args:
             weights: tensors by name, the same names, shapes and dtypes every time;
@@ -421,8 +418,8 @@ class Batcher:
             TypeError: ``weights`` holds no tensor.
         """
         self._check_usable()
-        in_flight = None if self._in_flight is None else self._in_flight.version
-        return self._weights.publish(acting_weights(weights), in_flight)
+        tensors = acting_weights(weights)
+        return self._weights.publish(tensors, self._loading_versions)
 
     def close(self) -> None:
         """Stops the workers and frees the shared memory; idempotent."""
@@ -486,17 +483,69 @@ class Batcher:
             return ("attach", (None, self._worker_fields))
         return ("attach", (self._block.name, self._block.fields))
 
-    def _take_rows(self, replies: dict[int, Any]) -> dict[int, Any]:
-        """Ray: writes the rows each actor returned into the block; the replies as the
-        local back end's (the slots still running)."""
-        plain = {}
-        for worker, (status, payload) in replies.items():
-            if status == "ok":
-                running, rows = payload
-                write_rows(self._block.arrays, self._slots(worker), rows)
-                payload = running
-            plain[worker] = (status, payload)
-        return plain
+    def _take(self, workers: list[int]) -> tuple[list[Acquisition], set[int]]:
+        """Takes the answers of finished ``workers`` and the slots still running.
+
+        Returns:
+            Their acquisitions, in slot order, and those of them that died.
+        """
+        taken, replies, dead = self._collect(workers, resume=self.mode == "continuing")
+        if any(status == "error" for status, _ in replies.values()):
+            self._drain()  # reset() then finds none in flight, as after a lockstep error
+        self._raise_errors(replies)
+        for worker, (_, still_running) in replies.items():
+            slots = self._slots(worker)
+            self._running[slots] = False
+            self._running[slots.start + np.asarray(still_running, dtype=np.int64)] = True
+        return taken, dead
+
+    def _collect(
+        self, workers: list[int], resume: bool
+    ) -> tuple[list[Acquisition], dict[int, Any], set[int]]:
+        """Takes finished ``workers`` out of the flight, killing those past their deadline,
+        and recovers the dead.
+
+        Returns:
+            Their acquisitions, their replies (in the local back end's form) and the dead.
+        """
+        now = time.monotonic()
+        overdue = any(self._in_flight[w].overdue(now) for w in workers)
+        replies, dead = self._pool.gather(workers, 0.0 if overdue else None)
+        taken = [self._in_flight.pop(w) for w in workers]
+        if self.backend == "ray":
+            replies = write_replies(self._block.arrays, replies, self._slots)
+        for worker in sorted(dead):
+            # One that hung had the whole timeout since its execute(), not what remained.
+            hung = self._pool.hung_for(worker) is not None
+            self._recover(worker, self._hung() if hung else self._pool.reap(worker), resume)
+        return taken, replies, dead
+
+    def _drain(self) -> None:
+        """Waits for every worker still in flight and drops what it acquired."""
+        if self._in_flight:
+            self._collect(finished(self._pool, self._in_flight, self._n_slots, True), False)
+
+    def _loading_versions(self) -> set[int]:
+        """The weights versions a worker in flight may still be loading (local back end).
+
+        A worker loads its weights before its first step, so one that has written a step
+        or answered has them; one past its deadline is killed, as `get` kills it.
+        """
+        if self.backend == "ray" or not self._in_flight:
+            return set()  # with Ray each version is an object of its own
+        now, progress = time.monotonic(), self._block.arrays["progress"]
+        answered, loading = self._pool.ready(self._in_flight), set()
+        for w, acquisition in self._in_flight.items():
+            if w in answered or progress[self._slots(w)].any():
+                continue
+            if acquisition.overdue(now):
+                self._pool.kill(w, self._hung())
+            else:
+                loading.add(acquisition.version)
+        return loading
+
+    def _hung(self) -> str:
+        return f"hung (no answer within {self._pool.timeout_s:g} s of execute(); killed)"
 
     def _recover(self, worker: int, how: str, resume: bool) -> None:
         """Replaces dead ``worker`` as the recovery policy says (else raises); with ``resume``
@@ -529,47 +578,19 @@ class Batcher:
         return not dead
 
     def _raise_errors(self, replies: dict[int, Any], while_building: bool = False) -> None:
-        for worker, (status, payload) in sorted(replies.items()):
-            if status != "error":
-                continue
-            text, tb = payload
-            where = "while it was being built" if while_building else ""
-            message = (
-                f"batcher worker {worker} (hosting slots {self._ids(worker)}) raised {text} "
-                f"{where}\n\nWorker traceback:\n{tb}"
-            )
-            if while_building:
-                self._recovery.broken = message
-            else:
-                self._needs_reset = True
-                message += "\ncall reset() to start every slot again"
-            raise BatcherWorkerError(message, worker, self._env_ids(worker), tb)
+        error = first_error(replies, self._env_ids, while_building)
+        if error is not None and while_building:
+            self._recovery.broken = str(error)
+        elif error is not None:
+            self._needs_reset = True
+        if error is not None:
+            raise error
 
     def _env_ids(self, worker: int) -> list[int]:
         return list(range(self._slots(worker).start, self._slots(worker).stop))
 
-    def _ids(self, worker: int) -> str:
-        ids = self._env_ids(worker)
-        return f"{ids[0]}..{ids[-1]}" if len(ids) > 1 else str(ids[0])
-
     def _per_slot(self, values: DictTensor | None, what: str) -> DictTensor:
-        """``values`` checked to have a row per slot; ``None``: the example's first row in each."""
-        if values is None:
-            example = self._examples[what]
-            if example is None or example.empty():
-                return DictTensor({}, batch_size=self._n_slots)
-            example = example.to_dict()
-            values = DictTensor(
-                {k: v[:1].expand(self._n_slots, *v.shape[1:]).clone() for k, v in example.items()}
-            )
-        if values.empty():
-            return DictTensor({}, batch_size=self._n_slots)
-        if values.n_elems() != self._n_slots:
-            raise ValueError(
-                f"{what} must have one row per slot (n_processes * n_envs = {self._n_slots}), "
-                f"got {values.n_elems()}"
-            )
-        return values.to("cpu")
+        return per_slot(values, self._examples[what], self._n_slots, what)
 
     def _check_usable(self) -> None:
         if self._closed:

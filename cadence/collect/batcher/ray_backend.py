@@ -16,8 +16,8 @@ Each actor runs the local back end's `Acquirer` (the same envs, seeds and per-st
 logic), so both back ends acquire the same trajectories for the same seeds (split alike,
 bit for bit; split otherwise, as any two splits: see `cadence.collect.batcher.batcher`).
 A dead actor (its process gone, its node lost) is reported as a dead worker, and
-one silent past ``timeout_s`` is killed with ``ray.kill``; `get` polls with
-``ray.wait(timeout=0)``. Ray is imported here only, when a Batcher asks for it.
+one silent past ``timeout_s`` is killed with ``ray.kill``; `ready` waits with
+``ray.wait``. Ray is imported here only, when a Batcher asks for it.
 """
 
 from __future__ import annotations
@@ -153,11 +153,19 @@ class RayWorkerPool:
             actor = self.processes[worker].handle
             self._pending[worker] = (actor.handle.remote(command, arg), False)
 
-    def ready(self, workers: Iterable[int]) -> set[int]:
-        """Those of ``workers`` whose answer (or death) is in, without waiting."""
+    def ready(self, workers: Iterable[int], timeout_s: float | None = 0.0) -> set[int]:
+        """Those of ``workers`` whose answer (or death) is in.
+
+        Args:
+            workers: the workers to look at.
+            timeout_s: how long to wait for the first of them; ``0``: not at all;
+                ``None``: for ever. An empty set means it ran out.
+        """
         refs = {self._pending[w][0]: w for w in workers}
         if not refs:
             return set()
+        if timeout_s != 0:
+            self._ray.wait(list(refs), num_returns=1, timeout=timeout_s)
         done, _ = self._ray.wait(list(refs), num_returns=len(refs), timeout=0)
         return {refs[ref] for ref in done}
 

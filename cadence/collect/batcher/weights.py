@@ -1,20 +1,23 @@
 """`WeightsPublisher`: new weights for the `Batcher`'s workers, versioned, never pickled whole.
 
 Locally the weights go into a `WeightsBlock` of shared memory with two copies: an update
-writes the copy that neither the acquisition in flight nor the latest version uses, so
-an acquisition runs on the weights it started with. With Ray, each version is put into
+writes a copy that holds no version a worker in flight may still be loading (preferring
+the one without the latest version), so an acquisition runs on the weights it started with. With Ray, each version is put into
 Ray's object store once, for every actor. A worker's message names the latest version
 (`message`); version 0 is what ``create_agent`` built.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
 
 from cadence.collect.batcher.shared import WeightsBlock, row_fields
+
+_POLL_S = 0.001
 
 
 class WeightsPublisher:
@@ -33,24 +36,34 @@ class WeightsPublisher:
         self._ref: Any = None  # Ray: the object holding the latest version
         self._fields: list[Any] | None = None  # Ray: what every update must match
 
-    def publish(self, weights: dict[str, torch.Tensor], in_flight: int | None) -> int:
-        """Makes ``weights`` the next version; ``in_flight``: the version an acquisition in
-        flight runs on (its copy is left alone), if any. Returns the new version."""
+    def publish(self, weights: dict[str, torch.Tensor], loading: Callable[[], set[int]]) -> int:
+        """Makes ``weights`` the next version; returns it.
+
+        Args:
+            weights: the tensors.
+            loading: the versions workers in flight may still be loading, whose copies
+                are left alone; while they hold both copies (workers started on two
+                versions, neither begun), asked again every millisecond.
+        """
         if self._ray:
             return self._put(weights)
         if self._block is None:
             self._block = WeightsBlock.for_weights(weights)
-        in_use = set()
-        if in_flight is not None and in_flight in self._copy_of:
-            in_use.add(self._copy_of[in_flight])
-        if self.version in self._copy_of and not in_use:
-            in_use.add(self._copy_of[self.version])
-        copy = 0 if 0 not in in_use else 1
+        while (copy := self.free_copy(loading())) is None:
+            time.sleep(_POLL_S)  # a worker loads its weights before its first step
         self._block.write(copy, weights, self.version + 1)
         self.version += 1
         self._copy_of = {v: c for v, c in self._copy_of.items() if c != copy}
         self._copy_of[self.version] = copy
         return self.version
+
+    def free_copy(self, loading: set[int]) -> int | None:
+        """A copy that holds none of the ``loading`` versions, the one without the
+        latest if both qualify; ``None`` if neither does."""
+        held = {self._copy_of[v] for v in loading if v in self._copy_of}
+        free = [copy for copy in (0, 1) if copy not in held]
+        latest = self._copy_of.get(self.version)
+        return next((c for c in free if c != latest), free[0] if free else None)
 
     def message(self) -> tuple[Any, ...] | None:
         """Where a worker finds the latest version (``None``: no update yet)."""

@@ -226,3 +226,33 @@ class GeneratorAgent(Agent):
         n = observation.n_elems()
         draw = torch.rand(n, generator=self.generator)
         return DictTensor({"action": (draw < 0.5).long(), "draw": draw}), state
+
+
+def straggler_env(
+    seed: int,
+    slow_seeds: tuple[int, ...] = (),
+    sleep_s: float = 0.0,
+    gate_file: str | None = None,
+    flag_file: str | None = None,
+    at_step: int = 0,
+) -> PyEnvironment:
+    """CartPole, where the envs seeded one of ``slow_seeds`` straggle: each step sleeps
+    ``sleep_s`` and waits until ``gate_file`` exists (if given); with ``flag_file`` they
+    die as `dying_env` does. A worker's replacement is seeded anew, so it is fast."""
+    env = cartpole(seed)
+    if seed not in slow_seeds:
+        return env
+    env = _Straggler(env, sleep_s, gate_file)
+    return env if flag_file is None else _Dying(env, flag_file, at_step, "exit")
+
+
+class _Straggler(PyEnvironmentWrapper):
+    def __init__(self, env: PyEnvironment, sleep_s: float, gate_file: str | None):
+        super().__init__(env)
+        self._sleep_s, self._gate = sleep_s, gate_file
+
+    def step(self, action):
+        time.sleep(self._sleep_s)
+        while self._gate is not None and not os.path.exists(self._gate):
+            time.sleep(0.005)
+        return self._env.step(action)
