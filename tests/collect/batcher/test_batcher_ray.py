@@ -173,3 +173,46 @@ def test_a_hung_ray_actor_is_killed_and_restarted(tmp_path, caplog):
     assert after.trajectories.full()
     (record,) = [r for r in caplog.records if "restarting it" in r.getMessage()]
     assert "hung (no answer within 20 s of execute()" in record.getMessage()
+
+
+def _straggling(backend: str, gate: Path) -> Batcher:
+    return Batcher(
+        10,
+        2,
+        2,
+        helpers.straggler_env,
+        helpers.PolicyAgent,
+        env_args={"slow_seeds": (2, 3), "gate_file": str(gate)},  # actor 1 waits at the gate
+        agent_info=DictTensor({"epsilon": torch.zeros(1), "stochastic": torch.ones(1, dtype=bool)}),
+        backend=backend,
+    )
+
+
+def test_asynchronous_acquisition_on_ray_takes_the_finished_actor_first(tmp_path):
+    gate = tmp_path / "gate"
+    with _straggling("ray", gate) as batcher:
+        batcher.reset()
+        batcher.execute()
+        fast, _ = batcher.get(min_slots=1)  # blocking: actor 0's slots, actor 1 at the gate
+        assert fast.info["env_id"].tolist() == [0, 1]
+        batcher.execute()  # actor 0 again, while actor 1 still waits
+        again, _ = batcher.get(min_slots=2)
+        batcher.execute()  # and a third time
+        gate.touch()
+        rest, running = batcher.get()
+        assert rest.info["env_id"].tolist() == [0, 1, 2, 3] and running == 4
+        # rest holds actor 0's third segment and actor 1's first.
+    with _straggling("local", tmp_path / "open") as local:
+        (tmp_path / "open").touch()
+        local.reset()
+        lockstep = []
+        for _ in range(3):
+            local.execute()
+            lockstep.append(local.get()[0])
+    # Each slot's k-th segment is the one lockstep acquisition gives it.
+    expected = [(lockstep[0], 0), (lockstep[0], 1)] + [(lockstep[1], 0), (lockstep[1], 1)]
+    expected += [(lockstep[2], 0), (lockstep[2], 1), (lockstep[0], 2), (lockstep[0], 3)]
+    got = [(fast, 0), (fast, 1), (again, 0), (again, 1), *((rest, row) for row in range(4))]
+    for (have, row), (want, slot) in zip(got, expected, strict=True):
+        for key in want.trajectories.keys():
+            assert torch.equal(have.trajectories[key][row], want.trajectories[key][slot]), key
