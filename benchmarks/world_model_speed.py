@@ -26,8 +26,8 @@ imagination from all 2,500 states). Each side's rate is the median over ``--iter
 updates after ``--warmup``; with ``--rounds R`` the two sides are timed in R interleaved
 rounds (which side goes first alternates), and the table gives each side's median rate
 and the median of the rounds' ratios, so that load from other processes, which drifts
-within a run, weighs on both sides alike. With ``--flops`` the table adds each side's achieved GFLOP/s
-(FLOPs of one update counted by ``torch.utils.flop_counter``) as a fraction of this
+within a run, weighs on both sides alike. With ``--flops`` the table adds each side's
+achieved GFLOP/s (FLOPs of one update counted by ``torch.utils.flop_counter``) as a fraction of this
 machine's float32 matmul peak, measured here: at the paper's shapes both sides are bound
 by matrix multiplies.
 """

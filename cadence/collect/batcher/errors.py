@@ -1,4 +1,4 @@
-"""`BatcherWorkerError`: what the `Batcher` raises when a worker's code fails or a worker is lost."""
+"""`BatcherWorkerError`: what the `Batcher` raises when a worker's code fails or is lost."""
 
 from __future__ import annotations
 

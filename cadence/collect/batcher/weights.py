@@ -2,9 +2,10 @@
 
 Locally the weights go into a `WeightsBlock` of shared memory with two copies: an update
 writes a copy that holds no version a worker in flight may still be loading (preferring
-the one without the latest version), so an acquisition runs on the weights it started with. With Ray, each version is put into
-Ray's object store once, for every actor. A worker's message names the latest version
-(`message`); version 0 is what ``create_agent`` built.
+the one without the latest version), so an acquisition runs on the weights it started
+with. With Ray, each version is put into Ray's object store once, for every actor. A
+worker's message names the latest version (`message`); version 0 is what ``create_agent``
+built.
 """
 
 from __future__ import annotations
