@@ -17,6 +17,12 @@ for a batch of ``--envs`` envs split over two processes:
   `SerialEnvironment`: the ceiling of ``parallel / serial`` with a parent that
   costs nothing per step.
 - ``cadence``: `ParallelEnvironment` over `SerialEnvironment`, the same envs.
+- ``async, cadence work``: the same two workers doing a `ParallelEnvironment`
+  worker's work, each rung again as soon as the parent sees its answer, over
+  `SerialEnvironment`: the ceiling of ``async / serial`` with a parent that costs
+  nothing per step (``--parent-us`` gives that parent busy work per step instead,
+  to see what each microsecond of the parent's work costs where it has no core of
+  its own).
 - ``async``: `ParallelEnvironment` stepping asynchronously (``async_batch_size`` =
   half the batch: each step sends actions for the half it last returned and returns
   the half ready next), over `SerialEnvironment`; the parent's per-step work (writing
@@ -53,9 +59,11 @@ from cadence.envs.worker_layout import worker_cores
 
 _STOP = -1
 # Control block: the parent's step number, each worker's answer (or step count), ready flags,
-# and whether the workers should block on their event (while the other columns are timed).
-_SLOTS, _READY, _PAUSED = 6, 3, 5
+# whether the workers should block on their event (while the other columns are timed), and
+# each worker's own step number (asynchronous stepping).
+_SLOTS, _READY, _PAUSED, _ASYNC = 8, 3, 5, 6
 FREE, LOCKSTEP, CADENCE_WORK = "free", "lockstep", "cadence work"
+ASYNC_WORK = "async, cadence work"
 
 
 def _make(name: str, count: int, seed: int) -> list[gym.Env]:
@@ -112,22 +120,24 @@ def _worker(
     core: int | None,
     resume: Event,
 ) -> None:
-    """Steps envs ``first ..`` freely while the parent's number is positive, or in lockstep."""
+    """Steps envs ``first ..`` freely while the parent's number is positive, in lockstep
+    (the parent's number), or on the parent's number for this worker alone (async)."""
     if core is not None:
         os.sched_setaffinity(0, {core})
     shm = SharedMemory(name=shm_name)
     control = np.ndarray((_SLOTS,), np.int64, buffer=shm.buf)
-    stepper = _cadence_stepper if mode == CADENCE_WORK else _gym_stepper
+    stepper = _gym_stepper if mode in (FREE, LOCKSTEP) else _cadence_stepper
     step = stepper(name, first, count, seed)
+    command = _ASYNC + slot if mode == ASYNC_WORK else 0
     control[_READY + slot] = 1
     done = 0
     while True:
-        while control[0] == done:
+        while control[command] == done:
             if control[_PAUSED]:
                 resume.wait()
             else:
                 os.sched_yield()
-        if control[0] == _STOP:
+        if control[command] == _STOP:
             break
         if mode == FREE:  # count steps until told to stop
             while control[0] != _STOP:
@@ -135,7 +145,7 @@ def _worker(
                 control[1 + slot] += count
             break
         step()
-        done = int(control[0])
+        done = int(control[command])
         control[1 + slot] = done
     del control
     shm.close()
@@ -147,11 +157,13 @@ class TwoWorkers:
     They are pinned to cores as `ParallelEnvironment` pins its workers (``worker_cores``).
     """
 
-    def __init__(self, name: str, num_envs: int, seed: int, mode: str):
+    def __init__(self, name: str, num_envs: int, seed: int, mode: str, parent_us: float = 0.0):
         self.shm = SharedMemory(create=True, size=64)
         self.control = np.ndarray((_SLOTS,), np.int64, buffer=self.shm.buf)
         self.control[:] = 0
         self.free = mode == FREE
+        self.asynchronous = mode == ASYNC_WORK
+        self.parent_s = parent_us * 1e-6
         context = mp.get_context("spawn")
         self.resume = context.Event()
         self.resume.set()
@@ -174,6 +186,8 @@ class TwoWorkers:
         self._resume()
         if self.free:
             return self._free_rate(seconds)
+        if self.asynchronous:
+            return self._async_rate(seconds, num_envs)
         self._step()  # untimed: the workers may still have been blocked
         steps, start = 0, time.perf_counter()
         while time.perf_counter() - start < seconds:
@@ -199,6 +213,36 @@ class TwoWorkers:
         while control[1] != target or control[2] != target:
             os.sched_yield()
 
+    def _async_rate(self, seconds: float, num_envs: int) -> float:
+        """Each worker is rung again as soon as the parent sees its answer (after
+        ``parent_s`` of busy work); answered steps count."""
+        control, half = self.control, num_envs // 2
+        for worker in range(2):  # untimed: the workers may still have been blocked
+            control[_ASYNC + worker] += 1
+        self._drain()
+        for worker in range(2):
+            control[_ASYNC + worker] += 1
+        steps, start = 0, time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            answered = False
+            for worker in range(2):
+                if control[1 + worker] == control[_ASYNC + worker]:
+                    _busy(self.parent_s)
+                    control[_ASYNC + worker] += 1
+                    steps += half
+                    answered = True
+            if not answered:
+                os.sched_yield()
+        rate = steps / (time.perf_counter() - start)
+        self._drain()
+        self._pause()
+        return rate
+
+    def _drain(self) -> None:
+        control = self.control
+        while control[1] != control[_ASYNC] or control[2] != control[_ASYNC + 1]:
+            os.sched_yield()
+
     def _free_rate(self, seconds: float) -> float:
         # Free workers run once, for the whole measurement (they cannot be paused).
         control = self.control
@@ -212,13 +256,20 @@ class TwoWorkers:
         return rate
 
     def close(self) -> None:
-        self.control[0] = _STOP
+        self.control[0] = self.control[_ASYNC] = self.control[_ASYNC + 1] = _STOP
         self._resume()
         for process in self.processes:
             process.join(timeout=10)
         del self.control
         self.shm.close()
         self.shm.unlink()
+
+
+def _busy(seconds: float) -> None:
+    """Keeps this process busy for ``seconds`` (a stand-in for a parent's work per step)."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
 
 
 def one_process_rate(envs: list[gym.Env], seconds: float) -> float:
@@ -259,6 +310,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--seconds", type=float, default=0.2, help="per round and column")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--parent-us",
+        type=float,
+        default=0.0,
+        help="busy work per step of the async ceiling's parent, in microseconds",
+    )
     args = parser.parse_args(argv)
     name, n = args.env, args.envs
     print(
@@ -274,7 +331,10 @@ def main(argv: list[str] | None = None) -> int:
     free.close()
     free_ratio = free_rate / statistics.mean([before, one_process_rate(one, 1.0)])
 
-    barriers = {mode: TwoWorkers(name, n, args.seed, mode) for mode in (LOCKSTEP, CADENCE_WORK)}
+    barriers = {
+        mode: TwoWorkers(name, n, args.seed, mode, args.parent_us)
+        for mode in (LOCKSTEP, CADENCE_WORK, ASYNC_WORK)
+    }
     factories = [GymEnvFactory(name, i, args.seed) for i in range(n)]
     serial, parallel = SerialEnvironment(factories), ParallelEnvironment(factories, num_workers=2)
     generator = torch.Generator().manual_seed(args.seed)
@@ -290,6 +350,7 @@ def main(argv: list[str] | None = None) -> int:
         "serial": lambda: cadence_rate(serial, actions, args.seconds),
         CADENCE_WORK: lambda: barriers[CADENCE_WORK].rate(args.seconds, n),
         "parallel": lambda: cadence_rate(parallel, actions, args.seconds),
+        ASYNC_WORK: lambda: barriers[ASYNC_WORK].rate(args.seconds, n),
         "async": lambda: async_rate(asynchronous, actions, args.seconds, returned),
     }
     rates: dict[str, list[float]] = {key: [] for key in columns}
@@ -322,6 +383,12 @@ def main(argv: list[str] | None = None) -> int:
         "  (the ceiling of parallel / serial: a parent that costs nothing per step)"
     )
     print(f"  cadence parallel / serial:           {ratio('parallel', 'serial'):.2f}x")
+    ceiling = ratio(ASYNC_WORK, "serial")
+    print(
+        f"  async, cadence work / serial:        {ceiling:.2f}x  (the ceiling of async / serial:"
+        f" a parent that costs {args.parent_us:g} us per step; {ceiling / free_ratio:.2f}x"
+        " the free ratio)"
+    )
     async_ratio = ratio("async", "serial")
     print(
         f"  cadence async / serial:              {async_ratio:.2f}x  (M = {n // 2} of N = {n};"
@@ -330,6 +397,10 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"  cadence parallel / that ceiling:     {ratio('parallel', CADENCE_WORK):.2f}x"
         "  (what the parent's work per step leaves)"
+    )
+    print(
+        f"  cadence async / that ceiling:        {ratio('async', ASYNC_WORK):.2f}x"
+        "  (what the async parent's work per step leaves)"
     )
     return 0
 

@@ -64,7 +64,13 @@ def test_parallel_ceiling_measures_every_column():
         "parallel_ceiling.py", "--env", "CartPole-v1", "--envs", "4", "--rounds", "2",
         "--seconds", "0.02",
     )  # fmt: skip
-    for row in ("free two processes / one", "lockstep, cadence work / serial", "parallel / serial"):
+    for row in (
+        "free two processes / one",
+        "lockstep, cadence work / serial",
+        "parallel / serial",
+        "async, cadence work / serial",
+        "cadence async / that ceiling",
+    ):
         assert row in out
 
 
