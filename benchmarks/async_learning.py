@@ -9,9 +9,10 @@ envs, workers and budget; the modes differ only in ``env.async_batch_size``:
 
 It reports each run's final return (the mean of its last 3 evaluations) and wall time,
 (compiling excluded), and per config and mode the mean final return with its 95%
-percentile-bootstrap interval over seeds; the bar is async's mean at least 90% of lockstep's and inside lockstep's
-interval. The budgets are scaled to fit a 2-core machine (``--steps``); ``sac_hopper``
-runs 4 envs (its config has 1) with one update per env step as in its config:
+percentile-bootstrap interval over seeds; the bar is async's mean at least 90% of
+lockstep's and inside lockstep's interval. The budgets are scaled to fit a 2-core machine
+(``--steps``); ``sac_hopper`` runs 4 envs (its config has 1) with one update per env step
+as in its config:
 
     python benchmarks/async_learning.py                       # about an hour on 2 cores
     python benchmarks/async_learning.py --report --root DIR   # only read runs already trained

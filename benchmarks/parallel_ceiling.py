@@ -224,15 +224,13 @@ class TwoWorkers:
             control[_ASYNC + worker] += 1
         steps, start = 0, time.perf_counter()
         while time.perf_counter() - start < seconds:
-            answered = False
-            for worker in range(2):
-                if control[1 + worker] == control[_ASYNC + worker]:
-                    _busy(self.parent_s)
-                    control[_ASYNC + worker] += 1
-                    steps += half
-                    answered = True
+            answered = [w for w in range(2) if control[1 + w] == control[_ASYNC + w]]
             if not answered:
                 os.sched_yield()
+            for worker in answered:
+                _busy(self.parent_s)
+                control[_ASYNC + worker] += 1
+                steps += half
         rate = steps / (time.perf_counter() - start)
         self._drain()
         self._pause()

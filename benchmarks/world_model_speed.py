@@ -20,16 +20,16 @@ one graph each; the compile cache makes a second run load rather than compile th
 
 Shapes: ``pendulum`` (the CPU-sized Pendulum configs: belief 64, state 16, MLPs of 128,
 imagination from 500 start states; the RSSM's hidden layers of 64, not the configs' 128,
-because TorchRL's ``RSSMPrior`` needs them as wide as the belief), ``paper_vector`` and ``paper_image`` (the paper's:
-belief 200, state 30, MLPs of 400, 64x64 images with the 32/64/128/256 conv stack,
-imagination from all 2,500 states). Each side's rate is the median over ``--iters``
-updates after ``--warmup``; with ``--rounds R`` the two sides are timed in R interleaved
-rounds (which side goes first alternates), and the table gives each side's median rate
-and the median of the rounds' ratios, so that load from other processes, which drifts
-within a run, weighs on both sides alike. With ``--flops`` the table adds each side's
-achieved GFLOP/s (FLOPs of one update counted by ``torch.utils.flop_counter``) as a fraction of this
-machine's float32 matmul peak, measured here: at the paper's shapes both sides are bound
-by matrix multiplies.
+because TorchRL's ``RSSMPrior`` needs them as wide as the belief), ``paper_vector`` and
+``paper_image`` (the paper's: belief 200, state 30, MLPs of 400, 64x64 images with the
+32/64/128/256 conv stack, imagination from all 2,500 states). Each side's rate is the
+median over ``--iters`` updates after ``--warmup``; with ``--rounds R`` the two sides are
+timed in R interleaved rounds (which side goes first alternates), and the table gives each
+side's median rate and the median of the rounds' ratios, so that load from other
+processes, which drifts within a run, weighs on both sides alike. With ``--flops`` the
+table adds each side's achieved GFLOP/s (FLOPs of one update counted by
+``torch.utils.flop_counter``) as a fraction of this machine's float32 matmul peak,
+measured here: at the paper's shapes both sides are bound by matrix multiplies.
 """
 
 from __future__ import annotations
